@@ -1,0 +1,44 @@
+"""Canonical JSON: the one way forklab compares and hashes values.
+
+Keys are sorted and keys whose value is ``None`` are treated as absent, so a value that went
+through PostgreSQL ``jsonb`` (which reorders keys) or through a serializer that drops nulls
+compares equal to the original. Tuples serialize as lists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def _strip_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _strip_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_strip_none(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(_strip_none(v) for v in value)
+    return value
+
+
+def canonical_json(value: Any) -> str:
+    """Serialize ``value`` with sorted keys, no whitespace, and ``None``-valued keys dropped."""
+    return json.dumps(
+        _strip_none(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+
+
+def canonical_equals(a: Any, b: Any) -> bool:
+    """True when ``a`` and ``b`` have the same canonical JSON form."""
+    return canonical_json(a) == canonical_json(b)
+
+
+def fingerprint(value: Any) -> str:
+    """A short stable hash (sha256 hex, 32 chars) of ``value``'s canonical JSON."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:32]
+
+
+def json_size(value: Any) -> int:
+    """Size in bytes of ``value``'s canonical JSON (UTF-8)."""
+    return len(canonical_json(value).encode())

@@ -1,0 +1,84 @@
+"""The one error hierarchy of forklab.
+
+Every error a user can cause is a :class:`ForklabError` with a stable ``code`` (what API
+clients, the CLI and tests match on) and a message that says what was expected, what was
+found and what to do. ``context`` carries machine-readable details (the API copies it into
+the error body next to ``code`` and ``detail``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ForklabError(Exception):
+    """Base of every error forklab raises on purpose."""
+
+    code: ClassVar[str] = "forklab_error"
+
+    def __init__(self, message: str, **context: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.context = context
+
+    def to_dict(self) -> dict[str, Any]:
+        """Wire form: ``{"code", "detail", **context}``."""
+        return {"code": self.code, "detail": self.message, **self.context}
+
+
+class GraphValidationError(ForklabError):
+    """A graph definition is malformed: names the node and field at fault."""
+
+    code = "invalid_graph"
+
+
+class UnknownNodeReference(GraphValidationError):
+    code = "unknown_node"
+
+
+class UnboundedCycleError(GraphValidationError):
+    code = "unbounded_cycle"
+
+
+class EventGapError(ForklabError):
+    """An event's seq is not last+1, or its run id is not the log's run id."""
+
+    code = "event_gap"
+
+
+class SeqConflictError(EventGapError):
+    """``append`` was called with an ``expected_seq`` that is not the stored last seq."""
+
+    code = "seq_conflict"
+
+
+class RunNotFound(ForklabError):
+    code = "not_found"
+
+
+class GraphNotFound(ForklabError):
+    code = "not_found"
+
+
+class ProviderError(ForklabError):
+    """A model provider failed (network, HTTP status, malformed answer)."""
+
+    code = "provider_error"
+
+
+class UnknownProviderError(ForklabError):
+    code = "unknown_provider"
+
+
+class ToolResolutionError(ForklabError):
+    code = "unknown_tool"
+
+
+class RunStateError(ForklabError):
+    """An operation does not fit the run's status (e.g. answering a run that is not paused)."""
+
+    code = "invalid_run_state"
+
+
+class VersionSkewError(ForklabError):
+    code = "version_skew"

@@ -1,0 +1,340 @@
+"""Events: the facts a run is made of.
+
+Every event is a frozen, keyword-only dataclass with a stable dotted ``type`` string that is
+independent of the class path (renaming a class never breaks a stored log) and a ``SCHEMA``
+number for upcasting old payloads. The envelope (``run_id``, ``seq``, ``at``, ``node``,
+``occurrence``, ``iteration``) is shared; the rest is the payload.
+
+Invariants:
+- ``seq`` is 1-based and contiguous within a run (checked by stores on append and by
+  :func:`forklab.engine.reducers.fold`);
+- events are never mutated or deleted once appended (compaction of snapshotted runs aside);
+- ``to_wire``/``from_wire`` round-trip exactly (canonically equal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+REPLAY_VERSION = 1
+"""Reducer semantics version. Bump when a reducer changes meaning; forks refuse skew."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Event:
+    TYPE: ClassVar[str] = ""
+    SCHEMA: ClassVar[int] = 1
+
+    run_id: str
+    seq: int
+    at: float = 0.0
+    node: str | None = None
+    occurrence: int | None = None
+    iteration: int | None = None
+
+    @property
+    def type(self) -> str:
+        return self.TYPE
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in _ENVELOPE
+        }
+
+    def to_wire(self) -> dict[str, Any]:
+        """JSON-ready form: the Event shape of SPEC §4.6 plus ``run_id`` and ``v``."""
+        return {
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "type": self.TYPE,
+            "v": self.SCHEMA,
+            "node": self.node,
+            "occurrence": self.occurrence,
+            "iteration": self.iteration,
+            "payload": self.payload(),
+            "at": datetime.fromtimestamp(self.at, UTC).isoformat(),
+        }
+
+
+_ENVELOPE = frozenset({"run_id", "seq", "at", "node", "occurrence", "iteration"})
+
+
+# -- run lifecycle ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunStarted(Event):
+    TYPE: ClassVar[str] = "run.started"
+    graph_id: str
+    graph_version: int
+    graph_hash: str
+    input: dict[str, Any]
+    start: str
+    run_kind: str = "primary"
+    replay_version: int = REPLAY_VERSION
+    label: str = ""
+    parent_run_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunForked(Event):
+    """Second event of a counterfactual run: the rebuilt prefix state it starts from."""
+
+    TYPE: ClassVar[str] = "run.forked"
+    base_run_id: str
+    fork_sequence_id: int
+    fork_node_id: str | None
+    prefix_state: dict[str, Any]
+    changes: list[dict[str, Any]]
+    fork_group_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChangeApplied(Event):
+    """A change of a fork applied to the state before the tail (memory, route, …)."""
+
+    TYPE: ClassVar[str] = "change.applied"
+    change: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunCompleted(Event):
+    TYPE: ClassVar[str] = "run.completed"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunFailed(Event):
+    TYPE: ClassVar[str] = "run.failed"
+    error: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunBlocked(Event):
+    TYPE: ClassVar[str] = "run.blocked"
+    suppressed_effects: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunCancelled(Event):
+    TYPE: ClassVar[str] = "run.cancelled"
+    reason: str = ""
+
+
+# -- node lifecycle --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeStarted(Event):
+    TYPE: ClassVar[str] = "node.started"
+    kind: str
+    fingerprint: str
+    reads: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeCompleted(Event):
+    TYPE: ClassVar[str] = "node.completed"
+    next: list[str]
+    waiting: list[str] = field(default_factory=list)
+    duration_ms: float = 0.0
+    memo: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeFailed(Event):
+    TYPE: ClassVar[str] = "node.failed"
+    error: dict[str, Any]
+    duration_ms: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeInterrupted(Event):
+    """The process died inside this node; its buffered writes are discarded on resume."""
+
+    TYPE: ClassVar[str] = "node.interrupted"
+    reason: str
+
+
+# -- actions ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentRequested(Event):
+    TYPE: ClassVar[str] = "agent.requested"
+    role: str | None
+    index: int | None
+    provider: str
+    model: str
+    system_prompt: str
+    temperature: float
+    messages: list[dict[str, Any]]
+    params: dict[str, Any]
+    request_hash: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentResponded(Event):
+    TYPE: ClassVar[str] = "agent.responded"
+    role: str | None
+    index: int | None
+    model: str
+    text: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    latency_ms: float
+    label: str
+    request_hash: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCalled(Event):
+    TYPE: ClassVar[str] = "tool.called"
+    tool: str
+    effect: str
+    args: dict[str, Any]
+    args_hash: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolReturned(Event):
+    TYPE: ClassVar[str] = "tool.returned"
+    result: Any
+    label: str
+    latency_ms: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HumanRequested(Event):
+    TYPE: ClassVar[str] = "human.requested"
+    prompt: str
+    context: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HumanAnswered(Event):
+    TYPE: ClassVar[str] = "human.answered"
+    decision: str
+    data: Any = None
+    memory_updates: dict[str, Any] = field(default_factory=dict)
+    label: str = "live"
+    answered_by: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RouteDecided(Event):
+    TYPE: ClassVar[str] = "route.decided"
+    to: str
+    reason: str
+    label: str = "live"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryWritten(Event):
+    TYPE: ClassVar[str] = "memory.written"
+    key: str
+    value: Any
+    tainted: bool = False
+    deleted: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EffectSuppressed(Event):
+    TYPE: ClassVar[str] = "effect.suppressed"
+    inputs: dict[str, Any]
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SubgraphStarted(Event):
+    TYPE: ClassVar[str] = "subgraph.started"
+    child_run_id: str
+    graph_id: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SubgraphCompleted(Event):
+    TYPE: ClassVar[str] = "subgraph.completed"
+    child_run_id: str
+    status: str
+    output: dict[str, Any]
+    label: str = "live"
+    cost_usd: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReflectionDiscarded(Event):
+    """A write to a cross-run store attempted inside a fork; captured, never applied."""
+
+    TYPE: ClassVar[str] = "reflection.discarded"
+    store: str
+    key: str
+    value: Any
+
+
+AnyEvent = (
+    RunStarted | RunForked | ChangeApplied | RunCompleted | RunFailed | RunBlocked
+    | RunCancelled | NodeStarted | NodeCompleted | NodeFailed | NodeInterrupted
+    | AgentRequested | AgentResponded | ToolCalled | ToolReturned | HumanRequested
+    | HumanAnswered | RouteDecided | MemoryWritten | EffectSuppressed | SubgraphStarted
+    | SubgraphCompleted | ReflectionDiscarded
+)
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.TYPE: cls
+    for cls in (
+        RunStarted, RunForked, ChangeApplied, RunCompleted, RunFailed, RunBlocked,
+        RunCancelled, NodeStarted, NodeCompleted, NodeFailed, NodeInterrupted,
+        AgentRequested, AgentResponded, ToolCalled, ToolReturned, HumanRequested,
+        HumanAnswered, RouteDecided, MemoryWritten, EffectSuppressed, SubgraphStarted,
+        SubgraphCompleted, ReflectionDiscarded,
+    )
+}
+TERMINAL_TYPES = frozenset(
+    {RunCompleted.TYPE, RunFailed.TYPE, RunBlocked.TYPE, RunCancelled.TYPE}
+)
+
+
+def _parse_at(value: Any) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return datetime.fromisoformat(str(value)).timestamp()
+
+
+def upcast(type_: str, version: int, payload: dict[str, Any]) -> dict[str, Any]:
+    """Bring an old payload up to the current schema of its type (no upcasters yet: v1)."""
+    return payload
+
+
+def from_wire(data: dict[str, Any], *, run_id: str | None = None) -> AnyEvent:
+    """Rebuild an event from its wire form; unknown types raise ``KeyError``-free errors."""
+    from forklab.engine.errors import EventGapError
+
+    cls = EVENT_TYPES.get(data["type"])
+    if cls is None:
+        raise EventGapError(f"unknown event type {data['type']!r} at seq {data.get('seq')}")
+    payload = upcast(data["type"], int(data.get("v", 1)), dict(data.get("payload") or {}))
+    event = cls(
+        run_id=run_id or data["run_id"],
+        seq=int(data["seq"]),
+        at=_parse_at(data.get("at", 0.0)),
+        node=data.get("node"),
+        occurrence=data.get("occurrence"),
+        iteration=data.get("iteration"),
+        **payload,
+    )
+    return event  # type: ignore[return-value]
+
+
+def renumber(event: Event, *, run_id: str, seq: int) -> Event:
+    """The same fact under another run id / seq (used to copy action records)."""
+    return dataclasses.replace(event, run_id=run_id, seq=seq)

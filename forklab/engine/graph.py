@@ -1,0 +1,402 @@
+"""Graph definitions as data.
+
+A graph is a pydantic model loadable from JSON or YAML. Structural errors (wrong types,
+missing fields) and cross-reference errors (an edge to a node that does not exist, a cycle
+without ``max_iterations``) are both raised as :class:`GraphValidationError` subclasses whose
+message names the node and the field at fault.
+
+Invariants a valid graph guarantees to the runner:
+- node ids are unique and every reference (start, edges, router targets, ``on_reject``,
+  agent ids, role ``writes``) names something that exists;
+- a graph containing a cycle declares ``max_iterations`` (loops are always bounded);
+- every ``{key}`` placeholder in a prompt template is a key the node declares in ``reads``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from forklab.engine.errors import GraphValidationError, UnboundedCycleError, UnknownNodeReference
+
+END = "end"
+"""Reserved target name meaning "finish the run" in router rules and ``on_reject``."""
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_ID = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AgentSpec(_Model):
+    """One agent: which provider and model, how it is prompted and sampled."""
+
+    provider: str = "scripted"
+    model: str = "scripted-small"
+    system_prompt: str = ""
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=256, ge=1, le=100_000)
+    latency_ms: int = Field(default=0, ge=0, description="Simulated latency (scripted only).")
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+AgentRef = Annotated[str, Field(pattern=_ID)] | AgentSpec
+"""An agent is referenced by id (from ``GraphSpec.agents``) or defined inline."""
+
+
+class RoleSpec(_Model):
+    """A named role inside a multi-agent node; ``count > 1`` makes ``role[i]`` addressable."""
+
+    agent: AgentRef
+    count: int = Field(default=1, ge=1, le=32)
+    choices: list[str] | None = None
+    writes: str | None = Field(default=None, description="Memory key for this role's answer.")
+
+
+class Condition(_Model):
+    """A test over one memory key (or ``$iteration``)."""
+
+    key: str
+    op: Literal[
+        "eq", "ne", "in", "not_in", "gt", "gte", "lt", "lte", "exists", "truthy", "falsy",
+        "contains",
+    ] = "eq"
+    value: Any = None
+
+
+class RouteRule(_Model):
+    when: list[Condition] = Field(min_length=1, description="All conditions must hold.")
+    to: str
+
+
+class _NodeBase(_Model):
+    id: str = Field(pattern=_ID)
+    reads: list[str] = Field(default_factory=list)
+    writes: list[str] = Field(default_factory=list)
+    description: str = ""
+    join: Literal["any", "all"] = Field(
+        default="any",
+        description="'all' waits for every predecessor before running (a join).",
+    )
+
+
+class AgentNode(_NodeBase):
+    """Drives one agent (``agent``) or several under named ``roles``."""
+
+    kind: Literal["agent"] = "agent"
+    agent: AgentRef | None = None
+    roles: dict[str, RoleSpec] | None = None
+    prompt: str = ""
+    choices: list[str] | None = None
+    output: Literal["text", "json"] = "text"
+
+
+class ToolNode(_NodeBase):
+    """Calls a registered Python callable by dotted path."""
+
+    kind: Literal["tool"] = "tool"
+    tool: str = Field(pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")
+    effect: Literal["read", "write"] = "read"
+    trusted: bool = True
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class RouterNode(_NodeBase):
+    """Chooses the next node: the first matching rule, else ``default``; or an agent's answer."""
+
+    kind: Literal["router"] = "router"
+    rules: list[RouteRule] = Field(default_factory=list)
+    default: str | None = None
+    agent: AgentRef | None = None
+    prompt: str = ""
+    choices: dict[str, str] | None = Field(
+        default=None, description="Agent answer -> target node (agent routing)."
+    )
+
+
+class ApprovalNode(_NodeBase):
+    """A human gate: the run pauses until approved, rejected or edited."""
+
+    kind: Literal["approval"] = "approval"
+    prompt: str = "Approve?"
+    on_reject: str = END
+
+
+class SubgraphNode(_NodeBase):
+    """Runs another graph as a child run; ``input``/``output`` map keys across."""
+
+    kind: Literal["subgraph"] = "subgraph"
+    graph: str
+    input: dict[str, str] = Field(default_factory=dict, description="child key -> memory key")
+    output: dict[str, str] = Field(default_factory=dict, description="memory key -> child key")
+
+
+Node = Annotated[
+    AgentNode | ToolNode | RouterNode | ApprovalNode | SubgraphNode,
+    Field(discriminator="kind"),
+]
+NODE_KINDS = ("agent", "tool", "router", "approval", "subgraph")
+
+
+class Edge(_Model):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    source: str = Field(alias="from")
+    target: str = Field(alias="to")
+
+
+class GraphSpec(_Model):
+    """A declarative workflow. See ``docs/graph-format.md``."""
+
+    id: str = Field(pattern=_ID)
+    name: str = ""
+    description: str = ""
+    start: str
+    nodes: list[Node] = Field(min_length=1)
+    edges: list[Edge] = Field(default_factory=list)
+    agents: dict[str, AgentSpec] = Field(
+        default_factory=dict, description="Run-scoped agent registry (inline definitions)."
+    )
+    max_iterations: int | None = Field(default=None, ge=1, le=10_000)
+
+    @field_validator("nodes")
+    @classmethod
+    def _unique_ids(cls, nodes: list[Any]) -> list[Any]:
+        seen: set[str] = set()
+        for node in nodes:
+            if node.id in seen:
+                raise ValueError(f"node id {node.id!r} is used twice; node ids must be unique")
+            seen.add(node.id)
+        return nodes
+
+    def model_post_init(self, __context: Any) -> None:
+        check_references(self)
+
+    # -- lookups -------------------------------------------------------------------------
+    def node(self, node_id: str) -> AgentNode | ToolNode | RouterNode | ApprovalNode | SubgraphNode:
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise UnknownNodeReference(
+            f"graph {self.id!r} has no node {node_id!r}; nodes: {', '.join(self.node_ids())}",
+            node=node_id,
+        )
+
+    def node_ids(self) -> list[str]:
+        return [n.id for n in self.nodes]
+
+    def successors(self, node_id: str) -> list[str]:
+        return [e.target for e in self.edges if e.source == node_id]
+
+    def predecessors(self, node_id: str) -> list[str]:
+        return [e.source for e in self.edges if e.target == node_id]
+
+    def resolve_agent(self, ref: AgentRef) -> AgentSpec:
+        if isinstance(ref, AgentSpec):
+            return ref
+        return self.agents[ref]
+
+    def to_wire(self) -> dict[str, Any]:
+        """JSON-ready dict (``from``/``to`` edge keys), the stored form of a graph version."""
+        return self.model_dump(mode="json", by_alias=True, exclude_defaults=False)
+
+
+# -- validation ------------------------------------------------------------------------------
+
+
+def _targets(node: Any) -> list[tuple[str, str]]:
+    """(field, target) pairs a node refers to."""
+    if isinstance(node, RouterNode):
+        refs = [(f"rules[{i}].to", r.to) for i, r in enumerate(node.rules)]
+        if node.default:
+            refs.append(("default", node.default))
+        refs += [(f"choices.{k}", v) for k, v in (node.choices or {}).items()]
+        return refs
+    if isinstance(node, ApprovalNode):
+        return [("on_reject", node.on_reject)]
+    return []
+
+
+def _agent_refs(node: Any) -> list[tuple[str, AgentRef]]:
+    refs: list[tuple[str, AgentRef]] = []
+    if isinstance(node, (AgentNode, RouterNode)) and node.agent is not None:
+        refs.append(("agent", node.agent))
+    if isinstance(node, AgentNode) and node.roles:
+        refs += [(f"roles.{name}.agent", role.agent) for name, role in node.roles.items()]
+    return refs
+
+
+def _check_node(graph: GraphSpec, node: Any, ids: set[str]) -> None:
+    where = f"node {node.id!r}"
+    for field, target in _targets(node):
+        if target != END and target not in ids:
+            raise UnknownNodeReference(
+                f"{where}, field '{field}': unknown node {target!r} "
+                f"(expected one of: {', '.join(sorted(ids | {END}))})",
+                node=node.id, field=field,
+            )
+    for field, ref in _agent_refs(node):
+        if isinstance(ref, str) and ref not in graph.agents:
+            raise GraphValidationError(
+                f"{where}, field '{field}': unknown agent {ref!r}; define it under 'agents' "
+                f"(known: {', '.join(sorted(graph.agents)) or 'none'}) or inline it",
+                node=node.id, field=field,
+            )
+    if isinstance(node, AgentNode):
+        _check_agent_node(node, where)
+    if isinstance(node, RouterNode) and not (node.rules or node.default or node.agent):
+        raise GraphValidationError(
+            f"{where}: a router needs 'rules' (with an optional 'default') or an 'agent'",
+            node=node.id, field="rules",
+        )
+    if isinstance(node, RouterNode) and node.agent is not None and not node.choices:
+        raise GraphValidationError(
+            f"{where}, field 'choices': an agent router maps each answer to a node",
+            node=node.id, field="choices",
+        )
+    prompt = getattr(node, "prompt", "")
+    for key in _PLACEHOLDER.findall(prompt):
+        if key not in node.reads:
+            raise GraphValidationError(
+                f"{where}, field 'prompt': placeholder {{{key}}} is not in 'reads' "
+                f"({', '.join(node.reads) or 'empty'}); add it to reads",
+                node=node.id, field="prompt",
+            )
+
+
+def _check_agent_node(node: AgentNode, where: str) -> None:
+    if (node.agent is None) == (node.roles is None):
+        raise GraphValidationError(
+            f"{where}: an agent node takes exactly one of 'agent' or 'roles'",
+            node=node.id, field="agent",
+        )
+    if node.roles is None:
+        if len(node.writes) != 1:
+            raise GraphValidationError(
+                f"{where}, field 'writes': a single-agent node writes exactly one key "
+                f"(found {len(node.writes)})",
+                node=node.id, field="writes",
+            )
+        return
+    for name, role in node.roles.items():
+        if role.writes is not None and role.writes not in node.writes:
+            raise GraphValidationError(
+                f"{where}, field 'roles.{name}.writes': key {role.writes!r} is not in the "
+                f"node's 'writes' ({', '.join(node.writes) or 'empty'})",
+                node=node.id, field=f"roles.{name}.writes",
+            )
+
+
+def _has_cycle(graph: GraphSpec) -> bool:
+    adjacency: dict[str, list[str]] = {n.id: [] for n in graph.nodes}
+    for node in graph.nodes:
+        adjacency[node.id] += graph.successors(node.id)
+        adjacency[node.id] += [t for _, t in _targets(node) if t != END]
+    state: dict[str, int] = {}
+
+    def visit(node_id: str) -> bool:
+        state[node_id] = 1
+        for nxt in adjacency[node_id]:
+            if state.get(nxt) == 1 or (nxt not in state and visit(nxt)):
+                return True
+        state[node_id] = 2
+        return False
+
+    return any(visit(n) for n in adjacency if n not in state)
+
+
+def check_references(graph: GraphSpec) -> None:
+    """Validate cross-references and loop bounds; raises a GraphValidationError subclass."""
+    ids = set(graph.node_ids())
+    if graph.start not in ids:
+        raise UnknownNodeReference(
+            f"field 'start': unknown node {graph.start!r} (nodes: {', '.join(sorted(ids))})",
+            field="start",
+        )
+    for i, edge in enumerate(graph.edges):
+        for field, ref in (("from", edge.source), ("to", edge.target)):
+            if ref not in ids:
+                raise UnknownNodeReference(
+                    f"edges[{i}], field '{field}': unknown node {ref!r} "
+                    f"(nodes: {', '.join(sorted(ids))})",
+                    field=f"edges[{i}].{field}",
+                )
+    for node in graph.nodes:
+        _check_node(graph, node, ids)
+    if graph.max_iterations is None and _has_cycle(graph):
+        raise UnboundedCycleError(
+            f"graph {graph.id!r} contains a cycle but sets no 'max_iterations'; "
+            "loops must be bounded: add max_iterations (e.g. 3)",
+            field="max_iterations",
+        )
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+
+def _format_pydantic(exc: ValidationError, data: Any) -> str:
+    lines = []
+    for err in exc.errors()[:5]:
+        loc = list(err["loc"])
+        where = ""
+        if len(loc) >= 2 and loc[0] == "nodes" and isinstance(loc[1], int):
+            try:
+                where = f"node {data['nodes'][loc[1]]['id']!r}, "
+            except (KeyError, IndexError, TypeError):
+                where = f"nodes[{loc[1]}], "
+            loc = loc[2:]
+            if loc and loc[0] in NODE_KINDS:  # discriminator tag pydantic puts in the path
+                loc = loc[1:]
+        field = ".".join(str(p) for p in loc) or "(root)"
+        lines.append(f"{where}field '{field}': {err['msg']}")
+    return "; ".join(lines)
+
+
+def parse_graph(data: Any) -> GraphSpec:
+    """Validate a graph from plain data (a dict parsed from JSON or YAML)."""
+    if not isinstance(data, dict):
+        raise GraphValidationError(
+            f"a graph must be a mapping with 'id', 'start' and 'nodes'; got {type(data).__name__}"
+        )
+    try:
+        return GraphSpec.model_validate(data)
+    except ValidationError as exc:
+        raise GraphValidationError(
+            f"invalid graph {data.get('id', '?')!r}: {_format_pydantic(exc, data)}",
+            errors=[{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()],
+        ) from None
+
+
+def loads_graph(text: str, *, fmt: Literal["json", "yaml"] = "yaml") -> GraphSpec:
+    """Parse graph text; YAML is a superset of JSON, so ``yaml`` reads both."""
+    try:
+        data = json.loads(text) if fmt == "json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise GraphValidationError(f"graph text is not valid {fmt.upper()}: {exc}") from None
+    return parse_graph(data)
+
+
+def load_graph(path: str | Path) -> GraphSpec:
+    """Load a graph from a ``.json``, ``.yaml`` or ``.yml`` file."""
+    path = Path(path)
+    if path.suffix not in (".json", ".yaml", ".yml"):
+        raise GraphValidationError(
+            f"{path.name}: expected a .json, .yaml or .yml graph file", path=str(path)
+        )
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise GraphValidationError(f"cannot read graph file {path}: {exc.strerror}") from None
+    return loads_graph(text, fmt="json" if path.suffix == ".json" else "yaml")
+
+
+def graph_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a graph file (what ``docs/graph-format.md`` documents)."""
+    return GraphSpec.model_json_schema(by_alias=True)

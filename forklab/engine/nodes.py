@@ -1,0 +1,308 @@
+"""What each node kind does when it executes (the runner's per-kind handlers).
+
+Each handler emits the node's action events through the runner and returns the routing
+decision (``None`` means "follow the static edges"). Writes are emitted as
+``memory.written`` events and buffered by the reducer until ``node.completed``.
+
+Taint: a key a node writes is tainted when the node is an untrusted tool or any key in its
+read slice is tainted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from forklab.engine.canonical import canonical_json, fingerprint
+from forklab.engine.events import (
+    AgentRequested, AgentResponded, HumanAnswered, HumanRequested, MemoryWritten,
+    ReflectionDiscarded, RouteDecided, SubgraphCompleted, SubgraphStarted, ToolCalled,
+    ToolReturned,
+)
+from forklab.engine.graph import (
+    END, AgentNode, AgentSpec, ApprovalNode, RouterNode, SubgraphNode, ToolNode,
+)
+from forklab.engine.oracle import ChildResult, HumanAnswer, NodeCall, NodeFailure, ensure_json
+from forklab.engine.providers import ChatRequest
+from forklab.engine.state import Execution
+from forklab.engine.tools import ToolContext
+
+if TYPE_CHECKING:
+    from forklab.engine.runner import Runner
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def render(template: str, reads: dict[str, Any]) -> str:
+    """Fill ``{key}`` placeholders from the read slice (non-strings as canonical JSON)."""
+    if not template:
+        return canonical_json(reads)
+
+    def value(match: re.Match[str]) -> str:
+        v = reads.get(match.group(1), "")
+        return v if isinstance(v, str) else canonical_json(v)
+
+    return _PLACEHOLDER.sub(value, template)
+
+
+def _tainted(runner: Runner, call: NodeCall, untrusted: bool = False) -> bool:
+    return untrusted or any(key in runner.state.taint for key in call.reads)
+
+
+def _write(runner: Runner, call: NodeCall, key: str, value: Any, tainted: bool) -> None:
+    runner._envelope_emit(MemoryWritten, call, key=key, value=value, tainted=tainted)
+
+
+def execute(runner: Runner, node: Any, call: NodeCall) -> str | None:
+    if isinstance(node, AgentNode):
+        return _agent_node(runner, node, call)
+    if isinstance(node, ToolNode):
+        return _tool_node(runner, node, call)
+    if isinstance(node, RouterNode):
+        return _router_node(runner, node, call)
+    if isinstance(node, ApprovalNode):
+        return _approval_node(runner, node, call)
+    if isinstance(node, SubgraphNode):
+        return _subgraph_node(runner, node, call)
+    raise AssertionError(f"unhandled node kind {node.kind}")
+
+
+# -- agents ----------------------------------------------------------------------------------
+
+
+def ask(runner: Runner, call: NodeCall, agent: AgentSpec, messages: list[dict[str, Any]],
+        *, role: str | None = None, index: int | None = None,
+        choices: list[str] | None = None) -> str:
+    """One model call: ``agent.requested``, the oracle's answer, ``agent.responded``."""
+    runner.check_cancel()
+    params = dict(agent.params)
+    if choices:
+        params["choices"] = list(choices)
+    request = ChatRequest(provider=agent.provider, model=agent.model,
+                          system_prompt=agent.system_prompt, temperature=agent.temperature,
+                          messages=tuple(messages), max_tokens=agent.max_tokens, params=params,
+                          latency_ms=agent.latency_ms)
+    runner._envelope_emit(AgentRequested, call, role=role, index=index,
+                          provider=request.provider, model=request.model,
+                          system_prompt=request.system_prompt,
+                          temperature=request.temperature, messages=list(messages),
+                          params=params, request_hash=request.request_hash)
+    served = runner.oracle.agent(call, request)
+    if served.recorded:
+        cost = served.cost_usd  # what the recording paid (prices may have changed since)
+    elif served.label == "simulated":
+        cost = 0.0
+    else:
+        cost = runner.env.prices.cost(request.model, served.input_tokens, served.output_tokens)
+    runner._envelope_emit(AgentResponded, call, role=role, index=index, model=request.model,
+                          text=served.text, input_tokens=served.input_tokens,
+                          output_tokens=served.output_tokens, cost_usd=cost,
+                          latency_ms=served.latency_ms, label=served.label,
+                          request_hash=request.request_hash)
+    return served.text
+
+
+def _output_value(node: AgentNode, text: str) -> Any:
+    if node.output == "text":
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise NodeFailure("invalid_json", f"node {node.id!r} expects JSON output; got "
+                          f"{text[:120]!r}") from None
+
+
+def _agent_node(runner: Runner, node: AgentNode, call: NodeCall) -> str | None:
+    graph = runner.graph
+    user = {"role": "user", "content": render(node.prompt, call.reads)}
+    tainted = _tainted(runner, call)
+    if node.agent is not None:
+        text = ask(runner, call, graph.resolve_agent(node.agent), [user], choices=node.choices)
+        _write(runner, call, node.writes[0], _output_value(node, text), tainted)
+        return None
+    transcript: list[str] = []
+    for name, role in (node.roles or {}).items():
+        agent = graph.resolve_agent(role.agent)
+        messages = [user]
+        if transcript:
+            messages = [user, {"role": "user", "content": "Answers so far:\n" + "\n".join(transcript)}]
+        answers = []
+        for i in range(role.count):
+            index = i if role.count > 1 else None
+            text = ask(runner, call, agent, messages, role=name, index=index,
+                       choices=role.choices)
+            answers.append(text)
+            transcript.append(f"{name}{'' if index is None else f'[{i}]'}: {text}")
+        if role.writes:
+            _write(runner, call, role.writes, answers if role.count > 1 else answers[0], tainted)
+    return None
+
+
+# -- tools -----------------------------------------------------------------------------------
+
+
+def _tool_writes(node: ToolNode, result: Any) -> dict[str, Any]:
+    if isinstance(result, dict) and result and set(result) <= set(node.writes):
+        return result
+    if len(node.writes) == 1:
+        return {node.writes[0]: result}
+    if not node.writes:
+        return {}
+    raise NodeFailure("invalid_tool_result", (
+        f"tool node {node.id!r} writes {node.writes}; its tool must return a mapping of "
+        f"those keys, got {canonical_json(result)[:120]}"
+    ))
+
+
+def _tool_node(runner: Runner, node: ToolNode, call: NodeCall) -> str | None:
+    runner.check_cancel()
+    args = {**node.params, **call.reads}
+    runner._envelope_emit(ToolCalled, call, tool=node.tool, effect=node.effect, args=args,
+                          args_hash=fingerprint(args))
+    ctx = ToolContext(run_id=runner.run_id, node=node.id, occurrence=call.occurrence,
+                      reflections=runner.env.reflections,
+                      capture_reflections=runner.oracle.captures_reflections)
+    result, label = runner.oracle.tool(call, node, args, ctx)
+    for captured in ctx.captured:
+        runner._envelope_emit(ReflectionDiscarded, call, **captured)
+    runner._envelope_emit(ToolReturned, call, result=result, label=label)
+    tainted = _tainted(runner, call, untrusted=not node.trusted)
+    for key, value in _tool_writes(node, result).items():
+        _write(runner, call, key, value, tainted)
+    return None
+
+
+# -- routers ---------------------------------------------------------------------------------
+
+
+def _router_node(runner: Runner, node: RouterNode, call: NodeCall) -> str | None:
+    from forklab.engine.planner import route_by_rules
+
+    forced = runner.oracle.route(call, node)
+    if forced is not None:
+        target, reason, label = forced, "forced by a route change", "simulated"
+    elif node.agent is not None:
+        choices = list(node.choices or {})
+        answer = ask(runner, call, runner.graph.resolve_agent(node.agent),
+                     [{"role": "user", "content": render(node.prompt, call.reads)}],
+                     choices=choices).strip()
+        if answer not in (node.choices or {}):
+            raise NodeFailure("unknown_route", f"router {node.id!r} got answer {answer!r}; "
+                              f"expected one of {choices}")
+        target, reason, label = (node.choices or {})[answer], f"agent answered {answer!r}", "live"
+    else:
+        target, reason = route_by_rules(node, runner.state.memory, call.iteration)
+        label = "live"
+    runner._envelope_emit(RouteDecided, call, to=target, reason=reason, label=label)
+    for key in node.writes:
+        _write(runner, call, key, target, _tainted(runner, call))
+    return target
+
+
+# -- approvals -------------------------------------------------------------------------------
+
+
+def _approval_node(runner: Runner, node: ApprovalNode, call: NodeCall) -> str | None:
+    from forklab.engine.runner import Paused
+
+    runner._envelope_emit(HumanRequested, call, prompt=node.prompt, context=call.reads)
+    answer = runner.oracle.human(call, node)
+    if answer is None:
+        raise Paused()
+    return finish_approval(runner, node, call, answer)
+
+
+def finish_approval(runner: Runner, node: ApprovalNode, call: NodeCall,
+                    answer: HumanAnswer) -> str | None:
+    runner._envelope_emit(HumanAnswered, call, decision=answer.decision, data=answer.data,
+                          memory_updates=dict(answer.memory_updates or {}),
+                          label=answer.label, answered_by=answer.answered_by)
+    if node.writes:
+        _write(runner, call, node.writes[0], answer.decision, False)
+    for key, value in (answer.memory_updates or {}).items():
+        _write(runner, call, key, value, False)
+    return node.on_reject if answer.decision == "rejected" else None
+
+
+# -- subgraphs -------------------------------------------------------------------------------
+
+
+def _subgraph_node(runner: Runner, node: SubgraphNode, call: NodeCall) -> str | None:
+    from forklab.engine.runner import Runner as ChildRunner
+
+    child_input = {child: runner.state.memory.get(key) for child, key in node.input.items()}
+    child_id = runner.env.ids()
+    child_graph = runner.store.load_graph(node.graph)
+
+    def run_child() -> ChildResult:
+        child = ChildRunner(child_graph, store=runner.store, run_id=child_id, env=runner.env,
+                            cancel=runner.cancel, on_event=runner.on_event)
+        state = child.start(child_input, run_kind="subgraph", parent_run_id=runner.run_id)
+        if state.status != "completed":
+            raise NodeFailure("subgraph_" + state.status,
+                              f"child run {child_id} of graph {node.graph!r} ended {state.status}")
+        return ChildResult(child_run_id=child_id, status=state.status,
+                           output=ensure_json(state.memory, "child memory"), label="live",
+                           cost_usd=state.cost_usd, input_tokens=state.input_tokens,
+                           output_tokens=state.output_tokens)
+
+    runner._envelope_emit(SubgraphStarted, call, child_run_id=child_id, graph_id=node.graph)
+    result = runner.oracle.subgraph(call, node, child_input, run_child)
+    runner._envelope_emit(SubgraphCompleted, call, child_run_id=result.child_run_id,
+                          status=result.status, output=result.output, label=result.label,
+                          cost_usd=result.cost_usd, input_tokens=result.input_tokens,
+                          output_tokens=result.output_tokens)
+    tainted = _tainted(runner, call)
+    for key, child_key in node.output.items():
+        _write(runner, call, key, result.output.get(child_key), tainted)
+    return None
+
+
+# -- memoization -----------------------------------------------------------------------------
+
+
+def replay_memo(runner: Runner, call: NodeCall, recorded: Execution) -> str | None:
+    """Serve a node its recorded execution: copies of its action records, labelled reused."""
+    for action in recorded.actions:
+        kind = action["type"]
+        if kind == "agent_result":
+            runner._envelope_emit(
+                AgentResponded, call, role=action["role"], index=action["index"],
+                model=action["model"], text=action["text"],
+                input_tokens=action["input_tokens"], output_tokens=action["output_tokens"],
+                cost_usd=action["cost_usd"], latency_ms=0.0, label="reused",
+                request_hash=action["request_hash"])
+        elif kind == "tool_result":
+            runner._envelope_emit(ToolReturned, call, result=action["result"], label="reused")
+        elif kind == "human":
+            runner._envelope_emit(HumanAnswered, call, decision=action["decision"],
+                                  data=action["data"], memory_updates=action["memory_updates"],
+                                  label="reused")
+        elif kind == "subgraph_result":
+            runner._envelope_emit(SubgraphCompleted, call, child_run_id=action["child_run_id"],
+                                  status=action["status"], output=action["output"],
+                                  label="reused", cost_usd=action["cost_usd"],
+                                  input_tokens=action["input_tokens"],
+                                  output_tokens=action["output_tokens"])
+    for key in recorded.deletes:
+        runner._envelope_emit(MemoryWritten, call, key=key, value=None, deleted=True)
+    for key, value in recorded.writes.items():
+        _write(runner, call, key, value, _tainted(runner, call, untrusted=_untrusted(runner, call)))
+    if recorded.route is not None:
+        runner._envelope_emit(RouteDecided, call, to=recorded.route, reason="memoized",
+                              label="reused")
+        return recorded.route
+    node = runner.graph.node(call.node)
+    decisions = [a["decision"] for a in recorded.actions if a["type"] == "human"]
+    if isinstance(node, ApprovalNode) and decisions and decisions[-1] == "rejected":
+        return node.on_reject
+    return None
+
+
+def _untrusted(runner: Runner, call: NodeCall) -> bool:
+    node = runner.graph.node(call.node)
+    return isinstance(node, ToolNode) and not node.trusted
+
+
+__all__ = ["END", "ask", "execute", "finish_approval", "render", "replay_memo"]

@@ -1,0 +1,195 @@
+"""Oracles: the seam where a run's actions are satisfied.
+
+The runner never calls a provider, a tool, a human or a child graph directly; it asks its
+oracle, which answers with the result and the provenance label to record. The live oracle
+does the real thing (label ``live``). Resumed runs and fork tails wrap it to serve recorded
+results, substitute values, enforce side-effect policy and budgets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from forklab.engine.errors import ForklabError
+from forklab.engine.graph import ApprovalNode, RouterNode, SubgraphNode, ToolNode
+from forklab.engine.providers import ChatRequest
+from forklab.engine.state import Execution
+from forklab.engine.tools import ToolContext
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCall:
+    """The node execution an oracle is asked about."""
+
+    node: str
+    kind: str
+    occurrence: int
+    iteration: int
+    fingerprint: str
+    reads: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A model answer with its label and (for recorded answers) its recorded cost."""
+
+    text: str
+    input_tokens: int
+    output_tokens: int
+    latency_ms: float
+    label: str
+    cost_usd: float | None = None
+    recorded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HumanAnswer:
+    decision: str  # approved | rejected | edited
+    data: Any = None
+    memory_updates: dict[str, Any] | None = None
+    label: str = "live"
+    answered_by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildResult:
+    child_run_id: str
+    status: str
+    output: dict[str, Any]
+    label: str
+    cost_usd: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class NodeFailure(Exception):
+    """A node failed (tool raised, provider errored): recorded as ``node.failed``."""
+
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.error = {"type": error_type, "message": message}
+
+
+class Blocked(Exception):
+    """The side-effect guard (or a budget) refused to run this action."""
+
+    def __init__(self, reason: str, inputs: dict[str, Any], code: str = "write_not_allowed"):
+        super().__init__(reason)
+        self.reason = reason
+        self.inputs = inputs
+        self.code = code
+
+
+class Oracle(Protocol):
+    captures_reflections: bool
+
+    def memo(self, call: NodeCall) -> Execution | None: ...
+    def agent(self, call: NodeCall, request: ChatRequest) -> Served: ...
+    def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
+             ctx: ToolContext) -> tuple[Any, str]: ...
+    def route(self, call: NodeCall, node: RouterNode) -> str | None: ...
+    def human(self, call: NodeCall, node: ApprovalNode) -> HumanAnswer | None: ...
+    def subgraph(self, call: NodeCall, node: SubgraphNode, child_input: dict[str, Any],
+                 run_child: Callable[[], ChildResult]) -> ChildResult: ...
+
+
+def ensure_json(value: Any, what: str) -> Any:
+    """Round-trip through JSON so recorded values are plain data; fails the node otherwise."""
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise NodeFailure("non_json_result", f"{what} is not JSON-serializable: {exc}") from None
+
+
+class LiveOracle:
+    """Does everything for real: providers, tools, the ``hitl`` callback, child runs."""
+
+    captures_reflections = False
+
+    def __init__(self, env: Any, hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None = None):
+        self.env = env
+        self.hitl = hitl
+
+    def memo(self, call: NodeCall) -> Execution | None:
+        return None
+
+    def agent(self, call: NodeCall, request: ChatRequest) -> Served:
+        try:
+            response = self.env.providers.get(request.provider).complete(request)
+        except ForklabError as exc:
+            raise NodeFailure(exc.code, exc.message) from None
+        return Served(text=response.text, input_tokens=response.input_tokens,
+                      output_tokens=response.output_tokens, latency_ms=response.latency_ms,
+                      label="live")
+
+    def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
+             ctx: ToolContext) -> tuple[Any, str]:
+        try:
+            fn = self.env.tools.resolve(node.tool)
+        except ForklabError as exc:
+            raise NodeFailure(exc.code, exc.message) from None
+        try:
+            result = fn(dict(args), ctx)
+        except Exception as exc:  # a tool's own failure is data: node.failed
+            raise NodeFailure(type(exc).__name__, str(exc)) from None
+        return ensure_json(result, f"tool {node.tool!r} result"), "live"
+
+    def route(self, call: NodeCall, node: RouterNode) -> str | None:
+        return None
+
+    def human(self, call: NodeCall, node: ApprovalNode) -> HumanAnswer | None:
+        if self.hitl is None:
+            return None
+        return self.hitl({"node": call.node, "prompt": node.prompt, "context": call.reads})
+
+    def subgraph(self, call: NodeCall, node: SubgraphNode, child_input: dict[str, Any],
+                 run_child: Callable[[], ChildResult]) -> ChildResult:
+        return run_child()
+
+
+class ResumeOracle:
+    """Serves the recorded results of a node interrupted by a crash, then goes live.
+
+    Matching is by node, occurrence and request hash (agents) or args hash (tools), so a
+    resumed node pays for nothing the interrupted attempt already recorded — and a write
+    tool whose result was recorded is not executed twice.
+    """
+
+    def __init__(self, inner: Any, interrupted: list[Execution]) -> None:
+        self.inner = inner
+        self.captures_reflections = inner.captures_reflections
+        self._agents: dict[tuple[str, int, str], dict[str, Any]] = {}
+        self._tools: dict[tuple[str, int, str], Any] = {}
+        for execution in interrupted:
+            pending_args: str | None = None
+            for action in execution.actions:
+                key = (execution.node, execution.occurrence)
+                if action["type"] == "agent_result":
+                    self._agents[(*key, action["request_hash"])] = action
+                elif action["type"] == "tool":
+                    pending_args = action["args_hash"]
+                elif action["type"] == "tool_result" and pending_args is not None:
+                    self._tools[(*key, pending_args)] = action["result"]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def agent(self, call: NodeCall, request: ChatRequest) -> Served:
+        action = self._agents.get((call.node, call.occurrence, request.request_hash))
+        if action is None:
+            return self.inner.agent(call, request)  # type: ignore[no-any-return]
+        return Served(text=action["text"], input_tokens=action["input_tokens"],
+                      output_tokens=action["output_tokens"], latency_ms=0.0,
+                      label="reused", cost_usd=action["cost_usd"], recorded=True)
+
+    def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
+             ctx: ToolContext) -> tuple[Any, str]:
+        from forklab.engine.canonical import fingerprint
+
+        key = (call.node, call.occurrence, fingerprint(args))
+        if key in self._tools:
+            return self._tools[key], "reused"
+        return self.inner.tool(call, node, args, ctx)  # type: ignore[no-any-return]

@@ -1,0 +1,116 @@
+"""The planner: the one place that decides what runs next.
+
+Fresh runs, resumed runs and fork tails all ask it. It is pure: every answer is a function
+of the graph and the folded state (plus a router's decision), and whatever it decides is
+written into the log (``node.started`` carries occurrence and iteration, ``node.completed``
+carries ``next`` and ``waiting``) so reducers never need the graph.
+
+Semantics:
+- the frontier is a FIFO of ready nodes; the run completes when it is empty;
+- a node with ``join: all`` becomes ready when every predecessor has completed since it
+  last ran; ``join: any`` becomes ready on each arrival (deduplicated in the frontier);
+- the iteration counter starts at 1 and goes up when a node runs again within the current
+  iteration (a loop closed); an iteration beyond ``max_iterations`` fails the run.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from forklab.engine.canonical import fingerprint
+from forklab.engine.graph import END, AgentNode, Condition, GraphSpec, RouterNode
+from forklab.engine.state import RunState
+
+
+def next_node(state: RunState) -> str | None:
+    """The node to run next, or None when the run is done."""
+    return state.frontier[0] if state.frontier else None
+
+
+def next_execution(state: RunState, node_id: str) -> tuple[int, int]:
+    """(occurrence, iteration) the next execution of ``node_id`` will have."""
+    occurrence = state.occurrences.get(node_id, 0) + 1
+    iteration = state.iteration + 1 if node_id in state.iteration_nodes else state.iteration
+    return occurrence, iteration
+
+
+def successors(
+    graph: GraphSpec, state: RunState, node_id: str, route: str | None = None
+) -> tuple[list[str], list[str]]:
+    """(ready, waiting) successors of ``node_id`` once it completes.
+
+    ``route`` is a router's decision (``END`` finishes that branch). Waiting successors are
+    ``join: all`` nodes still missing a predecessor.
+    """
+    if route is not None:
+        candidates = [] if route == END else [route]
+    else:
+        candidates = graph.successors(node_id)
+    ready: list[str] = []
+    waiting: list[str] = []
+    for succ in candidates:
+        if graph.node(succ).join == "all":
+            arrived = set(state.arrivals.get(succ, ())) | {node_id}
+            if not set(graph.predecessors(succ)) <= arrived:
+                waiting.append(succ)
+                continue
+        ready.append(succ)
+    return ready, waiting
+
+
+def read_slice(node_reads: list[str], memory: dict[str, Any]) -> dict[str, Any]:
+    """The values a node reads (absent keys are left out)."""
+    return {key: memory[key] for key in node_reads if key in memory}
+
+
+def node_fingerprint(graph: GraphSpec, node_id: str, reads: dict[str, Any]) -> str:
+    """Hash of node id, config, effective read slice and every agent the node drives."""
+    node = graph.node(node_id)
+    agents: dict[str, Any] = {}
+    if isinstance(node, (AgentNode, RouterNode)) and node.agent is not None:
+        agents["agent"] = graph.resolve_agent(node.agent).model_dump(mode="json")
+    if isinstance(node, AgentNode) and node.roles:
+        for name, role in node.roles.items():
+            agents[name] = graph.resolve_agent(role.agent).model_dump(mode="json")
+    return fingerprint({
+        "node": node_id,
+        "config": node.model_dump(mode="json", exclude={"description"}),
+        "reads": reads,
+        "agents": agents,
+    })
+
+
+_OPS = {
+    "eq": operator.eq, "ne": operator.ne, "gt": operator.gt, "gte": operator.ge,
+    "lt": operator.lt, "lte": operator.le,
+}
+
+
+def _holds(cond: Condition, memory: dict[str, Any], iteration: int) -> bool:
+    present = cond.key == "$iteration" or cond.key in memory
+    value = iteration if cond.key == "$iteration" else memory.get(cond.key)
+    if cond.op == "exists":
+        return present
+    if cond.op == "truthy":
+        return bool(value)
+    if cond.op == "falsy":
+        return not value
+    if cond.op == "in":
+        return value in (cond.value or ())
+    if cond.op == "not_in":
+        return value not in (cond.value or ())
+    if cond.op == "contains":
+        return cond.value in value if isinstance(value, (str, list, dict)) else False
+    try:
+        return bool(_OPS[cond.op](value, cond.value))
+    except TypeError:  # comparing incomparable values is a non-match, not a crash
+        return False
+
+
+def route_by_rules(router: RouterNode, memory: dict[str, Any], iteration: int) -> tuple[str, str]:
+    """(target, reason) of the first rule whose conditions all hold, else the default."""
+    for i, rule in enumerate(router.rules):
+        if all(_holds(c, memory, iteration) for c in rule.when):
+            return rule.to, f"rule {i}"
+    return (router.default or END), "default"

@@ -1,0 +1,47 @@
+"""Provider protocol: how the engine talks to a model.
+
+A provider turns a :class:`ChatRequest` into a :class:`ChatResponse`. Requests are plain
+data; their ``request_hash`` (canonical JSON of every field that can change the answer) is
+what recordings are matched on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from forklab.engine.canonical import fingerprint
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChatRequest:
+    provider: str
+    model: str
+    system_prompt: str
+    temperature: float
+    messages: tuple[dict[str, Any], ...]
+    max_tokens: int = 256
+    params: dict[str, Any] = field(default_factory=dict)
+    latency_ms: int = 0  # simulated latency; not part of the request's identity
+
+    @property
+    def request_hash(self) -> str:
+        identity = asdict(self)
+        del identity["latency_ms"]
+        return fingerprint(identity)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChatResponse:
+    text: str
+    input_tokens: int
+    output_tokens: int
+    latency_ms: float = 0.0
+
+
+class Provider(Protocol):
+    """A model client. ``complete`` raises ``ProviderError`` on failure; never returns None."""
+
+    name: str
+
+    def complete(self, request: ChatRequest) -> ChatResponse: ...

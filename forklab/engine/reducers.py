@@ -1,0 +1,325 @@
+"""Pure reducers: ``evolve(state, event)`` and ``fold(events)``.
+
+"Pure" here means: the next state is a function of the previous state and the event only —
+no clock, no I/O, no randomness, no graph lookups (everything a reducer needs is in the
+event). For speed the fold owns one state object and updates it in place; callers that keep
+a state across further folding take ``state.copy()``.
+
+The live runner applies every event it appends through this same ``evolve``, so the state a
+run has while it executes and the state rebuilt from its log are the same by construction;
+``tests/engine/test_fold_invariant.py`` checks it after every event of every scenario.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import assert_never
+
+from forklab.engine.errors import EventGapError
+from forklab.engine.events import (
+    AgentRequested, AgentResponded, AnyEvent, ChangeApplied, EffectSuppressed, HumanAnswered,
+    HumanRequested, MemoryWritten, NodeCompleted, NodeFailed, NodeInterrupted, NodeStarted,
+    ReflectionDiscarded, RouteDecided, RunBlocked, RunCancelled, RunCompleted, RunFailed,
+    RunForked, RunStarted, SubgraphCompleted, SubgraphStarted, ToolCalled, ToolReturned,
+)
+from forklab.engine.state import Call, Execution, RunState
+
+
+def check_next(state: RunState, event: AnyEvent) -> None:
+    """Raise EventGapError unless ``event`` is the next event of ``state``'s run."""
+    if event.seq != state.version + 1:
+        raise EventGapError(
+            f"event seq {event.seq} does not follow seq {state.version} of run "
+            f"{state.run_id or event.run_id!r}; expected seq {state.version + 1}",
+            run_id=event.run_id, expected_seq=state.version + 1, found_seq=event.seq,
+        )
+    if state.run_id and event.run_id != state.run_id:
+        raise EventGapError(
+            f"event seq {event.seq} belongs to run {event.run_id!r}, not {state.run_id!r}",
+            run_id=state.run_id,
+        )
+
+
+def fold(events: Iterable[AnyEvent], state: RunState | None = None) -> RunState:
+    """Fold events (from seq ``state.version + 1``) into a state; gaps raise EventGapError.
+
+    ``state`` is updated in place and returned; omit it to start from an empty state.
+    """
+    state = RunState() if state is None else state
+    for event in events:
+        check_next(state, event)
+        evolve(state, event)
+    return state
+
+
+def _current(state: RunState, event: AnyEvent) -> Execution:
+    if state.current is None:
+        raise EventGapError(
+            f"{event.type} at seq {event.seq} arrived outside any node execution",
+            run_id=event.run_id, seq=event.seq,
+        )
+    return state.current
+
+
+def _finish(state: RunState, status: str, at: float) -> None:
+    state.status = status
+    state.finished_at = at
+    if state.current is not None:
+        state.current.status = status if status != "completed" else "completed"
+        state.current.finished_at = at
+        state.executions.append(state.current)
+        state.current = None
+
+
+def evolve(state: RunState, event: AnyEvent) -> RunState:  # noqa: C901 - one branch per type
+    """Apply one event to ``state`` (in place) and return it. One branch per event type."""
+    state.version = event.seq
+    match event:
+        case RunStarted():
+            state.run_id = event.run_id
+            state.status = "running"
+            state.graph_id, state.graph_version = event.graph_id, event.graph_version
+            state.graph_hash, state.run_kind = event.graph_hash, event.run_kind
+            state.replay_version, state.label = event.replay_version, event.label
+            state.parent_run_id = event.parent_run_id
+            state.input = dict(event.input)
+            state.memory = dict(event.input)
+            state.frontier = [event.start]
+            state.started_at = event.at
+        case RunForked():
+            _apply_fork(state, event)
+        case ChangeApplied():
+            state.changes.append(event.change)
+        case NodeStarted():
+            _start_node(state, event)
+        case AgentRequested():
+            _current(state, event).actions.append(
+                {"type": "agent", "seq": event.seq, "request_hash": event.request_hash,
+                 "role": event.role, "index": event.index}
+            )
+        case AgentResponded():
+            _agent_responded(state, event)
+        case ToolCalled():
+            _current(state, event).actions.append(
+                {"type": "tool", "seq": event.seq, "args_hash": event.args_hash,
+                 "args": event.args, "tool": event.tool}
+            )
+        case ToolReturned():
+            current = _current(state, event)
+            current.actions.append({"type": "tool_result", "seq": event.seq,
+                                    "result": event.result, "label": event.label})
+            current.labels.append(event.label)
+            state.calls.append(Call(seq=event.seq, node=current.node,
+                                    occurrence=current.occurrence, kind="tool",
+                                    label=event.label, cost_usd=0.0))
+        case HumanRequested():
+            state.status = "paused"
+            state.pending_human = {"node": event.node, "prompt": event.prompt,
+                                   "context": event.context, "seq": event.seq}
+            _current(state, event).status = "paused"
+        case HumanAnswered():
+            current = _current(state, event)
+            state.status = "running"
+            state.pending_human = None
+            current.status = "running"
+            current.labels.append(event.label)
+            current.actions.append({"type": "human", "seq": event.seq,
+                                    "decision": event.decision, "data": event.data,
+                                    "memory_updates": event.memory_updates,
+                                    "label": event.label})
+            state.calls.append(Call(seq=event.seq, node=current.node,
+                                    occurrence=current.occurrence, kind="human",
+                                    label=event.label, cost_usd=0.0))
+        case RouteDecided():
+            current = _current(state, event)
+            current.route = event.to
+            current.actions.append({"type": "route", "seq": event.seq, "to": event.to,
+                                    "reason": event.reason, "label": event.label})
+        case MemoryWritten():
+            _memory_written(state, event)
+        case EffectSuppressed():
+            state.suppressed_effects.append(
+                {"node": event.node, "inputs": event.inputs, "reason": event.reason}
+            )
+        case SubgraphStarted():
+            _current(state, event).actions.append(
+                {"type": "subgraph", "seq": event.seq, "child_run_id": event.child_run_id}
+            )
+        case SubgraphCompleted():
+            _subgraph_completed(state, event)
+        case ReflectionDiscarded():
+            state.discarded_reflections.append(
+                {"node": event.node, "store": event.store, "key": event.key,
+                 "value": event.value}
+            )
+        case NodeCompleted():
+            _complete_node(state, event)
+        case NodeFailed():
+            current = _current(state, event)
+            current.status, current.end_seq = "failed", event.seq
+            current.finished_at = event.at
+            state.pending_writes, state.pending_deletes, state.pending_taint = {}, [], {}
+            state.error = {"node": event.node, **event.error}
+            state.executions.append(current)
+            state.current = None
+        case NodeInterrupted():
+            _interrupt_node(state, event)
+        case RunCompleted():
+            _finish(state, "completed", event.at)
+        case RunFailed():
+            state.error = state.error or dict(event.error)
+            _finish(state, "failed", event.at)
+        case RunBlocked():
+            _finish(state, "blocked", event.at)
+        case RunCancelled():
+            state.error = {"code": "cancelled", "message": event.reason or "cancelled"}
+            state.pending_writes, state.pending_deletes, state.pending_taint = {}, [], {}
+            _finish(state, "cancelled", event.at)
+        case _:
+            assert_never(event)
+    return state
+
+
+def _apply_fork(state: RunState, event: RunForked) -> None:
+    prefix = RunState.from_wire(event.prefix_state)
+    for name in RunState.__slots__:  # type: ignore[attr-defined]
+        if name not in {"run_id", "version", "run_kind", "label", "parent_run_id",
+                        "started_at", "graph_id", "graph_version", "graph_hash",
+                        "replay_version"}:
+            setattr(state, name, getattr(prefix, name))
+    state.status = "running"
+    state.error = None
+    state.finished_at = None
+    state.fork = {
+        "base_run_id": event.base_run_id, "fork_sequence_id": event.fork_sequence_id,
+        "fork_node_id": event.fork_node_id, "fork_group_id": event.fork_group_id,
+        "tail_from_call": len(state.calls),
+    }
+    state.changes = list(event.changes)
+
+
+def _start_node(state: RunState, event: NodeStarted) -> None:
+    node = event.node or ""
+    iteration = event.iteration or 1
+    execution = Execution(
+        node=node, kind=event.kind, occurrence=event.occurrence or 1, iteration=iteration,
+        start_seq=event.seq, fingerprint=event.fingerprint, reads=event.reads,
+        started_at=event.at, prior_iteration=state.iteration,
+        prior_iteration_nodes=list(state.iteration_nodes),
+    )
+    if iteration != state.iteration:
+        state.iteration = iteration
+        state.iteration_nodes = []
+    state.iteration_nodes.append(node)
+    state.occurrences[node] = execution.occurrence
+    if node in state.frontier:
+        state.frontier.remove(node)
+    state.current = execution
+
+
+def _agent_responded(state: RunState, event: AgentResponded) -> None:
+    current = _current(state, event)
+    cost = event.cost_usd
+    current.actions.append({"type": "agent_result", "seq": event.seq,
+                            "request_hash": event.request_hash, "text": event.text,
+                            "role": event.role, "index": event.index, "model": event.model,
+                            "input_tokens": event.input_tokens,
+                            "output_tokens": event.output_tokens, "cost_usd": cost,
+                            "latency_ms": event.latency_ms, "label": event.label})
+    current.labels.append(event.label)
+    state.calls.append(Call(seq=event.seq, node=current.node, occurrence=current.occurrence,
+                            kind="agent", label=event.label, role=event.role,
+                            index=event.index, model=event.model,
+                            input_tokens=event.input_tokens,
+                            output_tokens=event.output_tokens, cost_usd=cost))
+    # Reused answers count in the totals too: their cost is inherited from the base run
+    # (what the tail itself paid is the sum over calls labelled live/changed).
+    current.input_tokens += event.input_tokens
+    current.output_tokens += event.output_tokens
+    state.input_tokens += event.input_tokens
+    state.output_tokens += event.output_tokens
+    if cost is None:
+        state.unpriced_calls += 1
+    else:
+        current.cost_usd += cost
+        state.cost_usd += cost
+
+
+def _memory_written(state: RunState, event: MemoryWritten) -> None:
+    if state.current is None:  # outside a node: a fork change, applied at once
+        if event.deleted:
+            state.memory.pop(event.key, None)
+            state.taint.discard(event.key)
+        else:
+            state.memory[event.key] = event.value
+            (state.taint.add if event.tainted else state.taint.discard)(event.key)
+        return
+    if event.deleted:
+        state.pending_writes.pop(event.key, None)
+        state.pending_deletes.append(event.key)
+    else:
+        state.pending_writes[event.key] = event.value
+        if event.key in state.pending_deletes:
+            state.pending_deletes.remove(event.key)
+    state.pending_taint[event.key] = event.tainted
+
+
+def _subgraph_completed(state: RunState, event: SubgraphCompleted) -> None:
+    current = _current(state, event)
+    current.actions.append({"type": "subgraph_result", "seq": event.seq,
+                            "child_run_id": event.child_run_id, "status": event.status,
+                            "output": event.output, "label": event.label,
+                            "cost_usd": event.cost_usd, "input_tokens": event.input_tokens,
+                            "output_tokens": event.output_tokens})
+    current.labels.append(event.label)
+    state.calls.append(Call(seq=event.seq, node=current.node, occurrence=current.occurrence,
+                            kind="subgraph", label=event.label,
+                            input_tokens=event.input_tokens,
+                            output_tokens=event.output_tokens, cost_usd=event.cost_usd))
+    state.input_tokens += event.input_tokens
+    state.output_tokens += event.output_tokens
+    state.cost_usd += event.cost_usd
+
+
+def _complete_node(state: RunState, event: NodeCompleted) -> None:
+    current = _current(state, event)
+    for key in state.pending_deletes:
+        state.memory.pop(key, None)
+        state.taint.discard(key)
+    for key, value in state.pending_writes.items():
+        state.memory[key] = value
+    for key, tainted in state.pending_taint.items():
+        if key in state.memory:
+            (state.taint.add if tainted else state.taint.discard)(key)
+    current.writes = state.pending_writes
+    current.deletes = state.pending_deletes
+    state.pending_writes, state.pending_deletes, state.pending_taint = {}, [], {}
+    current.status, current.end_seq, current.finished_at = "completed", event.seq, event.at
+    current.next, current.memo = list(event.next), event.memo
+    state.executions.append(current)
+    state.current = None
+    for successor in event.next:
+        if successor in state.arrivals:
+            del state.arrivals[successor]
+        if successor not in state.frontier:
+            state.frontier.append(successor)
+    for waiting in event.waiting:
+        arrived = state.arrivals.setdefault(waiting, [])
+        if current.node not in arrived:
+            arrived.append(current.node)
+
+
+def _interrupt_node(state: RunState, event: NodeInterrupted) -> None:
+    current = _current(state, event)
+    state.pending_writes, state.pending_deletes, state.pending_taint = {}, [], {}
+    state.pending_human = None
+    state.status = "running"
+    state.occurrences[current.node] = current.occurrence - 1
+    if state.occurrences[current.node] == 0:
+        del state.occurrences[current.node]
+    state.iteration = current.prior_iteration
+    state.iteration_nodes = current.prior_iteration_nodes
+    state.frontier.insert(0, current.node)
+    current.status, current.end_seq = "interrupted", event.seq
+    state.interrupted.append(current)
+    state.current = None

@@ -1,0 +1,240 @@
+"""Run state: what folding a run's events produces.
+
+The state is a plain mutable object owned by whoever folds (the fold, the live runner); it is
+changed only by :func:`forklab.engine.reducers.evolve`. ``to_wire`` / ``from_wire`` give the
+JSON form used for snapshots, the ``run.forked`` prefix and state comparison
+(``canonical_equals(a.to_wire(), b.to_wire())``).
+
+Writes made inside a node are buffered in ``pending_*`` and committed only at
+``node.completed``, so every node-start boundary holds a state the run really had, and a node
+interrupted by a crash leaves no half-applied writes.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+ACTIVE_STATUSES = frozenset({"queued", "running", "paused"})
+FINISHED_STATUSES = frozenset({"completed", "failed", "blocked", "cancelled"})
+
+
+@dataclass(slots=True)
+class Call:
+    """One model, tool or human call with its provenance label."""
+
+    seq: int
+    node: str
+    occurrence: int
+    kind: str  # agent | tool | human | subgraph
+    label: str  # reused | live | simulated | changed
+    role: str | None = None
+    index: int | None = None
+    model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = 0.0
+
+    def to_wire(self) -> dict[str, Any]:
+        role = self.role if self.index is None else f"{self.role}[{self.index}]"
+        return {
+            "seq": self.seq, "node": self.node, "occurrence": self.occurrence,
+            "role": role, "kind": self.kind, "label": self.label, "model": self.model,
+            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+            "cost_usd": self.cost_usd,
+        }
+
+
+@dataclass(slots=True)
+class Execution:
+    """One execution of one node: its inputs, outputs and action records."""
+
+    node: str
+    kind: str
+    occurrence: int
+    iteration: int
+    start_seq: int
+    fingerprint: str
+    reads: dict[str, Any]
+    started_at: float
+    status: str = "running"
+    end_seq: int | None = None
+    finished_at: float | None = None
+    writes: dict[str, Any] = field(default_factory=dict)
+    deletes: list[str] = field(default_factory=list)
+    next: list[str] = field(default_factory=list)
+    route: str | None = None
+    memo: bool = False
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    labels: list[str] = field(default_factory=list)
+    # iteration bookkeeping before this node started, restored if it is interrupted
+    prior_iteration: int = 1
+    prior_iteration_nodes: list[str] = field(default_factory=list)
+
+    @property
+    def duration_ms(self) -> float:
+        if self.finished_at is None:
+            return 0.0
+        return round((self.finished_at - self.started_at) * 1000, 3)
+
+    def path_entry(self) -> dict[str, Any]:
+        return {
+            "node": self.node, "occurrence": self.occurrence,
+            "iteration": self.iteration, "status": self.status,
+        }
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "node": self.node, "kind": self.kind, "occurrence": self.occurrence,
+            "iteration": self.iteration, "start_seq": self.start_seq,
+            "fingerprint": self.fingerprint, "reads": self.reads,
+            "started_at": self.started_at, "status": self.status, "end_seq": self.end_seq,
+            "finished_at": self.finished_at, "writes": self.writes, "deletes": self.deletes,
+            "next": self.next, "route": self.route, "memo": self.memo,
+            "actions": self.actions, "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens, "cost_usd": self.cost_usd,
+            "labels": self.labels, "prior_iteration": self.prior_iteration,
+            "prior_iteration_nodes": self.prior_iteration_nodes,
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Execution:
+        return cls(**copy.deepcopy(data))
+
+
+@dataclass(slots=True)
+class RunState:
+    """Everything a run is at one version (the seq of the last event folded)."""
+
+    run_id: str = ""
+    version: int = 0
+    status: str = "queued"
+    graph_id: str = ""
+    graph_version: int = 0
+    graph_hash: str = ""
+    run_kind: str = "primary"
+    replay_version: int = 0
+    label: str = ""
+    parent_run_id: str | None = None
+    fork: dict[str, Any] | None = None
+    input: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    taint: set[str] = field(default_factory=set)
+    frontier: list[str] = field(default_factory=list)
+    arrivals: dict[str, list[str]] = field(default_factory=dict)
+    iteration: int = 1
+    iteration_nodes: list[str] = field(default_factory=list)
+    occurrences: dict[str, int] = field(default_factory=dict)
+    executions: list[Execution] = field(default_factory=list)
+    current: Execution | None = None
+    interrupted: list[Execution] = field(default_factory=list)
+    pending_writes: dict[str, Any] = field(default_factory=dict)
+    pending_deletes: list[str] = field(default_factory=list)
+    pending_taint: dict[str, bool] = field(default_factory=dict)
+    pending_human: dict[str, Any] | None = None
+    calls: list[Call] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_calls: int = 0
+    suppressed_effects: list[dict[str, Any]] = field(default_factory=list)
+    discarded_reflections: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    # -- views ---------------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+    def path(self) -> list[dict[str, Any]]:
+        """Node executions in order (the running/paused one last), SPEC §4.6 ``path``."""
+        entries = [e.path_entry() for e in self.executions]
+        if self.current is not None:
+            entries.append(self.current.path_entry())
+        return entries
+
+    def all_executions(self) -> list[Execution]:
+        return self.executions + ([self.current] if self.current is not None else [])
+
+    def cost(self) -> dict[str, Any]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "usd": round(self.cost_usd, 8),
+        }
+
+    @property
+    def duration_ms(self) -> float:
+        if self.started_at is None or self.finished_at is None:
+            return 0.0
+        return round((self.finished_at - self.started_at) * 1000, 3)
+
+    # -- serialization -------------------------------------------------------------------
+    def to_wire(self) -> dict[str, Any]:
+        """Full JSON form; ``from_wire(to_wire())`` is canonically equal to ``self``."""
+        return {
+            "run_id": self.run_id, "version": self.version, "status": self.status,
+            "graph_id": self.graph_id, "graph_version": self.graph_version,
+            "graph_hash": self.graph_hash, "run_kind": self.run_kind,
+            "replay_version": self.replay_version, "label": self.label,
+            "parent_run_id": self.parent_run_id, "fork": self.fork, "input": self.input,
+            "memory": self.memory, "taint": sorted(self.taint), "frontier": self.frontier,
+            "arrivals": self.arrivals, "iteration": self.iteration,
+            "iteration_nodes": self.iteration_nodes, "occurrences": self.occurrences,
+            "executions": [e.to_wire() for e in self.executions],
+            "current": self.current.to_wire() if self.current else None,
+            "interrupted": [e.to_wire() for e in self.interrupted],
+            "pending_writes": self.pending_writes, "pending_deletes": self.pending_deletes,
+            "pending_taint": self.pending_taint, "pending_human": self.pending_human,
+            "calls": [_call_wire(c) for c in self.calls],
+            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+            "cost_usd": self.cost_usd, "unpriced_calls": self.unpriced_calls,
+            "suppressed_effects": self.suppressed_effects,
+            "discarded_reflections": self.discarded_reflections, "changes": self.changes,
+            "error": self.error, "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> RunState:
+        data = copy.deepcopy(data)
+        data["taint"] = set(data.get("taint", ()))
+        data["executions"] = [Execution.from_wire(e) for e in data.get("executions", ())]
+        data["current"] = Execution.from_wire(data["current"]) if data.get("current") else None
+        data["interrupted"] = [Execution.from_wire(e) for e in data.get("interrupted", ())]
+        data["calls"] = [Call(**c) for c in data.get("calls", ())]
+        return cls(**data)
+
+    def copy(self) -> RunState:
+        """An independent deep copy (the fold mutates the state it owns)."""
+        return copy.deepcopy(self)
+
+    def outcome(self) -> dict[str, Any]:
+        """What fidelity compares: the run's result with identity and timestamps left out."""
+        return {
+            "status": self.status,
+            "memory": self.memory,
+            "taint": sorted(self.taint),
+            "path": self.path(),
+            "error": self.error,
+            "suppressed_effects": self.suppressed_effects,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": round(self.cost_usd, 8),
+        }
+
+
+def _call_wire(call: Call) -> dict[str, Any]:
+    return {
+        "seq": call.seq, "node": call.node, "occurrence": call.occurrence,
+        "kind": call.kind, "label": call.label, "role": call.role, "index": call.index,
+        "model": call.model, "input_tokens": call.input_tokens,
+        "output_tokens": call.output_tokens, "cost_usd": call.cost_usd,
+    }
