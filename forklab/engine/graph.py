@@ -345,6 +345,8 @@ def _format_pydantic(exc: ValidationError, data: Any) -> str:
     lines = []
     for err in exc.errors()[:5]:
         loc = list(err["loc"])
+        if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            loc.append("kind")  # pydantic locates a bad discriminator at the node itself
         where = ""
         if len(loc) >= 2 and loc[0] == "nodes" and isinstance(loc[1], int):
             try:

@@ -15,6 +15,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from forklab.engine.canonical import canonical_json, fingerprint
+from forklab.engine.errors import ForklabError
 from forklab.engine.events import (
     AgentRequested, AgentResponded, HumanAnswered, HumanRequested, MemoryWritten,
     ReflectionDiscarded, RouteDecided, SubgraphCompleted, SubgraphStarted, ToolCalled,
@@ -233,7 +234,10 @@ def _subgraph_node(runner: Runner, node: SubgraphNode, call: NodeCall) -> str | 
 
     child_input = {child: runner.state.memory.get(key) for child, key in node.input.items()}
     child_id = runner.env.ids()
-    child_graph = runner.store.load_graph(node.graph)
+    try:
+        child_graph = runner.store.load_graph(node.graph)
+    except ForklabError as exc:  # a graph missing from the store fails the node, not the engine
+        raise NodeFailure(exc.code, exc.message) from None
 
     def run_child() -> ChildResult:
         child = ChildRunner(child_graph, store=runner.store, run_id=child_id, env=runner.env,

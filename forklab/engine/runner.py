@@ -86,7 +86,10 @@ class Runner:
     # -- the log -------------------------------------------------------------------------
     def emit(self, cls: type[Event], **fields: Any) -> Event:
         """Append one event after the current version, then fold it into the state."""
-        event = cls(run_id=self.run_id, seq=self.state.version + 1, at=self.env.clock(), **fields)
+        # microsecond precision: what the wire form (ISO time) keeps, so a log read back from
+        # a durable store folds to exactly the state the runner had
+        at = round(self.env.clock(), 6)
+        event = cls(run_id=self.run_id, seq=self.state.version + 1, at=at, **fields)
         self.store.append(self.run_id, [event], expected_seq=self.state.version)
         evolve(self.state, event)  # type: ignore[arg-type]
         if self.on_event is not None:
