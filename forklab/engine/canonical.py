@@ -42,3 +42,15 @@ def fingerprint(value: Any) -> str:
 def json_size(value: Any) -> int:
     """Size in bytes of ``value``'s canonical JSON (UTF-8)."""
     return len(canonical_json(value).encode())
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7396 JSON merge patch (``null`` deletes, objects merge, anything else replaces).
+
+    Never mutates ``target`` (the library does, so it gets a copy).
+    """
+    import copy
+
+    import json_merge_patch
+
+    return json_merge_patch.merge(copy.deepcopy(target), copy.deepcopy(patch))

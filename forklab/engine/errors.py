@@ -82,3 +82,60 @@ class RunStateError(ForklabError):
 
 class VersionSkewError(ForklabError):
     code = "version_skew"
+
+
+# -- forking (SPEC §3, §4.3 error codes) ------------------------------------------------------
+
+
+class ForkPointNotFound(ForklabError):
+    code = "fork_point_not_found"
+
+
+class ForkPointMidNode(ForklabError):
+    code = "fork_point_mid_node"
+
+
+class ConflictingChanges(ForklabError):
+    code = "conflicting_changes"
+
+
+class InvalidChange(ForklabError):
+    code = "invalid_change"
+
+
+class InvalidOverrides(ForklabError):
+    """Size, nesting, key-count or redaction-placeholder limits of a change spec."""
+
+    code = "invalid_overrides"
+
+
+class UnpricedModel(ForklabError):
+    code = "unpriced_model"
+
+
+class LiveBudgetExceeded(ForklabError):
+    code = "live_budget_exceeded"
+
+
+class WriteNotAllowed(ForklabError):
+    code = "write_not_allowed"
+
+
+class PrefixDiverged(ForklabError):
+    code = "prefix_diverged"
+
+
+class SourceMissing(ForklabError):
+    code = "source_missing"
+
+
+class RunInProgress(ForklabError):
+    code = "run_in_progress"
+
+
+class PromoteConflict(ForklabError):
+    code = "promote_conflict"
+
+
+class ReplayDivergence(ForklabError):
+    code = "replay_divergence"

@@ -91,6 +91,7 @@ class RunForked(Event):
     fork_node_id: str | None
     prefix_state: dict[str, Any]
     changes: list[dict[str, Any]]
+    graph: dict[str, Any]
     fork_group_id: str | None = None
 
 

@@ -58,6 +58,14 @@ class RoleSpec(_Model):
     count: int = Field(default=1, ge=1, le=32)
     choices: list[str] | None = None
     writes: str | None = Field(default=None, description="Memory key for this role's answer.")
+    instances: dict[int, AgentSpec] = Field(
+        default_factory=dict,
+        description="Per-instance agent overrides (index -> agent), e.g. one voter's model.",
+    )
+
+    def agent_for(self, index: int) -> AgentRef:
+        """The agent driving instance ``index`` (an override, else the role's agent)."""
+        return self.instances.get(index, self.agent)
 
 
 class Condition(_Model):
@@ -286,6 +294,13 @@ def _check_agent_node(node: AgentNode, where: str) -> None:
             )
         return
     for name, role in node.roles.items():
+        bad = [i for i in role.instances if not 0 <= i < role.count]
+        if bad:
+            raise GraphValidationError(
+                f"{where}, field 'roles.{name}.instances': index {bad[0]} is out of range "
+                f"(the role has {role.count} instance(s): 0..{role.count - 1})",
+                node=node.id, field=f"roles.{name}.instances",
+            )
         if role.writes is not None and role.writes not in node.writes:
             raise GraphValidationError(
                 f"{where}, field 'roles.{name}.writes': key {role.writes!r} is not in the "

@@ -17,12 +17,26 @@ from typing import TYPE_CHECKING, Any
 from forklab.engine.canonical import canonical_json, fingerprint
 from forklab.engine.errors import ForklabError
 from forklab.engine.events import (
-    AgentRequested, AgentResponded, HumanAnswered, HumanRequested, MemoryWritten,
-    ReflectionDiscarded, RouteDecided, SubgraphCompleted, SubgraphStarted, ToolCalled,
+    AgentRequested,
+    AgentResponded,
+    HumanAnswered,
+    HumanRequested,
+    MemoryWritten,
+    ReflectionDiscarded,
+    RouteDecided,
+    SubgraphCompleted,
+    SubgraphStarted,
+    ToolCalled,
     ToolReturned,
 )
 from forklab.engine.graph import (
-    END, AgentNode, AgentSpec, ApprovalNode, RouterNode, SubgraphNode, ToolNode,
+    END,
+    AgentNode,
+    AgentSpec,
+    ApprovalNode,
+    RouterNode,
+    SubgraphNode,
+    ToolNode,
 )
 from forklab.engine.oracle import ChildResult, HumanAnswer, NodeCall, NodeFailure, ensure_json
 from forklab.engine.providers import ChatRequest
@@ -89,7 +103,7 @@ def ask(runner: Runner, call: NodeCall, agent: AgentSpec, messages: list[dict[st
                           system_prompt=request.system_prompt,
                           temperature=request.temperature, messages=list(messages),
                           params=params, request_hash=request.request_hash)
-    served = runner.oracle.agent(call, request)
+    served = runner.oracle.agent(call, request, role, index)
     if served.recorded:
         cost = served.cost_usd  # what the recording paid (prices may have changed since)
     elif served.label == "simulated":
@@ -124,13 +138,13 @@ def _agent_node(runner: Runner, node: AgentNode, call: NodeCall) -> str | None:
         return None
     transcript: list[str] = []
     for name, role in (node.roles or {}).items():
-        agent = graph.resolve_agent(role.agent)
         messages = [user]
         if transcript:
             messages = [user, {"role": "user", "content": "Answers so far:\n" + "\n".join(transcript)}]
         answers = []
         for i in range(role.count):
             index = i if role.count > 1 else None
+            agent = graph.resolve_agent(role.agent_for(i))
             text = ask(runner, call, agent, messages, role=name, index=index,
                        choices=role.choices)
             answers.append(text)
@@ -263,6 +277,27 @@ def _subgraph_node(runner: Runner, node: SubgraphNode, call: NodeCall) -> str | 
     return None
 
 
+# -- substitution (a fork's output change) ---------------------------------------------------
+
+
+def substitute_output(runner: Runner, node: Any, call: NodeCall,
+                      memory: dict[str, Any]) -> str | None:
+    """Write a change-supplied output instead of executing the node (label ``simulated``)."""
+    if isinstance(node, AgentNode):
+        runner._envelope_emit(AgentResponded, call, role=None, index=None, model="(simulated)",
+                              text=canonical_json(memory), input_tokens=0, output_tokens=0,
+                              cost_usd=0.0, latency_ms=0.0, label="simulated",
+                              request_hash="simulated")
+    elif isinstance(node, SubgraphNode):
+        runner._envelope_emit(SubgraphCompleted, call, child_run_id="(simulated)",
+                              status="completed", output=memory, label="simulated")
+    else:
+        runner._envelope_emit(ToolReturned, call, result=memory, label="simulated")
+    for key, value in memory.items():
+        _write(runner, call, key, value, False)
+    return None
+
+
 # -- memoization -----------------------------------------------------------------------------
 
 
@@ -289,6 +324,9 @@ def replay_memo(runner: Runner, call: NodeCall, recorded: Execution) -> str | No
                                   label="reused", cost_usd=action["cost_usd"],
                                   input_tokens=action["input_tokens"],
                                   output_tokens=action["output_tokens"])
+    if recorded.status == "failed":
+        error = recorded.error or {}
+        raise NodeFailure(str(error.get("type", "failed")), str(error.get("message", "")))
     for key in recorded.deletes:
         runner._envelope_emit(MemoryWritten, call, key=key, value=None, deleted=True)
     for key, value in recorded.writes.items():

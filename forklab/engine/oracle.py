@@ -83,11 +83,17 @@ class Blocked(Exception):
         self.code = code
 
 
+class BudgetExceeded(Exception):
+    """A fork's live-call or cost budget is spent: the tail stops (``live_budget_exceeded``)."""
+
+
 class Oracle(Protocol):
     captures_reflections: bool
 
+    def output(self, call: NodeCall) -> dict[str, Any] | None: ...
     def memo(self, call: NodeCall) -> Execution | None: ...
-    def agent(self, call: NodeCall, request: ChatRequest) -> Served: ...
+    def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
+              index: int | None) -> Served: ...
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
              ctx: ToolContext) -> tuple[Any, str]: ...
     def route(self, call: NodeCall, node: RouterNode) -> str | None: ...
@@ -113,10 +119,14 @@ class LiveOracle:
         self.env = env
         self.hitl = hitl
 
+    def output(self, call: NodeCall) -> dict[str, Any] | None:
+        return None
+
     def memo(self, call: NodeCall) -> Execution | None:
         return None
 
-    def agent(self, call: NodeCall, request: ChatRequest) -> Served:
+    def agent(self, call: NodeCall, request: ChatRequest, role: str | None = None,
+              index: int | None = None) -> Served:
         try:
             response = self.env.providers.get(request.provider).complete(request)
         except ForklabError as exc:
@@ -155,32 +165,36 @@ class ResumeOracle:
 
     Matching is by node, occurrence and request hash (agents) or args hash (tools), so a
     resumed node pays for nothing the interrupted attempt already recorded — and a write
-    tool whose result was recorded is not executed twice.
+    tool whose result was recorded is not executed twice. Each recording is served once, in
+    recorded order: identical requests (three voters asked the same question) get one
+    recorded answer each, and the calls the attempt never made go live.
     """
 
     def __init__(self, inner: Any, interrupted: list[Execution]) -> None:
         self.inner = inner
         self.captures_reflections = inner.captures_reflections
-        self._agents: dict[tuple[str, int, str], dict[str, Any]] = {}
-        self._tools: dict[tuple[str, int, str], Any] = {}
+        self._agents: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+        self._tools: dict[tuple[str, int, str], list[Any]] = {}
         for execution in interrupted:
             pending_args: str | None = None
             for action in execution.actions:
                 key = (execution.node, execution.occurrence)
                 if action["type"] == "agent_result":
-                    self._agents[(*key, action["request_hash"])] = action
+                    self._agents.setdefault((*key, action["request_hash"]), []).append(action)
                 elif action["type"] == "tool":
                     pending_args = action["args_hash"]
                 elif action["type"] == "tool_result" and pending_args is not None:
-                    self._tools[(*key, pending_args)] = action["result"]
+                    self._tools.setdefault((*key, pending_args), []).append(action["result"])
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def agent(self, call: NodeCall, request: ChatRequest) -> Served:
-        action = self._agents.get((call.node, call.occurrence, request.request_hash))
-        if action is None:
-            return self.inner.agent(call, request)  # type: ignore[no-any-return]
+    def agent(self, call: NodeCall, request: ChatRequest, role: str | None = None,
+              index: int | None = None) -> Served:
+        recorded = self._agents.get((call.node, call.occurrence, request.request_hash))
+        if not recorded:
+            return self.inner.agent(call, request, role, index)  # type: ignore[no-any-return]
+        action = recorded.pop(0)
         return Served(text=action["text"], input_tokens=action["input_tokens"],
                       output_tokens=action["output_tokens"], latency_ms=0.0,
                       label="reused", cost_usd=action["cost_usd"], recorded=True)
@@ -189,7 +203,7 @@ class ResumeOracle:
              ctx: ToolContext) -> tuple[Any, str]:
         from forklab.engine.canonical import fingerprint
 
-        key = (call.node, call.occurrence, fingerprint(args))
-        if key in self._tools:
-            return self._tools[key], "reused"
+        recorded = self._tools.get((call.node, call.occurrence, fingerprint(args)))
+        if recorded:
+            return recorded.pop(0), "reused"
         return self.inner.tool(call, node, args, ctx)  # type: ignore[no-any-return]

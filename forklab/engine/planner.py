@@ -16,6 +16,7 @@ Semantics:
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 from forklab.engine.canonical import fingerprint
@@ -72,7 +73,10 @@ def node_fingerprint(graph: GraphSpec, node_id: str, reads: dict[str, Any]) -> s
         agents["agent"] = graph.resolve_agent(node.agent).model_dump(mode="json")
     if isinstance(node, AgentNode) and node.roles:
         for name, role in node.roles.items():
-            agents[name] = graph.resolve_agent(role.agent).model_dump(mode="json")
+            for i in range(role.count):
+                agents[f"{name}[{i}]"] = graph.resolve_agent(role.agent_for(i)).model_dump(
+                    mode="json"
+                )
     return fingerprint({
         "node": node_id,
         "config": node.model_dump(mode="json", exclude={"description"}),
@@ -81,7 +85,7 @@ def node_fingerprint(graph: GraphSpec, node_id: str, reads: dict[str, Any]) -> s
     })
 
 
-_OPS = {
+_OPS: dict[str, Callable[[Any, Any], Any]] = {
     "eq": operator.eq, "ne": operator.ne, "gt": operator.gt, "gte": operator.ge,
     "lt": operator.lt, "lte": operator.le,
 }

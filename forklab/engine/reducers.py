@@ -15,12 +15,33 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import assert_never
 
+from forklab.engine.canonical import merge_patch
 from forklab.engine.errors import EventGapError
 from forklab.engine.events import (
-    AgentRequested, AgentResponded, AnyEvent, ChangeApplied, EffectSuppressed, HumanAnswered,
-    HumanRequested, MemoryWritten, NodeCompleted, NodeFailed, NodeInterrupted, NodeStarted,
-    ReflectionDiscarded, RouteDecided, RunBlocked, RunCancelled, RunCompleted, RunFailed,
-    RunForked, RunStarted, SubgraphCompleted, SubgraphStarted, ToolCalled, ToolReturned,
+    AgentRequested,
+    AgentResponded,
+    AnyEvent,
+    ChangeApplied,
+    EffectSuppressed,
+    HumanAnswered,
+    HumanRequested,
+    MemoryWritten,
+    NodeCompleted,
+    NodeFailed,
+    NodeInterrupted,
+    NodeStarted,
+    ReflectionDiscarded,
+    RouteDecided,
+    RunBlocked,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunForked,
+    RunStarted,
+    SubgraphCompleted,
+    SubgraphStarted,
+    ToolCalled,
+    ToolReturned,
 )
 from forklab.engine.state import Call, Execution, RunState
 
@@ -71,7 +92,7 @@ def _finish(state: RunState, status: str, at: float) -> None:
         state.current = None
 
 
-def evolve(state: RunState, event: AnyEvent) -> RunState:  # noqa: C901 - one branch per type
+def evolve(state: RunState, event: AnyEvent) -> RunState:
     """Apply one event to ``state`` (in place) and return it. One branch per event type."""
     state.version = event.seq
     match event:
@@ -89,7 +110,8 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:  # noqa: C901 - one br
         case RunForked():
             _apply_fork(state, event)
         case ChangeApplied():
-            state.changes.append(event.change)
+            if event.change.get("kind") == "input_patch":
+                state.input = merge_patch(state.input, event.change["patch"])
         case NodeStarted():
             _start_node(state, event)
         case AgentRequested():
@@ -157,9 +179,9 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:  # noqa: C901 - one br
         case NodeFailed():
             current = _current(state, event)
             current.status, current.end_seq = "failed", event.seq
-            current.finished_at = event.at
+            current.finished_at, current.error = event.at, dict(event.error)
             state.pending_writes, state.pending_deletes, state.pending_taint = {}, [], {}
-            state.error = {"node": event.node, **event.error}
+            state.error = {"code": "node_failed", "node": event.node, **event.error}
             state.executions.append(current)
             state.current = None
         case NodeInterrupted():
@@ -182,7 +204,7 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:  # noqa: C901 - one br
 
 def _apply_fork(state: RunState, event: RunForked) -> None:
     prefix = RunState.from_wire(event.prefix_state)
-    for name in RunState.__slots__:  # type: ignore[attr-defined]
+    for name in RunState.__slots__:
         if name not in {"run_id", "version", "run_kind", "label", "parent_run_id",
                         "started_at", "graph_id", "graph_version", "graph_hash",
                         "replay_version"}:
@@ -194,6 +216,7 @@ def _apply_fork(state: RunState, event: RunForked) -> None:
         "base_run_id": event.base_run_id, "fork_sequence_id": event.fork_sequence_id,
         "fork_node_id": event.fork_node_id, "fork_group_id": event.fork_group_id,
         "tail_from_call": len(state.calls),
+        "prefix_executions": len(state.executions),
     }
     state.changes = list(event.changes)
 
@@ -323,3 +346,17 @@ def _interrupt_node(state: RunState, event: NodeInterrupted) -> None:
     current.status, current.end_seq = "interrupted", event.seq
     state.interrupted.append(current)
     state.current = None
+
+
+def rewind_to_boundary(state: RunState) -> RunState:
+    """Drop an open node's partial work (a snapshot taken mid-node): the node will re-run.
+
+    The state returned is the one the run had at the boundary before that node started,
+    except for ``version``.
+    """
+    if state.current is not None:
+        current = state.current
+        _interrupt_node(state, NodeInterrupted(run_id=state.run_id, seq=state.version,
+                                               reason="snapshot inside a node"))
+        state.interrupted.remove(current)
+    return state

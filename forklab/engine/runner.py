@@ -21,13 +21,37 @@ from forklab.engine import nodes
 from forklab.engine.environment import Environment
 from forklab.engine.errors import RunStateError
 from forklab.engine.events import (
-    REPLAY_VERSION, EffectSuppressed, Event, HumanAnswered, NodeCompleted, NodeFailed,
-    NodeInterrupted, NodeStarted, RunBlocked, RunCancelled, RunCompleted, RunFailed,
+    REPLAY_VERSION,
+    EffectSuppressed,
+    Event,
+    HumanAnswered,
+    NodeCompleted,
+    NodeFailed,
+    NodeInterrupted,
+    NodeStarted,
+    RunBlocked,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
     RunStarted,
 )
 from forklab.engine.graph import END, GraphSpec
-from forklab.engine.oracle import Blocked, HumanAnswer, LiveOracle, NodeCall, NodeFailure, ResumeOracle
-from forklab.engine.planner import next_execution, next_node, node_fingerprint, read_slice, successors
+from forklab.engine.oracle import (
+    Blocked,
+    BudgetExceeded,
+    HumanAnswer,
+    LiveOracle,
+    NodeCall,
+    NodeFailure,
+    ResumeOracle,
+)
+from forklab.engine.planner import (
+    next_execution,
+    next_node,
+    node_fingerprint,
+    read_slice,
+    successors,
+)
 from forklab.engine.reducers import evolve, fold
 from forklab.engine.state import RunState
 from forklab.engine.store import Store, graph_hash
@@ -146,6 +170,10 @@ class Runner:
         self._complete(current.node, route)
         return self._loop()
 
+    def resume_loop(self) -> RunState:
+        """Continue from the current in-memory state (after a fork's opening events)."""
+        return self._loop()
+
     # -- the loop ------------------------------------------------------------------------
     def _loop(self) -> RunState:
         while self.state.status == "running":
@@ -176,14 +204,23 @@ class Runner:
                   kind=node.kind, fingerprint=fp, reads=reads)
         call = NodeCall(node=node_id, kind=node.kind, occurrence=occurrence,
                         iteration=iteration, fingerprint=fp, reads=reads)
-        memo = self.oracle.memo(call)
+        substitute = self.oracle.output(call)
+        memo = None if substitute is not None else self.oracle.memo(call)
         try:
-            route = (nodes.replay_memo(self, call, memo) if memo is not None
-                     else nodes.execute(self, node, call))
+            if substitute is not None:
+                route = nodes.substitute_output(self, node, call, substitute)
+            elif memo is not None:
+                route = nodes.replay_memo(self, call, memo)
+            else:
+                route = nodes.execute(self, node, call)
         except Paused:
             return
         except Cancelled:
             self.emit(RunCancelled, reason="cancelled by request")
+            return
+        except BudgetExceeded as exc:
+            self.emit(RunFailed, error={"code": "live_budget_exceeded", "node": node_id,
+                                        "message": str(exc)})
             return
         except Blocked as blocked:
             self._envelope_emit(EffectSuppressed, call, inputs=blocked.inputs,

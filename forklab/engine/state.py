@@ -71,6 +71,7 @@ class Execution:
     output_tokens: int = 0
     cost_usd: float = 0.0
     labels: list[str] = field(default_factory=list)
+    error: dict[str, Any] | None = None
     # iteration bookkeeping before this node started, restored if it is interrupted
     prior_iteration: int = 1
     prior_iteration_nodes: list[str] = field(default_factory=list)
@@ -97,7 +98,8 @@ class Execution:
             "next": self.next, "route": self.route, "memo": self.memo,
             "actions": self.actions, "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens, "cost_usd": self.cost_usd,
-            "labels": self.labels, "prior_iteration": self.prior_iteration,
+            "labels": self.labels, "error": self.error,
+            "prior_iteration": self.prior_iteration,
             "prior_iteration_nodes": self.prior_iteration_nodes,
         }
 

@@ -179,7 +179,7 @@ class MemoryStore:
             if not snaps:
                 return None
             key = max(snaps) if version is None else version
-            return RunState.from_wire(snaps[key]) if key in snaps else None  # type: ignore[arg-type]
+            return RunState.from_wire(snaps[key]) if key in snaps else None
 
     def snapshot_versions(self, run_id: str) -> list[int]:
         with self._lock:

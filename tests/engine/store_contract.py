@@ -14,10 +14,10 @@ import pytest
 
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import EventGapError, GraphNotFound, SeqConflictError
-from forklab.engine.events import MemoryWritten, NodeStarted, RunStarted
+from forklab.engine.events import MemoryWritten, RunStarted
 from forklab.engine.graph import parse_graph
-from forklab.engine.reducers import fold
 from forklab.engine.recording import run_recorded
+from forklab.engine.reducers import fold
 from forklab.engine.scenarios import SCENARIOS
 from forklab.engine.store import Store
 

@@ -16,14 +16,7 @@ from collections.abc import Callable
 
 from forklab.engine.providers.base import ChatRequest, ChatResponse
 
-_WORDS = (
-    "the model considers evidence immune system antibodies response cells vaccine "
-    "trains recognise pathogen memory protein safely without illness dose booster "
-    "clear concise summary therefore because evidence shows results data review draft "
-    "customer order refund priority account issue billing shipping update steps next "
-    "analysis approach risk option recommend careful plan branch combine final answer "
-    "source claims verify context detail example note section key point overall"
-).split()
+_WORDS = ["the", "model", "considers", "evidence", "immune", "system", "antibodies", "response", "cells", "vaccine", "trains", "recognise", "pathogen", "memory", "protein", "safely", "without", "illness", "dose", "booster", "clear", "concise", "summary", "therefore", "because", "evidence", "shows", "results", "data", "review", "draft", "customer", "order", "refund", "priority", "account", "issue", "billing", "shipping", "update", "steps", "next", "analysis", "approach", "risk", "option", "recommend", "careful", "plan", "branch", "combine", "final", "answer", "source", "claims", "verify", "context", "detail", "example", "note", "section", "key", "point", "overall"]
 
 
 def estimate_tokens(text: str) -> int:

@@ -1,0 +1,237 @@
+"""Check changes against a graph and build the fork's effective graph.
+
+Config-type changes (model, prompt, temperature, config) produce a new graph: an agent
+change is scoped to the node (or role, or role instance) that names it by inlining a modified
+copy of the agent there, so other nodes sharing that agent are untouched. State-type changes
+are validated here and applied by the tail.
+
+Every refusal is an :class:`InvalidChange` or :class:`ConflictingChanges` naming the change,
+the target and what would have been accepted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from forklab.engine.canonical import merge_patch
+from forklab.engine.errors import ConflictingChanges, GraphValidationError, InvalidChange
+from forklab.engine.fork.changes import (
+    Change,
+    ConfigChange,
+    HumanResponseChange,
+    InputPatchChange,
+    MemoryChange,
+    ModelChange,
+    OutputChange,
+    PromptChange,
+    RouteChange,
+    TemperatureChange,
+    ToolChange,
+)
+from forklab.engine.graph import (
+    END,
+    AgentNode,
+    AgentSpec,
+    ApprovalNode,
+    GraphSpec,
+    RouterNode,
+    ToolNode,
+    parse_graph,
+)
+
+_TARGET = re.compile(r"^(?P<node>[A-Za-z_][\w\-]*)(\.(?P<role>[A-Za-z_]\w*)(\[(?P<i>\d+)\])?)?$")
+AgentChange = ModelChange | PromptChange | TemperatureChange
+
+
+def conflict_keys(item: Change) -> list[tuple[str, ...]]:
+    """What a change writes; two changes sharing a key conflict."""
+    match item:
+        case ModelChange() | PromptChange() | TemperatureChange():
+            return [("agent", item.kind, item.target)]
+        case ConfigChange():
+            return [("config", item.node, key) for key in item.patch]
+        case MemoryChange():
+            return [("memory", key) for key in [*item.set, *item.delete]]
+        case RouteChange():
+            return [("route", item.source)]
+        case OutputChange():
+            return [("output", item.node)]
+        case ToolChange():
+            return [("tool", item.node)]
+        case HumanResponseChange():
+            return [("human_response",)]
+        case InputPatchChange():
+            return [("input_patch",)]
+    return []  # pragma: no cover
+
+
+def check_conflicts(changes: Sequence[Change]) -> None:
+    seen: dict[tuple[str, ...], Change] = {}
+    for item in changes:
+        for key in conflict_keys(item):
+            if key in seen:
+                raise ConflictingChanges(
+                    f"two changes write the same thing ({' '.join(key)}): "
+                    f"{seen[key].describe()!r} and {item.describe()!r}; keep one, or run "
+                    "them as separate variants of a sweep",
+                    key=list(key),
+                )
+            seen[key] = item
+
+
+def _modified(agent: AgentSpec, item: AgentChange) -> AgentSpec:
+    match item:
+        case ModelChange():
+            return agent.model_copy(update={"model": item.model,
+                                            "provider": item.provider or agent.provider})
+        case PromptChange():
+            return agent.model_copy(update={"system_prompt": item.system_prompt})
+        case TemperatureChange():
+            return agent.model_copy(update={"temperature": item.temperature})
+
+
+def _node_or_refuse(graph: GraphSpec, node_id: str, item: Change) -> Any:
+    if node_id not in graph.node_ids():
+        raise InvalidChange(
+            f"{item.kind} change: graph {graph.id!r} has no node {node_id!r}; nodes: "
+            f"{', '.join(graph.node_ids())}",
+            kind=item.kind, target=node_id,
+        )
+    return graph.node(node_id)
+
+
+def _apply_agent(graph: GraphSpec, item: AgentChange) -> GraphSpec:
+    match = _TARGET.match(item.target)
+    if not match:
+        raise InvalidChange(f"{item.kind} change: cannot read target {item.target!r}; use "
+                            "'node', 'node.role' or 'node.role[i]'", target=item.target)
+    node = _node_or_refuse(graph, match["node"], item)
+    role_name: str | None = match["role"]
+    index: str | None = match["i"]
+    drives_agent = isinstance(node, AgentNode) or (isinstance(node, RouterNode) and node.agent)
+    if not drives_agent:
+        raise InvalidChange(
+            f"{item.kind} change: node {node.id!r} is a {node.kind} node and drives no agent; "
+            "it takes a memory or output change instead",
+            kind=item.kind, target=item.target,
+        )
+    if role_name is None:
+        if isinstance(node, AgentNode) and node.roles:
+            names = ", ".join(f"{node.id}.{r}" for r in node.roles)
+            raise InvalidChange(
+                f"{item.kind} change: node {node.id!r} drives several roles; address one of: "
+                f"{names} (or one instance, e.g. {node.id}.{next(iter(node.roles))}[0])",
+                kind=item.kind, target=item.target,
+            )
+        agent = _modified(graph.resolve_agent(node.agent), item)
+        return _replace_node(graph, node.model_copy(update={"agent": agent}))
+    roles = node.roles if isinstance(node, AgentNode) else None
+    if not roles or role_name not in roles:
+        raise InvalidChange(
+            f"{item.kind} change: node {node.id!r} has no role {role_name!r}; roles: "
+            f"{', '.join(roles or {}) or 'none'}",
+            kind=item.kind, target=item.target,
+        )
+    role = roles[role_name]
+    if index is None:
+        instances = {i: _modified(a, item) for i, a in role.instances.items()}
+        new_role = role.model_copy(update={
+            "agent": _modified(graph.resolve_agent(role.agent), item), "instances": instances,
+        })
+    else:
+        i = int(index)
+        if i >= role.count:
+            raise InvalidChange(
+                f"{item.kind} change: role {node.id}.{role_name} has {role.count} instance(s); "
+                f"index {i} is out of range (0..{role.count - 1})",
+                kind=item.kind, target=item.target,
+            )
+        agent = _modified(graph.resolve_agent(role.agent_for(i)), item)
+        new_role = role.model_copy(update={"instances": {**role.instances, i: agent}})
+    return _replace_node(graph, node.model_copy(update={"roles": {**roles, role_name: new_role}}))
+
+
+def _replace_node(graph: GraphSpec, node: Any) -> GraphSpec:
+    data = graph.to_wire()
+    data["nodes"] = [node.model_dump(mode="json", by_alias=True) if n["id"] == node.id else n
+                     for n in data["nodes"]]
+    return parse_graph(data)
+
+
+def _apply_config(graph: GraphSpec, item: ConfigChange) -> GraphSpec:
+    node = _node_or_refuse(graph, item.node, item)
+    for fixed in ("id", "kind"):
+        if fixed in item.patch and item.patch[fixed] != getattr(node, fixed):
+            raise InvalidChange(f"config change of {node.id!r}: '{fixed}' cannot change",
+                                kind="config", target=node.id, field=fixed)
+    patched = merge_patch(node.model_dump(mode="json", by_alias=True), item.patch)
+    data = graph.to_wire()
+    data["nodes"] = [patched if n["id"] == node.id else n for n in data["nodes"]]
+    try:
+        return parse_graph(data)
+    except GraphValidationError as exc:
+        raise InvalidChange(f"config change of {node.id!r} makes the graph invalid: "
+                            f"{exc.message}", kind="config", target=node.id) from None
+
+
+def _check_state_change(graph: GraphSpec, item: Change) -> None:
+    match item:
+        case OutputChange():
+            node = _node_or_refuse(graph, item.node, item)
+            if isinstance(node, RouterNode):
+                raise InvalidChange(f"output change: {node.id!r} is a router; force its "
+                                    "decision with a route change", target=node.id)
+            if isinstance(node, ApprovalNode):
+                raise InvalidChange(f"output change: {node.id!r} is an approval gate; answer "
+                                    "it with a human_response change", target=node.id)
+            extra = sorted(set(item.memory) - set(node.writes))
+            if extra:
+                raise InvalidChange(
+                    f"output change of {node.id!r}: it writes {node.writes}, not {extra}",
+                    target=node.id, kind="output",
+                )
+        case ToolChange():
+            node = _node_or_refuse(graph, item.node, item)
+            if not isinstance(node, ToolNode):
+                raise InvalidChange(f"tool change: {node.id!r} is a {node.kind} node, not a "
+                                    "tool; use an output change", target=node.id, kind="tool")
+        case RouteChange():
+            node = _node_or_refuse(graph, item.source, item)
+            if not isinstance(node, RouterNode):
+                raise InvalidChange(f"route change: {node.id!r} is a {node.kind} node, not a "
+                                    "router", target=node.id, kind="route")
+            if item.to != END and item.to not in graph.node_ids():
+                raise InvalidChange(f"route change: unknown target {item.to!r}; expected one "
+                                    f"of {', '.join([*graph.node_ids(), END])}", kind="route")
+        case HumanResponseChange():
+            if not any(isinstance(n, ApprovalNode) for n in graph.nodes):
+                raise InvalidChange(f"human_response change: graph {graph.id!r} has no "
+                                    "approval gate", kind="human_response")
+        case _:
+            pass
+
+
+def effective_graph(graph: GraphSpec, changes: Sequence[Change]) -> GraphSpec:
+    """Validate every change against ``graph`` and return the graph the tail runs under."""
+    check_conflicts(changes)
+    for item in changes:
+        if isinstance(item, (ModelChange, PromptChange, TemperatureChange)):
+            graph = _apply_agent(graph, item)
+        elif isinstance(item, ConfigChange):
+            graph = _apply_config(graph, item)
+        else:
+            _check_state_change(graph, item)
+    return graph
+
+
+def agent_targets(changes: Sequence[Change]) -> set[str]:
+    """Nodes whose agents a change overrides (their calls are labelled ``live``)."""
+    nodes = set()
+    for item in changes:
+        if isinstance(item, (ModelChange, PromptChange, TemperatureChange)):
+            nodes.add(item.target.split(".")[0])
+        elif isinstance(item, ConfigChange):
+            nodes.add(item.node)
+    return nodes

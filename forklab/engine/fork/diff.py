@@ -1,0 +1,269 @@
+"""Diff two run states (SPEC §3.5, RunDiff shape of §4.6).
+
+Paths are aligned by longest common subsequence over node ids (Myers' O(ND) algorithm after
+trimming the common prefix and suffix, so a fork that diverges late costs little even on
+10,000-step paths). A node the variant re-executed at the same place is one ``changed`` step
+(``write → write@fork``), not a deletion plus an insertion.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from forklab.engine.canonical import canonical_json, json_size
+from forklab.engine.state import Execution, RunState
+
+MYERS_MAX_D = 4000
+"""Beyond this many edits the exact LCS gets expensive; difflib's matcher takes over."""
+
+
+def _myers(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int]]:
+    """Index pairs of one longest common subsequence of ``a`` and ``b``."""
+    n, m = len(a), len(b)
+    offset = n + m + 1
+    v = [0] * (2 * offset + 1)
+    trace: list[list[int]] = []
+    for d in range(n + m + 1):
+        if d > MYERS_MAX_D:
+            blocks = difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()
+            return [(blk.a + i, blk.b + i) for blk in blocks for i in range(blk.size)]
+        trace.append(v[offset - d - 1: offset + d + 2])
+        for k in range(-d, d + 1, 2):
+            if k == -d or (k != d and v[offset + k - 1] < v[offset + k + 1]):
+                x = v[offset + k + 1]
+            else:
+                x = v[offset + k - 1] + 1
+            y = x - k
+            while x < n and y < m and a[x] == b[y]:
+                x, y = x + 1, y + 1
+            v[offset + k] = x
+            if x >= n and y >= m:
+                return _backtrack(trace, a, b, d)
+    return []  # pragma: no cover - the loop always returns
+
+
+def _backtrack(trace: list[list[int]], a: Sequence[str], b: Sequence[str],
+               d_end: int) -> list[tuple[int, int]]:
+    pairs: list[tuple[int, int]] = []
+    x, y = len(a), len(b)
+    for d in range(d_end, -1, -1):
+        row = trace[d]  # row[j] is V[k] for k = j - d - 1
+
+        def at(k: int, row: list[int] = row, d: int = d) -> int:
+            return row[k + d + 1]
+
+        k = x - y
+        if d == 0:
+            prev_k = 0
+        elif k == -d or (k != d and at(k - 1) < at(k + 1)):
+            prev_k = k + 1
+        else:
+            prev_k = k - 1
+        prev_x = at(prev_k) if d > 0 else 0
+        prev_y = prev_x - prev_k
+        while x > prev_x and y > prev_y:
+            x, y = x - 1, y - 1
+            pairs.append((x, y))
+        if d > 0:
+            x, y = prev_x, prev_y
+    pairs.reverse()
+    return pairs
+
+
+def lcs_pairs(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int]]:
+    """LCS index pairs, with the common prefix and suffix matched directly."""
+    start = 0
+    while start < len(a) and start < len(b) and a[start] == b[start]:
+        start += 1
+    end = 0
+    while (end < len(a) - start and end < len(b) - start
+           and a[len(a) - 1 - end] == b[len(b) - 1 - end]):
+        end += 1
+    middle = _myers(a[start:len(a) - end], b[start:len(b) - end])
+    head = [(i, i) for i in range(start)]
+    mid = [(i + start, j + start) for i, j in middle]
+    tail = [(len(a) - end + i, len(b) - end + i) for i in range(end)]
+    return head + mid + tail
+
+
+@dataclass
+class RunDiff:
+    divergence: dict[str, Any] | None
+    path: dict[str, Any]
+    memory: dict[str, dict[str, Any]]
+    terminal: dict[str, Any]
+    cost: dict[str, Any]
+    suppressed_effects: list[dict[str, Any]]
+    attribution: str = "single"
+    score: dict[str, Any] | None = None
+    changes: list[str] = field(default_factory=list)
+
+    def wire(self) -> dict[str, Any]:
+        data = {"divergence": self.divergence, "path": self.path, "memory": self.memory,
+                "terminal": self.terminal, "cost": self.cost,
+                "suppressed_effects": self.suppressed_effects,
+                "attribution": self.attribution}
+        if self.score is not None:
+            data["score"] = self.score
+        return data
+
+
+def _step(ex: Execution | None) -> dict[str, Any] | None:
+    return None if ex is None else ex.path_entry()
+
+
+def _same_output(a: Execution, b: Execution) -> bool:
+    return canonical_json([a.writes, a.deletes, a.route, a.status]) == canonical_json(
+        [b.writes, b.deletes, b.route, b.status])
+
+
+def _align(base: list[Execution], variant: list[Execution],
+           inherited: int) -> list[dict[str, Any]]:
+    pairs = lcs_pairs([e.node for e in base], [e.node for e in variant])
+    steps: list[dict[str, Any]] = []
+    bi = vi = 0
+
+    def gap(b_end: int, v_end: int) -> None:
+        nonlocal bi, vi
+        only_b, only_v = base[bi:b_end], variant[vi:v_end]
+        for ex in only_b:  # coalesce a same-node deletion+insertion into one changed step
+            twin = next((v for v in only_v if v.node == ex.node), None)
+            if twin is not None:
+                only_v.remove(twin)
+                steps.append({"op": "changed", "base": _step(ex), "variant": _step(twin)})
+            else:
+                steps.append({"op": "skipped", "base": _step(ex), "variant": None})
+        steps.extend({"op": "inserted", "base": None, "variant": _step(v)} for v in only_v)
+        bi, vi = b_end, v_end
+
+    for i, j in pairs:
+        gap(i, j)
+        b, v = base[i], variant[j]
+        reused = j < inherited or v.memo or _same_output(b, v)
+        steps.append({"op": "same" if reused else "changed", "base": _step(b),
+                      "variant": _step(v)})
+        bi, vi = i + 1, j + 1
+    gap(len(base), len(variant))
+    return steps
+
+
+def _memory(base: RunState, variant: RunState) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for key in sorted(set(base.memory) | set(variant.memory)):
+        in_b, in_v = key in base.memory, key in variant.memory
+        b_val, v_val = base.memory.get(key), variant.memory.get(key)
+        taint_moved = (key in base.taint) != (key in variant.taint)
+        if in_b and in_v and canonical_json(b_val) == canonical_json(v_val) and not taint_moved:
+            continue
+        op = "added" if not in_b else "removed" if not in_v else "changed"
+        delta = (json_size(v_val) if in_v else 0) - (json_size(b_val) if in_b else 0)
+        out[key] = {"op": op, "bytes_delta": delta, "taint_moved": taint_moved,
+                    "base": b_val, "variant": v_val}
+    return out
+
+
+def _per_node(base: RunState, variant: RunState) -> dict[str, dict[str, float]]:
+    nodes: dict[str, dict[str, float]] = {}
+    for side, state in (("base_usd", base), ("variant_usd", variant)):
+        for ex in state.executions:
+            entry = nodes.setdefault(ex.node, {"base_usd": 0.0, "variant_usd": 0.0})
+            entry[side] += ex.cost_usd
+    for entry in nodes.values():
+        entry["base_usd"] = round(entry["base_usd"], 8)
+        entry["variant_usd"] = round(entry["variant_usd"], 8)
+        entry["delta_usd"] = round(entry["variant_usd"] - entry["base_usd"], 8)
+    return nodes
+
+
+def incurred_usd(variant: RunState) -> float:
+    """What a fork's tail itself paid: live and changed calls after the fork point."""
+    start = (variant.fork or {}).get("tail_from_call", 0)
+    return round(sum((c.cost_usd or 0.0) for c in variant.calls[start:]
+                     if c.label in ("live", "changed")), 10)
+
+
+def diff_runs(base_state: RunState, variant_state: RunState, *,
+              scorer: Callable[[RunState], float] | None = None,
+              changes: Sequence[str] = ()) -> RunDiff:
+    """Compare two final states. Pure; O(n + m + D^2) in path lengths."""
+    inherited = (variant_state.fork or {}).get("prefix_executions", 0)
+    aligned = _align(base_state.executions, variant_state.executions, inherited)
+    first = next((i for i, s in enumerate(aligned) if s["op"] != "same"), None)
+    divergence = None if first is None else {
+        "index": first,
+        "base": (aligned[first]["base"] or {}).get("node"),
+        "variant": (aligned[first]["variant"] or {}).get("node"),
+    }
+    def tokens(state: RunState) -> int:
+        return state.input_tokens + state.output_tokens
+
+    diff = RunDiff(
+        divergence=divergence,
+        path={"aligned": aligned,
+              "inserted": [s["variant"]["node"] for s in aligned if s["op"] == "inserted"],
+              "skipped": [s["base"]["node"] for s in aligned if s["op"] == "skipped"]},
+        memory=_memory(base_state, variant_state),
+        terminal={"base": base_state.status, "variant": variant_state.status,
+                  "iterations_delta": variant_state.iteration - base_state.iteration,
+                  "wall_clock_delta_ms": round(variant_state.duration_ms
+                                               - base_state.duration_ms, 3)},
+        cost={"tokens_delta": tokens(variant_state) - tokens(base_state),
+              "usd_delta": round(variant_state.cost_usd - base_state.cost_usd, 8),
+              "incurred_usd": incurred_usd(variant_state),
+              "per_node": _per_node(base_state, variant_state)},
+        suppressed_effects=list(variant_state.suppressed_effects),
+        attribution="combined" if len(changes) > 1 else "single",
+        changes=list(changes),
+    )
+    if scorer is not None:
+        b, v = float(scorer(base_state)), float(scorer(variant_state))
+        diff.score = {"base": b, "variant": v, "delta": round(v - b, 10)}
+    return diff
+
+
+def _render_path(diff: RunDiff) -> str:
+    parts = []
+    for step in diff.path["aligned"]:
+        if step["op"] == "skipped":
+            parts.append(f"-{step['base']['node']}")
+        elif step["op"] == "inserted":
+            parts.append(f"+{step['variant']['node']}")
+        elif step["op"] == "changed":
+            parts.append(f"{step['variant']['node']}@fork")
+        else:
+            parts.append(step["variant"]["node"])
+    return " → ".join(parts) or "(no nodes)"
+
+
+def _render_memory(diff: RunDiff) -> str:
+    marks = {"added": "+", "removed": "-", "changed": "~"}
+    items = [f"{marks[d['op']]}{k} ({d['bytes_delta']:+d}B{', taint moved' if d['taint_moved'] else ''})"
+             for k, d in diff.memory.items()]
+    return ", ".join(items) or "unchanged"
+
+
+def format_run_diff(diff: RunDiff, header: str = "") -> str:
+    """Render a diff as the block ``explain()`` prints."""
+    lines = [header] if header else []
+    if diff.changes:
+        lines.append(f"  change    {'; '.join(diff.changes)}")
+    status = diff.terminal["variant"]
+    if diff.terminal["base"] != status:
+        status += f" (base {diff.terminal['base']})"
+    lines.append(f"  status    {status}")
+    lines.append(f"  path      {_render_path(diff)}")
+    lines.append(f"  cost      ${diff.cost['incurred_usd']:.4f} incurred, "
+                 f"{diff.cost['tokens_delta']:+d} tokens")
+    lines.append(f"  memory    {_render_memory(diff)}")
+    for effect in diff.suppressed_effects:
+        lines.append(f"  blocked   {effect['node']}: {effect['reason']}")
+    if diff.score is not None:
+        lines.append(f"  score     {diff.score['base']} → {diff.score['variant']} "
+                     f"({diff.score['delta']:+})")
+    if diff.attribution == "combined":
+        lines.append(f"  note      {len(diff.changes)} changes combined: the delta cannot be "
+                     "attributed among them (run them as a sweep to isolate)")
+    return "\n".join(lines)

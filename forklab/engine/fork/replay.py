@@ -1,0 +1,170 @@
+"""Strict replay: re-drive a recorded run through today's graph and engine (SPEC §3.8).
+
+Every call is served from the recording (matched by node, occurrence, role and instance);
+routers, reducers and the planner run for real. Each event the re-drive appends is compared
+with the recorded event at the same seq — type, envelope and payload, timing fields aside —
+and the first difference raises ``replay_divergence`` (code or graph drift). With
+``strict=False`` the re-drive tolerates changed requests and reports no divergence: that is
+how saved cases run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from forklab.engine.canonical import canonical_json
+from forklab.engine.environment import Environment
+from forklab.engine.errors import ReplayDivergence
+from forklab.engine.events import AnyEvent, Event, NodeStarted
+from forklab.engine.graph import ApprovalNode, GraphSpec, RouterNode, SubgraphNode, ToolNode
+from forklab.engine.oracle import ChildResult, HumanAnswer, NodeCall, NodeFailure, Served
+from forklab.engine.providers import ChatRequest
+from forklab.engine.reducers import evolve, fold
+from forklab.engine.runner import Runner
+from forklab.engine.state import Execution, RunState
+from forklab.engine.store import MemoryStore, Store
+from forklab.engine.tools import ToolContext
+
+VOLATILE = frozenset({"at", "duration_ms", "latency_ms", "graph_hash", "graph_version"})
+
+
+class RecordedOracle:
+    """Answers every action from a recorded state's executions; never calls anything."""
+
+    captures_reflections = True
+
+    def __init__(self, recorded: RunState, *, strict: bool) -> None:
+        self.strict = strict
+        self.by_occurrence = {(e.node, e.occurrence): e for e in recorded.all_executions()}
+
+    def _exec(self, call: NodeCall) -> Execution:
+        ex = self.by_occurrence.get((call.node, call.occurrence))
+        if ex is None:
+            raise NodeFailure("missing_context", f"no recording of {call.node!r} execution "
+                              f"{call.occurrence}: the replay took a path the run never took")
+        return ex
+
+    def output(self, call: NodeCall) -> dict[str, Any] | None:
+        return None
+
+    def memo(self, call: NodeCall) -> Execution | None:
+        return None
+
+    def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
+              index: int | None) -> Served:
+        for action in self._exec(call).actions:
+            if action["type"] == "agent_result" and (action["role"], action["index"]) == (role, index):
+                if self.strict and action["request_hash"] != request.request_hash:
+                    raise ReplayDivergence(
+                        f"{call.node!r} execution {call.occurrence} now sends a different "
+                        "request than the recording (prompt, model or inputs drifted)",
+                        node=call.node, occurrence=call.occurrence)
+                return Served(text=action["text"], input_tokens=action["input_tokens"],
+                              output_tokens=action["output_tokens"], latency_ms=0.0,
+                              label=action["label"], cost_usd=action["cost_usd"], recorded=True)
+        raise NodeFailure("missing_context", f"no recorded answer for {call.node!r} role "
+                          f"{role!r}[{index}]")
+
+    def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
+             ctx: ToolContext) -> tuple[Any, str]:
+        ex = self._exec(call)
+        for action in ex.actions:
+            if action["type"] == "tool_result":
+                return action["result"], action["label"]
+        error = ex.error or {"type": "missing_context", "message": "no recorded tool result"}
+        raise NodeFailure(str(error.get("type")), str(error.get("message")))
+
+    def route(self, call: NodeCall, node: RouterNode) -> str | None:
+        route = self._exec(call).route
+        for action in self._exec(call).actions:
+            if action["type"] == "route" and action["label"] == "simulated":
+                return route  # a forced route is part of what was recorded
+        return None
+
+    def human(self, call: NodeCall, node: ApprovalNode) -> HumanAnswer | None:
+        for action in self._exec(call).actions:
+            if action["type"] == "human":
+                return HumanAnswer(decision=action["decision"], data=action["data"],
+                                   memory_updates=action["memory_updates"],
+                                   label=action["label"])
+        return None
+
+    def subgraph(self, call: NodeCall, node: SubgraphNode, child_input: dict[str, Any],
+                 run_child: Callable[[], ChildResult]) -> ChildResult:
+        for action in self._exec(call).actions:
+            if action["type"] == "subgraph_result":
+                return ChildResult(child_run_id=action["child_run_id"], status=action["status"],
+                                   output=action["output"], label=action["label"],
+                                   cost_usd=action.get("cost_usd", 0.0),
+                                   input_tokens=action.get("input_tokens", 0),
+                                   output_tokens=action.get("output_tokens", 0))
+        raise NodeFailure("missing_context", f"no recorded child run for {call.node!r}")
+
+
+def _comparable(event: AnyEvent) -> str:
+    wire = event.to_wire()
+    payload = {k: v for k, v in wire["payload"].items() if k not in VOLATILE}
+    if wire["type"] == "subgraph.started":
+        payload.pop("child_run_id", None)
+    return canonical_json([wire["type"], wire["node"], wire["occurrence"], wire["iteration"],
+                           payload])
+
+
+class _ComparingStore(MemoryStore):
+    """A scratch store that checks each appended event against the recorded log."""
+
+    def __init__(self, recorded: Sequence[AnyEvent], strict: bool) -> None:
+        super().__init__()
+        self.recorded = {e.seq: e for e in recorded}
+        self.strict = strict
+
+    def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> None:
+        for event in events:
+            want = self.recorded.get(event.seq)
+            got = _comparable(event)  # type: ignore[arg-type]
+            if self.strict and (want is None or _comparable(want) != got):
+                raise ReplayDivergence(
+                    f"replay diverged at seq {event.seq}: recorded "
+                    f"{want.type if want else 'nothing'} {want.node if want else ''}, replay "
+                    f"produced {event.type} {event.node or ''}",
+                    seq=event.seq, expected=want.to_wire() if want else None,
+                    found=event.to_wire())
+        super().append(run_id, events, expected_seq=expected_seq)
+
+
+def replay_events(events: Sequence[AnyEvent], graph: GraphSpec, *, strict: bool = True,
+                  env: Environment | None = None) -> RunState:
+    """Re-drive a recorded log through ``graph``; returns the re-driven final state."""
+    recorded = fold(events)
+    store = _ComparingStore(events, strict)
+    runner = Runner(graph, store=store, run_id=recorded.run_id, env=env or Environment(),
+                    oracle=RecordedOracle(recorded, strict=strict))
+    opening = []
+    for event in events:
+        if isinstance(event, NodeStarted):
+            break
+        opening.append(event)
+    store.append(recorded.run_id, opening, expected_seq=0)
+    for event in opening:
+        evolve(runner.state, event)
+    if runner.state.status == "running":
+        runner.resume_loop()
+    if strict and runner.state.version != recorded.version:
+        raise ReplayDivergence(
+            f"replay ended at seq {runner.state.version} but the recording has "
+            f"{recorded.version} events", expected=recorded.version, found=runner.state.version)
+    return runner.state
+
+
+def replay(run_id: str, *, store: Store, strict: bool = True, graph: GraphSpec | None = None,
+           env: Environment | None = None) -> RunState:
+    """Strictly replay a stored run through its graph's latest version (or ``graph``)."""
+    from forklab.engine.fork.core import _graph_of
+
+    events = store.read(run_id)
+    recorded = fold(events)
+    if graph is None:
+        graph = (_graph_of(recorded, events, store) if recorded.run_kind == "counterfactual"
+                 else store.load_graph(recorded.graph_id))
+    return replay_events(events, graph, strict=strict, env=env)

@@ -1,0 +1,150 @@
+"""``fork()`` and its result (SPEC §3.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from forklab.engine.environment import Environment
+from forklab.engine.events import AnyEvent, Event
+from forklab.engine.fork.changes import Change, wire
+from forklab.engine.fork.core import BaseRun, ForkPlan, prepare_fork, run_plan
+from forklab.engine.fork.diff import RunDiff, diff_runs, format_run_diff, incurred_usd
+from forklab.engine.fork.estimate import Estimate
+from forklab.engine.fork.points import ForkPoint
+from forklab.engine.fork.tail import Budget, Policy, SharedMemo
+from forklab.engine.oracle import HumanAnswer
+from forklab.engine.recording import RecordedRun
+from forklab.engine.runner import CancelToken
+from forklab.engine.state import RunState
+from forklab.engine.store import Store
+
+
+@dataclass
+class ForkResult:
+    run_id: str | None
+    base_run_id: str
+    fork_sequence_id: int
+    fork_node_id: str | None
+    state: RunState | None
+    base_state: RunState
+    prefix_state: RunState
+    diff: RunDiff | None
+    changes: list[dict[str, Any]]
+    estimate: Estimate
+    point: ForkPoint
+    effective_fork_sequence_id: int
+    store: Store
+    warnings: list[str] = field(default_factory=list)
+    label: str = ""
+    fork_group_id: str | None = None
+
+    @property
+    def incurred_cost_usd(self) -> float:
+        return incurred_usd(self.state) if self.state else 0.0
+
+    @property
+    def suppressed_effects(self) -> list[dict[str, Any]]:
+        return list(self.state.suppressed_effects) if self.state else []
+
+    @property
+    def memo_hits(self) -> list[dict[str, Any]]:
+        if self.state is None:
+            return []
+        skip = (self.state.fork or {}).get("prefix_executions", 0)
+        return [{"node": e.node, "occurrence": e.occurrence}
+                for e in self.state.executions[skip:] if e.memo]
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        if self.state is None:
+            return []
+        start = (self.state.fork or {}).get("tail_from_call", 0)
+        return [c.to_wire() for c in self.state.calls[start:]]
+
+    @property
+    def event_log(self) -> list[AnyEvent]:
+        return self.store.read(self.run_id) if self.run_id else []
+
+    def explain(self) -> str:
+        point = self.point
+        where = (f"before '{point.node}' execution {point.occurrence}, iteration "
+                 f"{point.iteration}" if point.node else point.label)
+        header = (f"fork {self.run_id or '(dry run)'} of {self.base_run_id} at seq "
+                  f"{self.fork_sequence_id} ({where})")
+        if self.diff is None:
+            est = self.estimate
+            return "\n".join([
+                header,
+                f"  change    {'; '.join(_describe(self.changes)) or 'none'}",
+                f"  estimate  {est.live_calls} live calls, {est.tokens} tokens, "
+                f"${est.cost_usd:.4f}",
+                *(f"  warning   {w}" for w in self.warnings),
+            ])
+        return format_run_diff(self.diff, header)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The fork-specific fields of the Fork result shape (SPEC §4.6)."""
+        return {
+            "run_id": self.run_id, "base_run_id": self.base_run_id,
+            "fork_sequence_id": self.fork_sequence_id, "fork_node_id": self.fork_node_id,
+            "effective_fork_sequence_id": self.effective_fork_sequence_id,
+            "changes": self.changes, "estimate": self.estimate.wire(),
+            "incurred_cost_usd": self.incurred_cost_usd,
+            "suppressed_effects": self.suppressed_effects, "memo_hits": self.memo_hits,
+            "calls": self.calls, "diff": self.diff.wire() if self.diff else None,
+            "explain": self.explain(), "warnings": self.warnings,
+        }
+
+
+def _describe(changes: Sequence[dict[str, Any]]) -> list[str]:
+    from forklab.engine.fork.changes import parse_change
+
+    return [parse_change(c).describe() for c in changes]
+
+
+def result_of(plan: ForkPlan, state: RunState | None, *, run_id: str | None, label: str,
+              fork_group_id: str | None,
+              scorer: Callable[[RunState], float] | None = None) -> ForkResult:
+    changes = wire(plan.changes)
+    diff = None if state is None else diff_runs(plan.base.state, state, scorer=scorer,
+                                                changes=_describe(changes))
+    return ForkResult(
+        run_id=run_id, base_run_id=plan.base.run_id, fork_sequence_id=plan.point.seq,
+        fork_node_id=plan.effective.node, state=state, base_state=plan.base.state,
+        prefix_state=plan.prefix_state, diff=diff, changes=changes, estimate=plan.estimate,
+        point=plan.point, effective_fork_sequence_id=plan.effective.seq,
+        store=plan.base.store, warnings=plan.warnings, label=label,
+        fork_group_id=fork_group_id)
+
+
+def fork(
+    base: str | RecordedRun | BaseRun, *, at: Any = None,
+    change: Change | dict[str, Any] | Sequence[Any] | Callable[[ForkPoint], Any] | None = None,
+    policy: Policy | dict[str, Any] | None = None, budget: Budget | dict[str, Any] | None = None,
+    label: str = "", run_id: str | None = None, fork_group_id: str | None = None,
+    dry_run: bool = False, ignore_budget: bool = False,
+    hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None = None,
+    source: str = "events", graph_version: int | None = None,
+    where: Callable[[RunState], bool] | None = None, store: Store | None = None,
+    env: Environment | None = None, on_event: Callable[[Event], None] | None = None,
+    cancel: CancelToken | None = None, scorer: Callable[[RunState], float] | None = None,
+    shared_memo: SharedMemo | None = None,
+) -> ForkResult:
+    """Replay ``base`` to ``at``, apply ``change``, run the tail live, and compare.
+
+    The prefix is rebuilt by folding the base's log: no model or tool calls. Raises a
+    ForklabError (stable ``code``) for anything that cannot be forked as asked, before any
+    event of the variant is written.
+    """
+    plan = prepare_fork(base, at=at, change=change, policy=policy, budget=budget,
+                        ignore_budget=ignore_budget, source=source, store=store, env=env,
+                        graph_version=graph_version, where=where)
+    if dry_run:
+        return result_of(plan, None, run_id=None, label=label, fork_group_id=fork_group_id)
+    runner = run_plan(plan, run_id=run_id, label=label, fork_group_id=fork_group_id,
+                      ignore_budget=ignore_budget, hitl=hitl, shared_memo=shared_memo,
+                      on_event=on_event, cancel=cancel)
+    return result_of(plan, runner.state, run_id=runner.run_id, label=label,
+                     fork_group_id=fork_group_id, scorer=scorer)

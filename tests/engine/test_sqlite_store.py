@@ -1,0 +1,109 @@
+"""The SQLite store passes the store contract, and keeps what it promises across processes.
+
+Invariants checked beyond the contract: events survive closing and reopening the file, an
+event's ``at`` survives exactly, the file is in WAL mode, and appenders in separate
+processes never both win the same seq.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from forklab.engine.canonical import canonical_equals
+from forklab.engine.errors import SeqConflictError
+from forklab.engine.events import MemoryWritten
+from forklab.engine.graph import parse_graph
+from forklab.engine.sqlite_store import SqliteStore
+from forklab.engine.store import Store
+from tests.engine.store_contract import GRAPH, StoreContract, started, written
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class TestSqliteStore(StoreContract):
+    @pytest.fixture(autouse=True)
+    def _database_file(self, tmp_path: Path) -> Iterator[None]:
+        self.path = tmp_path / "forklab.sqlite3"
+        self.opened: list[SqliteStore] = []
+        yield
+        for store in self.opened:
+            store.close()
+
+    def make_store(self) -> Store:
+        store = SqliteStore(self.path)
+        self.opened.append(store)
+        return store
+
+    # -- SQLite specifics --------------------------------------------------------------------
+    def test_events_graphs_and_snapshots_survive_reopening_the_file(self) -> None:
+        from forklab.engine.reducers import fold
+
+        first = self.make_store()
+        first.append("r1", [started(), written("r1", 2, value={"a": [1, 2]})], expected_seq=0)
+        first.save_graph(parse_graph(GRAPH))
+        first.save_snapshot("r1", fold(first.read("r1")))
+        first.close()
+        second = self.make_store()
+        assert [e.to_wire() for e in second.read("r1")] == [
+            started().to_wire(), written("r1", 2, value={"a": [1, 2]}).to_wire()]
+        assert second.last_seq("r1") == 2
+        assert second.graph_versions("contract") == [1]
+        assert second.snapshot_versions("r1") == [2]
+        assert second.run_ids() == ["r1"]
+
+    def test_an_events_time_survives_to_the_last_digit(self) -> None:
+        store = self.make_store()
+        event = MemoryWritten(run_id="r1", seq=2, at=1_767_225_600.123456789, key="k", value=1)
+        store.append("r1", [started(), event], expected_seq=0)
+        assert store.read("r1")[1].at == event.at
+
+    def test_the_database_runs_in_wal_mode(self) -> None:
+        self.make_store()
+        with sqlite3.connect(self.path) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+    def test_the_same_seq_cannot_be_stored_twice_even_bypassing_the_store(self) -> None:
+        store = self.make_store()
+        store.append("r1", [started()], expected_seq=0)
+        with sqlite3.connect(self.path) as conn, pytest.raises(sqlite3.IntegrityError):
+            conn.execute("INSERT INTO events (run_id, seq, type, at, body) "
+                         "VALUES ('r1', 1, 'run.started', 0, '{}')")
+
+    def test_a_failed_append_leaves_the_store_usable(self) -> None:
+        store = self.make_store()
+        store.append("r1", [started()], expected_seq=0)
+        with pytest.raises(SeqConflictError):
+            store.append("r1", [written("r1", 2)], expected_seq=5)
+        store.append("r1", [written("r1", 2)], expected_seq=1)
+        assert store.last_seq("r1") == 2
+
+    def test_appenders_in_separate_processes_never_both_win(self) -> None:
+        store = self.make_store()
+        store.append("r1", [started()], expected_seq=0)
+        script = (
+            "import sys\n"
+            "from forklab.engine.errors import SeqConflictError\n"
+            "from forklab.engine.sqlite_store import SqliteStore\n"
+            "from tests.engine.store_contract import written\n"
+            "store = SqliteStore(sys.argv[1])\n"
+            "try:\n"
+            "    store.append('r1', [written('r1', 2, value=sys.argv[2])], expected_seq=1)\n"
+            "    print('ok')\n"
+            "except SeqConflictError:\n"
+            "    print('conflict')\n"
+        )
+        children = [
+            subprocess.Popen([sys.executable, "-c", script, str(self.path), str(i)],
+                             cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+            for i in range(4)
+        ]
+        outcomes = [child.communicate(timeout=60)[0].strip() for child in children]
+        assert sorted(outcomes) == ["conflict", "conflict", "conflict", "ok"]
+        assert store.last_seq("r1") == 2
+        assert canonical_equals(store.read("r1")[0].to_wire(), started().to_wire())
