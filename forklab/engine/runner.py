@@ -55,6 +55,7 @@ from forklab.engine.planner import (
 from forklab.engine.reducers import evolve, fold
 from forklab.engine.state import RunState
 from forklab.engine.store import Store, graph_hash
+from forklab.engine.telemetry import tracer
 
 log = logging.getLogger("forklab.engine.runner")
 
@@ -176,6 +177,12 @@ class Runner:
 
     # -- the loop ------------------------------------------------------------------------
     def _loop(self) -> RunState:
+        with tracer.start_as_current_span("workflow.run", attributes={
+            "run.id": self.run_id, "run.kind": self.state.run_kind, "graph.id": self.graph.id,
+        }):
+            return self._drive()
+
+    def _drive(self) -> RunState:
         while self.state.status == "running":
             if self.cancel.cancelled:
                 self.emit(RunCancelled, reason="cancelled by request")
@@ -184,7 +191,11 @@ class Runner:
             if node_id is None:
                 self.emit(RunCompleted)
                 break
-            self._execute(node_id)
+            with tracer.start_as_current_span(
+                f"node.execute.{self.graph.node(node_id).kind}",
+                attributes={"node.id": node_id, "run.id": self.run_id},
+            ):
+                self._execute(node_id)
         return self.state
 
     def _execute(self, node_id: str) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from forklab.engine.canonical import merge_patch
+from forklab.engine.canonical import canonical_json, merge_patch
 from forklab.engine.environment import Environment
 from forklab.engine.errors import (
     ForkPointNotFound,
@@ -47,6 +47,7 @@ from forklab.engine.reducers import fold, rewind_to_boundary
 from forklab.engine.runner import CancelToken, Runner
 from forklab.engine.state import Execution, RunState
 from forklab.engine.store import Store, graph_hash
+from forklab.engine.telemetry import tracer
 
 log = logging.getLogger("forklab.engine.fork")
 
@@ -308,6 +309,7 @@ def run_plan(
     hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None = None,
     shared_memo: SharedMemo | None = None, on_event: Callable[[Event], None] | None = None,
     cancel: CancelToken | None = None, store: Store | None = None,
+    base_trace_id: str | None = None,
 ) -> Runner:
     """Execute a prepared fork; returns the runner (its ``state`` is the variant's)."""
     base = plan.base
@@ -329,6 +331,13 @@ def run_plan(
     log.info("replay.fork.fork_started", extra={
         "base_run_id": base.run_id, "fork_run_id": runner.run_id,
         "fork_sequence_id": plan.point.seq, "fork_node_id": plan.point.node})
-    begin_variant(runner, plan, label=label, fork_group_id=fork_group_id)
-    runner.resume_loop()
+    attributes: dict[str, str | int] = {
+        "fork.run_id": runner.run_id, "fork.base_run_id": base.run_id,
+        "fork.sequence_id": plan.point.seq, "fork.node_id": plan.point.node or "",
+        "fork.changes": canonical_json(wire(plan.changes)),
+        "fork.base_trace_id": base_trace_id or "",
+    }
+    with tracer.start_as_current_span("replay.fork", attributes=attributes):
+        begin_variant(runner, plan, label=label, fork_group_id=fork_group_id)
+        runner.resume_loop()
     return runner
