@@ -93,6 +93,10 @@ class RunForked(Event):
     changes: list[dict[str, Any]]
     graph: dict[str, Any]
     fork_group_id: str | None = None
+    policy: dict[str, Any] = field(default_factory=dict)
+    budget: dict[str, Any] = field(default_factory=dict)
+    memoize: bool = False
+    ignore_budget: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

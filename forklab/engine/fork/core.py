@@ -277,7 +277,7 @@ def _check_budget(plan: ForkPlan, ignore_budget: bool) -> None:
 
 
 def begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
-                  fork_group_id: str | None) -> None:
+                  fork_group_id: str | None, ignore_budget: bool) -> None:
     """Append the variant's opening events: identity, prefix, changes, memory writes."""
     base = plan.base
     runner.emit(RunStarted, graph_id=base.state.graph_id,
@@ -287,7 +287,8 @@ def begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
     runner.emit(RunForked, base_run_id=base.run_id, fork_sequence_id=plan.point.seq,
                 fork_node_id=plan.effective.node, prefix_state=plan.prefix_state.to_wire(),
                 changes=wire(plan.changes), graph=plan.graph.to_wire(),
-                fork_group_id=fork_group_id)
+                fork_group_id=fork_group_id, policy=plan.policy.wire(),
+                budget=plan.budget.wire(), memoize=plan.memoize, ignore_budget=ignore_budget)
     for item in plan.changes:
         runner.emit(ChangeApplied, change=item.wire())
     for key in sorted(plan.changed_inputs):
@@ -338,6 +339,41 @@ def run_plan(
         "fork.base_trace_id": base_trace_id or "",
     }
     with tracer.start_as_current_span("replay.fork", attributes=attributes):
-        begin_variant(runner, plan, label=label, fork_group_id=fork_group_id)
+        begin_variant(runner, plan, label=label, fork_group_id=fork_group_id,
+                      ignore_budget=ignore_budget)
         runner.resume_loop()
+    return runner
+
+
+def fork_runner(
+    run_id: str, *, store: Store, env: Environment | None = None,
+    hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None = None,
+    on_event: Callable[[Event], None] | None = None, cancel: CancelToken | None = None,
+) -> Runner:
+    """Rebuild the runner of an existing fork from its log (to answer a gate or resume).
+
+    The oracle is configured exactly as when the fork started — changes, policy, budget and
+    memoization come from its ``run.forked`` event — and its budget counters resume from the
+    calls the tail already made.
+    """
+    events = store.read(run_id)
+    forked = next((e for e in events[:3] if isinstance(e, RunForked)), None)
+    if forked is None:
+        raise RunNotFound(f"run {run_id!r} is not a fork", run_id=run_id)
+    env = env or Environment()
+    base = load_base(forked.base_run_id, store=store, env=env)
+    oracle = ForkOracle(
+        LiveOracle(env), recording=Recording.of(base.state),
+        changes=parse_changes(forked.changes), policy=Policy.parse(forked.policy),
+        budget=Budget.parse(forked.budget), enforce_budget=not forked.ignore_budget,
+        prices=env.prices, memoize=forked.memoize, hitl=hitl)
+    state = fold(events)
+    tail = state.calls[(state.fork or {}).get("tail_from_call", 0):]
+    paid = [c for c in tail if c.label in ("live", "changed")]
+    oracle.live_calls = len(paid)
+    oracle.incurred_usd = sum(c.cost_usd or 0.0 for c in paid)
+    runner = Runner(parse_graph(forked.graph), store=store, run_id=run_id, env=env,
+                    oracle=oracle, cancel=cancel, on_event=on_event,
+                    graph_version=state.graph_version)
+    runner.state = state
     return runner
