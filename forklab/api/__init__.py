@@ -1,0 +1,1 @@
+"""REST API (Django REST framework) over forklab.runs services and queries."""

@@ -1,0 +1,26 @@
+"""ASGI entry point: HTTP through Django, websockets through Channels (``daphne``)."""
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "forklab.settings")
+
+from django.core.asgi import get_asgi_application
+
+# Initialise Django (apps, models) before importing anything that touches the ORM.
+django_asgi_app = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.urls import URLPattern  # noqa: E402
+
+websocket_urlpatterns: list[URLPattern] = []  # consumers are added with the websocket stream
+
+http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.FORKLAB_SERVE_STATIC else django_asgi_app
+
+application = ProtocolTypeRouter({
+    "http": http_app,
+    "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+})

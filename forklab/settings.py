@@ -1,0 +1,279 @@
+"""forklab settings: one module, driven by environment variables.
+
+Every variable is read through a helper that refuses a malformed value with a message naming
+the variable, so a typo fails at start-up instead of changing behaviour silently.
+
+Embedded default: SQLite at ``var/forklab.sqlite3``, in-memory channel layer. Scale-out:
+``DATABASE_URL`` (PostgreSQL) and ``REDIS_URL`` (channel layer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("FORKLAB_VAR_DIR") or BASE_DIR / "var")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def envbool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r}: expected one of 1/0, true/false, yes/no, on/off")
+
+
+def envint(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected an integer") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected an integer >= {minimum}")
+    return value
+
+
+def envlist(name: str, default: list[str] | None = None) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return list(default or [])
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def envchoice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    if raw not in choices:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected one of {', '.join(choices)}")
+    return raw
+
+
+def envjson(name: str, default: Any) -> Any:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ImproperlyConfigured(f"{name}: not valid JSON ({exc})") from None
+
+
+def envprices(name: str) -> dict[str, dict[str, float]]:
+    """``{"model": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}, ...}`` (USD per 1M tokens)."""
+    data = envjson(name, {})
+    if not isinstance(data, dict):
+        raise ImproperlyConfigured(f"{name}: expected a JSON object of model -> price")
+    prices: dict[str, dict[str, float]] = {}
+    for model, price in data.items():
+        try:
+            prices[model] = {
+                "input_per_mtok": float(price["input_per_mtok"]),
+                "output_per_mtok": float(price["output_per_mtok"]),
+            }
+        except (TypeError, KeyError, ValueError):
+            raise ImproperlyConfigured(
+                f"{name}: price of {model!r} must be an object with numeric "
+                "'input_per_mtok' and 'output_per_mtok'"
+            ) from None
+        if min(prices[model].values()) < 0:
+            raise ImproperlyConfigured(f"{name}: price of {model!r} must not be negative")
+    return prices
+
+
+# -- core ------------------------------------------------------------------------------------
+
+DEBUG = envbool("FORKLAB_DEBUG", True)
+SECRET_KEY = os.environ.get("FORKLAB_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("FORKLAB_SECRET_KEY must be set when FORKLAB_DEBUG is off")
+    SECRET_KEY = "forklab-insecure-development-key-do-not-use-in-production"
+
+ALLOWED_HOSTS = envlist("FORKLAB_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = envlist("FORKLAB_CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "channels",
+    "django_htmx",
+    "forklab.runs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "forklab.urls"
+ASGI_APPLICATION = "forklab.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# -- database --------------------------------------------------------------------------------
+
+SQLITE_OPTIONS = {
+    # BEGIN IMMEDIATE takes the write lock up front, so two appenders to one run serialize
+    # instead of both reading the same last seq (see forklab/runs/store.py).
+    "transaction_mode": "IMMEDIATE",
+    "timeout": envint("FORKLAB_SQLITE_TIMEOUT", 20, minimum=1),
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
+
+
+def _sqlite_test_name() -> str:
+    # A file (not :memory:) so threads share the test database; per-process so concurrent
+    # test runs on one machine never share one.
+    return os.environ.get("FORKLAB_TEST_SQLITE") or str(
+        VAR_DIR / f"test-forklab-{os.getpid()}.sqlite3"
+    )
+
+
+def database_from_url(url: str) -> dict[str, Any]:
+    try:
+        config: dict[str, Any] = dict(dj_database_url.parse(
+            url, conn_max_age=envint("FORKLAB_CONN_MAX_AGE", 0, minimum=0),
+            conn_health_checks=True,
+        ))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL: {exc}") from None
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        config["OPTIONS"] = {**SQLITE_OPTIONS, **config.get("OPTIONS", {})}
+        config["TEST"] = {"NAME": _sqlite_test_name()}
+    elif config["ENGINE"] == "django.db.backends.postgresql":
+        config["TEST"] = {"NAME": f"test_forklab_{os.getpid()}"}
+    return config
+
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+if DATABASE_URL:
+    DATABASES = {"default": database_from_url(DATABASE_URL)}
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "forklab.sqlite3",
+            "OPTIONS": dict(SQLITE_OPTIONS),
+            "TEST": {"NAME": _sqlite_test_name()},
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# -- channels --------------------------------------------------------------------------------
+
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # socket_timeout None: idle websockets would otherwise drop after a few seconds.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None}]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# -- auth, i18n, static ----------------------------------------------------------------------
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+# daphne serves no static files itself; the embedded mode serves them from the ASGI app.
+FORKLAB_SERVE_STATIC = envbool("FORKLAB_SERVE_STATIC", True)
+
+# -- REST API --------------------------------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "forklab API",
+    "DESCRIPTION": "Fork recorded agent-workflow runs.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# -- forklab engine --------------------------------------------------------------------------
+
+FORKLAB_PRICES = envprices("FORKLAB_PRICES")
+FORKLAB_TOOL_MODULES = envlist("FORKLAB_TOOL_MODULES")
+FORKLAB_OPENAI_BASE_URL = os.environ.get("FORKLAB_OPENAI_BASE_URL", "")
+FORKLAB_OPENAI_API_KEY = os.environ.get("FORKLAB_OPENAI_API_KEY", "")
+FORKLAB_OPENAI_TIMEOUT_S = envint("FORKLAB_OPENAI_TIMEOUT_S", 60, minimum=1)
+
+# -- logging ---------------------------------------------------------------------------------
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envchoice(
+        "FORKLAB_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+    )},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}
