@@ -1,0 +1,160 @@
+"""Runs, their event log, snapshots and usage records.
+
+``Event`` rows are the truth (append-only, ``unique(run, seq)``). Every other column of
+``Run`` is a projection of the folded state, rewritten by the store in the same transaction
+as the events it derives from, so it is never ahead of or behind the log.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from forklab.runs.models.access import Project
+from forklab.runs.models.graphs import GraphVersion
+
+USD = {"max_digits": 20, "decimal_places": 10}
+
+
+class RunKind(models.TextChoices):
+    PRIMARY = "primary"
+    SUBGRAPH = "subgraph"
+    COUNTERFACTUAL = "counterfactual"
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    CANCELLED = "cancelled"
+
+
+class Run(models.Model):
+    id = models.CharField(max_length=64, primary_key=True)  # the engine's run id
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
+    graph_version = models.ForeignKey(
+        GraphVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="runs"
+    )
+    # Denormalized from run.started so listings need no join (and survive a missing version).
+    graph_slug = models.CharField(max_length=100, blank=True, db_index=True)
+    graph_version_number = models.PositiveIntegerField(default=0)
+    run_kind = models.CharField(max_length=16, choices=RunKind.choices, default=RunKind.PRIMARY)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    label = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+
+    # Lineage (SPEC §3.10). No database constraint: a fork may be recorded before (or
+    # without) its base, e.g. when a store is filled from an exported log.
+    parent_run = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, db_constraint=False,
+        db_index=False, related_name="children",  # indexed by Meta.indexes "run_parent"
+    )
+    fork_sequence_id = models.PositiveIntegerField(null=True, blank=True)
+    fork_node_id = models.CharField(max_length=100, null=True, blank=True)
+    fork_mutations = models.JSONField(default=list, blank=True)  # wire-form changes
+    fork_group_id = models.CharField(max_length=64, null=True, blank=True, db_index=True)
+    replay_version = models.PositiveIntegerField(default=0)
+
+    input = models.JSONField(default=dict, blank=True)
+    memory = models.JSONField(default=dict, blank=True)
+    path = models.JSONField(default=list, blank=True)
+    error = models.JSONField(null=True, blank=True)
+
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost_usd = models.DecimalField(default=0, **USD)  # totals, inherited prefix included
+    incurred_cost_usd = models.DecimalField(default=0, **USD)  # what this run paid itself
+    unpriced_calls = models.PositiveIntegerField(default=0)
+
+    last_seq = models.PositiveIntegerField(default=0)  # kept after archival/compaction
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    archived = models.BooleanField(default=False)  # events deleted by retention
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        indexes = [
+            models.Index(fields=["project", "status"], name="run_project_status"),
+            models.Index(fields=["run_kind"], name="run_kind"),
+            models.Index(fields=["parent_run"], name="run_parent"),
+            models.Index(fields=["project", "-created_at"], name="run_project_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.graph_slug}@{self.graph_version_number} {self.id[:8]} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in {"completed", "failed", "blocked", "cancelled"}
+
+
+class Event(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=64, db_index=True)
+    node = models.CharField(max_length=100, null=True, blank=True)
+    occurrence = models.PositiveIntegerField(null=True, blank=True)
+    iteration = models.PositiveIntegerField(null=True, blank=True)
+    payload = models.JSONField(default=dict)
+    at = models.DateTimeField()
+    # The engine's exact float timestamp: ``at`` keeps microseconds only, and folded state
+    # (started_at, durations) must round-trip exactly.
+    timestamp = models.FloatField()
+    v = models.PositiveSmallIntegerField(default=1)  # payload schema, for upcasting
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="event_unique_run_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.type}"
+
+
+class Snapshot(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="snapshots")
+    version = models.PositiveIntegerField()  # seq of the last event folded into ``state``
+    state = models.JSONField()  # RunState.to_wire()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "version"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "version"], name="snapshot_unique_version"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}@{self.version}"
+
+
+class UsageRecord(models.Model):
+    """One model call (from ``agent.responded``): joins to runs for spend reports."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="usage")
+    seq = models.PositiveIntegerField()
+    node = models.CharField(max_length=100, blank=True)
+    role = models.CharField(max_length=100, blank=True)  # "judge", "voters[2]"
+    model = models.CharField(max_length=200)
+    label = models.CharField(max_length=16)  # reused | live | simulated | changed
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost_usd = models.DecimalField(null=True, blank=True, **USD)  # null: unpriced model
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="usage_unique_run_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.model}"
