@@ -1,0 +1,29 @@
+"""The one place the engine's Environment is built from Django settings."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from forklab.engine.environment import Environment
+from forklab.engine.providers import OpenAICompatibleProvider, PriceTable, ProviderRegistry
+from forklab.engine.tools import DEFAULT_TOOL_PREFIXES, ToolRegistry
+
+
+def build_environment() -> Environment:
+    """Providers (scripted always; openai when FORKLAB_OPENAI_BASE_URL is set), the price
+    table extended by FORKLAB_PRICES, and tools allowed under FORKLAB_TOOL_MODULES."""
+    providers = ProviderRegistry()
+    if settings.FORKLAB_OPENAI_BASE_URL:
+        providers.register(OpenAICompatibleProvider(
+            base_url=settings.FORKLAB_OPENAI_BASE_URL,
+            api_key=settings.FORKLAB_OPENAI_API_KEY or None,
+            timeout_s=float(settings.FORKLAB_OPENAI_TIMEOUT_S),
+        ))
+    # "acme.tools" allows acme.tools.send, never acme.toolsmith.*
+    extra = [p if p.endswith(".") else f"{p}." for p in settings.FORKLAB_TOOL_MODULES]
+    prefixes = [*DEFAULT_TOOL_PREFIXES, *extra]
+    return Environment(
+        providers=providers,
+        prices=PriceTable(settings.FORKLAB_PRICES),
+        tools=ToolRegistry(dict.fromkeys(prefixes)),
+    )

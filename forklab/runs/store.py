@@ -1,0 +1,314 @@
+"""The engine's Store protocol on the Django ORM (SQLite and PostgreSQL).
+
+Atomicity of ``append``: the whole append runs in one ``transaction.atomic``. On PostgreSQL
+the run row is locked with ``SELECT … FOR UPDATE`` before the last seq is read; on SQLite the
+transaction is ``BEGIN IMMEDIATE`` (settings), which takes the database write lock up front.
+Either way two concurrent appenders serialize and the second sees the first's seq and gets
+:class:`SeqConflictError`. ``unique(run, seq)`` is the backstop: an ``IntegrityError`` (two
+first appends racing to create the run row, or a bypassed lock) becomes the same error.
+
+Projection: the run row's columns (status, memory, path, totals, lineage, …) are rewritten in
+the same transaction from the state folded through the new events. The state before the
+append comes from a per-store cache of each open run's state (installed only once the
+transaction commits) or, on a cache miss, from the newest snapshot plus the events after it
+— the whole log is not refolded on every append.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import Max, Min
+
+from forklab.engine.errors import EventGapError, GraphNotFound, RunNotFound, SeqConflictError
+from forklab.engine.events import AgentResponded, AnyEvent, Event, RunForked, RunStarted, from_wire
+from forklab.engine.graph import GraphSpec, parse_graph
+from forklab.engine.reducers import check_next, evolve
+from forklab.engine.state import RunState
+from forklab.engine.store import check_append, graph_hash
+from forklab.runs import models as m
+
+DEFAULT_PROJECT_SLUG = "default"
+_EVENT_FIELDS = ("seq", "type", "v", "node", "occurrence", "iteration", "payload", "timestamp")
+
+
+def default_project(*, using: str = "default") -> m.Project:
+    project, _ = m.Project.objects.using(using).get_or_create(
+        slug=DEFAULT_PROJECT_SLUG, defaults={"name": "Default"}
+    )
+    return project
+
+
+def _dt(ts: float | None) -> datetime | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC)
+
+
+def _usd(value: float | None) -> Decimal | None:
+    return None if value is None else Decimal(repr(round(value, 10)))
+
+
+class DjangoStore:
+    """A :class:`forklab.engine.store.Store` backed by the ORM.
+
+    ``project`` scopes graphs (and ``run_ids``) and is the project new runs are created in
+    (a counterfactual run with no explicit project joins its base run's project); when None,
+    the ``default`` project is used. ``using`` names the database alias.
+    """
+
+    def __init__(self, project: m.Project | None = None, *, using: str = "default",
+                 created_by: AbstractBaseUser | None = None) -> None:
+        self._project = project
+        self._explicit_project = project is not None
+        self.using = using
+        self.created_by = created_by
+        self._states: dict[str, RunState] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def project(self) -> m.Project:
+        if self._project is None:
+            self._project = default_project(using=self.using)
+        return self._project
+
+    def _runs(self) -> Any:
+        return m.Run.objects.using(self.using)
+
+    def _events(self) -> Any:
+        return m.Event.objects.using(self.using)
+
+    # -- events ----------------------------------------------------------------------------
+    def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> None:
+        """Append atomically after ``expected_seq`` and update the run row's projection."""
+        events = list(events)
+        try:
+            with transaction.atomic(using=self.using):
+                run = self._runs().select_for_update().filter(pk=run_id).first()
+                check_append(run_id, events, expected_seq, run.last_seq if run else 0)
+                if not events:
+                    return
+                state = self._state_at(run_id, expected_seq)
+                for event in events:
+                    check_next(state, event)  # type: ignore[arg-type]
+                    evolve(state, event)  # type: ignore[arg-type]
+                if run is None:
+                    run = self._new_run(run_id, state)
+                self._insert(run, events)
+                self._project_row(run, state, events)
+                transaction.on_commit(lambda: self._remember(state), using=self.using)
+        except IntegrityError:
+            raise SeqConflictError(
+                f"append to run {run_id!r} after seq {expected_seq} lost a race with another "
+                "writer; re-read the log and retry",
+                run_id=run_id, expected_seq=expected_seq,
+            ) from None
+
+    def read(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[AnyEvent]:
+        rows = self._events().filter(run_id=run_id, seq__gt=after)
+        if upto is not None:
+            rows = rows.filter(seq__lte=upto)
+        return [
+            from_wire({"seq": seq, "type": type_, "v": v, "node": node, "occurrence": occ,
+                       "iteration": it, "payload": payload, "at": ts}, run_id=run_id)
+            for seq, type_, v, node, occ, it, payload, ts
+            in rows.order_by("seq").values_list(*_EVENT_FIELDS)
+        ]
+
+    def last_seq(self, run_id: str) -> int:
+        value = self._runs().filter(pk=run_id).values_list("last_seq", flat=True).first()
+        return int(value or 0)
+
+    def run_ids(self) -> list[str]:
+        runs = self._runs()
+        if self._explicit_project:
+            runs = runs.filter(project=self.project)
+        return list(runs.order_by("created_at", "id").values_list("id", flat=True))
+
+    # -- the projection --------------------------------------------------------------------
+    def _state_at(self, run_id: str, version: int) -> RunState:
+        """The run's folded state at ``version``, owned by the caller (mutate freely)."""
+        with self._lock:
+            cached = self._states.pop(run_id, None)
+        if cached is not None and cached.version == version:
+            return cached
+        if version == 0:
+            return RunState()
+        snapshot = (m.Snapshot.objects.using(self.using)
+                    .filter(run_id=run_id, version__lte=version).order_by("-version").first())
+        state = RunState.from_wire(snapshot.state) if snapshot else RunState()
+        for event in self.read(run_id, after=state.version, upto=version):
+            check_next(state, event)
+            evolve(state, event)
+        if state.version != version:
+            raise EventGapError(
+                f"run {run_id!r} cannot be rebuilt to seq {version}: its events were archived "
+                "or compacted without a covering snapshot; it takes no further events",
+                run_id=run_id,
+            )
+        return state
+
+    def _remember(self, state: RunState) -> None:
+        if state.finished:  # finished runs take no more appends; keep the cache small
+            return
+        with self._lock:
+            self._states[state.run_id] = state
+
+    def _new_run(self, run_id: str, state: RunState) -> m.Run:
+        run = m.Run(id=run_id, project=self._project_for(state), created_by=self.created_by)
+        run.save(using=self.using, force_insert=True)
+        return run
+
+    def _project_for(self, state: RunState) -> m.Project:
+        if not self._explicit_project and state.parent_run_id:
+            parent = self._runs().filter(pk=state.parent_run_id).select_related("project").first()
+            if parent is not None:
+                return parent.project
+        return self.project
+
+    def _insert(self, run: m.Run, events: list[Event]) -> None:
+        self._events().bulk_create([
+            m.Event(run=run, seq=e.seq, type=e.type, node=e.node, occurrence=e.occurrence,
+                    iteration=e.iteration, payload=e.payload(), at=_dt(e.at),
+                    timestamp=e.at, v=e.SCHEMA)
+            for e in events
+        ])
+        usage = [
+            m.UsageRecord(
+                run=run, seq=e.seq, node=e.node or "",
+                role="" if e.role is None else (e.role if e.index is None
+                                                 else f"{e.role}[{e.index}]"),
+                model=e.model, label=e.label, input_tokens=e.input_tokens,
+                output_tokens=e.output_tokens, cost_usd=_usd(e.cost_usd), created_at=_dt(e.at),
+            )
+            for e in events if isinstance(e, AgentResponded)
+        ]
+        if usage:
+            m.UsageRecord.objects.using(self.using).bulk_create(usage)
+
+    def _project_row(self, run: m.Run, state: RunState, events: list[Event]) -> None:
+        fields = project_state(run, state)
+        for event in events:
+            if isinstance(event, RunStarted):
+                run.graph_version = self._graph_version(run.project_id, state)
+                fields.append("graph_version")
+            elif isinstance(event, RunForked):
+                run.fork_mutations = list(event.changes)
+                fields.append("fork_mutations")
+        run.save(using=self.using, update_fields=fields)
+
+    def _graph_version(self, project_id: int, state: RunState) -> m.GraphVersion | None:
+        return (m.GraphVersion.objects.using(self.using)
+                .filter(graph__project_id=project_id, graph__graph_id=state.graph_id,
+                        version=state.graph_version).first())
+
+    # -- graphs ----------------------------------------------------------------------------
+    def save_graph(self, graph: GraphSpec) -> int:
+        spec_hash = graph_hash(graph)
+        with transaction.atomic(using=self.using):
+            row, _ = m.Graph.objects.using(self.using).get_or_create(
+                project=self.project, graph_id=graph.id, defaults={"name": graph.name})
+            row = m.Graph.objects.using(self.using).select_for_update().get(pk=row.pk)
+            latest = row.versions.order_by("-version").first()
+            if latest is not None and latest.spec_hash == spec_hash:
+                return int(latest.version)
+            version = (latest.version if latest else 0) + 1
+            m.GraphVersion.objects.using(self.using).create(
+                graph=row, version=version, spec=graph.to_wire(), spec_hash=spec_hash)
+            if graph.name and graph.name != row.name:
+                row.name = graph.name
+                row.save(using=self.using, update_fields=["name"])
+            return version
+
+    def load_graph(self, graph_id: str, version: int | None = None) -> GraphSpec:
+        versions = m.GraphVersion.objects.using(self.using).filter(
+            graph__project=self.project, graph__graph_id=graph_id)
+        row = (versions.order_by("-version").first() if version is None
+               else versions.filter(version=version).first())
+        if row is None:
+            raise GraphNotFound(
+                f"no graph {graph_id!r} version {version or 'latest'} in project "
+                f"{self.project.slug!r}; known versions: {self.graph_versions(graph_id) or 'none'}",
+                graph=graph_id, version=version,
+            )
+        return parse_graph(row.spec)
+
+    def graph_versions(self, graph_id: str) -> list[int]:
+        return list(m.GraphVersion.objects.using(self.using)
+                    .filter(graph__project=self.project, graph__graph_id=graph_id)
+                    .order_by("version").values_list("version", flat=True))
+
+    # -- snapshots, compaction, retention --------------------------------------------------
+    def save_snapshot(self, run_id: str, state: RunState) -> None:
+        with transaction.atomic(using=self.using):
+            run = self._runs().filter(pk=run_id).first() or self._new_run(run_id, state)
+            m.Snapshot.objects.using(self.using).update_or_create(
+                run=run, version=state.version, defaults={"state": state.to_wire()})
+
+    def load_snapshot(self, run_id: str, version: int | None = None) -> RunState | None:
+        rows = m.Snapshot.objects.using(self.using).filter(run_id=run_id)
+        row = (rows.order_by("-version").first() if version is None
+               else rows.filter(version=version).first())
+        return None if row is None else RunState.from_wire(row.state)
+
+    def snapshot_versions(self, run_id: str) -> list[int]:
+        return list(m.Snapshot.objects.using(self.using).filter(run_id=run_id)
+                    .order_by("version").values_list("version", flat=True))
+
+    def compact(self, run_id: str, upto: int) -> None:
+        with transaction.atomic(using=self.using):
+            newest = (m.Snapshot.objects.using(self.using).filter(run_id=run_id)
+                      .aggregate(v=Max("version"))["v"])
+            if newest is None or newest < upto:
+                raise RunNotFound(
+                    f"run {run_id!r} has no snapshot at or after seq {upto}; "
+                    "save one before compacting",
+                    run_id=run_id,
+                )
+            self._events().filter(run_id=run_id, seq__lte=upto).delete()
+
+    def archive(self, run_id: str) -> None:
+        with transaction.atomic(using=self.using):
+            self._events().filter(run_id=run_id).delete()
+            self._runs().filter(pk=run_id).update(archived=True)
+        with self._lock:
+            self._states.pop(run_id, None)
+
+    def first_seq(self, run_id: str) -> int:
+        value = self._events().filter(run_id=run_id).aggregate(s=Min("seq"))["s"]
+        return int(value or 0)
+
+
+def project_state(run: m.Run, state: RunState) -> list[str]:
+    """Copy the folded ``state`` onto ``run``'s columns; returns the field names set."""
+    fork = state.fork or {}
+    values: dict[str, Any] = {
+        "status": state.status, "last_seq": state.version, "label": state.label,
+        "run_kind": state.run_kind, "replay_version": state.replay_version,
+        "graph_slug": state.graph_id, "graph_version_number": state.graph_version,
+        "parent_run_id": fork.get("base_run_id") or state.parent_run_id,
+        "fork_sequence_id": fork.get("fork_sequence_id"),
+        "fork_node_id": fork.get("fork_node_id"), "fork_group_id": fork.get("fork_group_id"),
+        "input": state.input, "memory": state.memory, "path": state.path(),
+        "error": state.error, "input_tokens": state.input_tokens,
+        "output_tokens": state.output_tokens, "cost_usd": _usd(state.cost_usd),
+        "incurred_cost_usd": _usd(incurred_cost(state)),
+        "unpriced_calls": state.unpriced_calls,
+        "started_at": _dt(state.started_at), "finished_at": _dt(state.finished_at),
+    }
+    for name, value in values.items():
+        setattr(run, name, value)
+    return list(values)
+
+
+def incurred_cost(state: RunState) -> float:
+    """What the run paid itself: calls that ran for real (a fork's inherited prefix excluded)."""
+    start = int((state.fork or {}).get("tail_from_call", 0))
+    return sum(
+        call.cost_usd or 0.0 for call in state.calls[start:]
+        if call.label in ("live", "changed")
+    )
