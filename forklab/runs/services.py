@@ -1,0 +1,168 @@
+"""Use cases: the only code that changes forklab's data (views, API and commands call these).
+
+Keyword-only and typed. Recording a run is deliberately *not* one transaction: every event is
+its own atomic append (see ``forklab.runs.store``), so a crash loses nothing already recorded
+and readers see the run progress.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from forklab.engine.graph import GraphSpec, load_graph
+from forklab.engine.oracle import HumanAnswer
+from forklab.engine.recording import run_recorded
+from forklab.engine.scenarios import SCENARIOS, Scenario
+from forklab.runs.engine_env import build_environment
+from forklab.runs.errors import InvalidArgument, NotFound
+from forklab.runs.models import GraphVersion, Membership, Project, Role, Run, RunKind
+from forklab.runs.store import DEFAULT_PROJECT_SLUG, DjangoStore
+
+DEMO_PROJECT = "demo"
+HUMAN_DECISIONS = ("approved", "rejected", "edited")
+
+
+@dataclass(frozen=True)
+class GraphSource:
+    """A graph to record: a named demo scenario (with its default input) or a file."""
+
+    graph: GraphSpec
+    scenario: Scenario | None = None
+
+    @property
+    def default_input(self) -> dict[str, Any]:
+        return dict(self.scenario.input) if self.scenario else {}
+
+
+def resolve_graph(source: str) -> GraphSource:
+    """A scenario name, or a path to a ``.json``/``.yaml``/``.yml`` graph file (validated)."""
+    if source in SCENARIOS:
+        scenario = SCENARIOS[source]
+        return GraphSource(graph=scenario.graph(), scenario=scenario)
+    path = Path(source)
+    if path.suffix in (".json", ".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise NotFound(f"graph file {source!r} does not exist", path=source)
+        return GraphSource(graph=load_graph(path))
+    raise NotFound(
+        f"{source!r} is neither a scenario nor a graph file; scenarios: {', '.join(SCENARIOS)}",
+        source=source,
+    )
+
+
+def parse_input(text: str | None) -> dict[str, Any] | None:
+    """``--input`` JSON: an object, or None when not given."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"--input is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"--input must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def ensure_project(*, slug: str, name: str | None = None) -> Project:
+    project, _ = Project.objects.get_or_create(slug=slug, defaults={"name": name or slug})
+    return project
+
+
+def project_for_recording(slug: str) -> Project:
+    """The project to record into: ``default`` is created on demand, others must exist."""
+    if slug == DEFAULT_PROJECT_SLUG:
+        return ensure_project(slug=slug, name="Default")
+    project = Project.objects.filter(slug=slug).first()
+    if project is None:
+        known = ", ".join(Project.objects.values_list("slug", flat=True)) or "none"
+        raise NotFound(f"no project {slug!r}; projects: {known}", project=slug)
+    return project
+
+
+def install_graph(*, project: Project, graph: GraphSpec) -> GraphVersion:
+    """Store ``graph`` in ``project``: the existing version if unchanged, else a new one."""
+    version = DjangoStore(project).save_graph(graph)
+    return GraphVersion.objects.select_related("graph").get(
+        graph__project=project, graph__graph_id=graph.id, version=version
+    )
+
+
+def record_run(
+    *,
+    project: Project,
+    graph: GraphSpec,
+    input: dict[str, Any],
+    label: str = "",
+    user: AbstractBaseUser | None = None,
+    human_decision: str | None = None,
+) -> Run:
+    """Execute ``graph`` on ``input`` recording every event into the database.
+
+    ``human_decision`` answers approval gates as they arise; without it the run pauses at
+    the first gate (status ``paused``). Returns the run row (its projection is current).
+    """
+    if human_decision is not None and human_decision not in HUMAN_DECISIONS:
+        raise InvalidArgument(
+            f"unknown decision {human_decision!r}; expected one of {', '.join(HUMAN_DECISIONS)}"
+        )
+    hitl = None
+    if human_decision is not None:
+        decision = human_decision
+        hitl = lambda _question: HumanAnswer(decision=decision)  # noqa: E731
+    store = DjangoStore(project, created_by=user)
+    recorded = run_recorded(graph, input, store=store, env=build_environment(), label=label,
+                            hitl=hitl)
+    return Run.objects.select_related("project").get(pk=recorded.run_id)
+
+
+@dataclass
+class DemoResult:
+    project: Project
+    recorded: dict[str, str] = field(default_factory=dict)  # scenario -> new run id
+    existing: dict[str, str] = field(default_factory=dict)  # scenario -> run id kept
+
+
+def ensure_demo_user(*, project: Project, username: str = "demo",
+                     password: str = "demo") -> AbstractBaseUser:
+    """A non-superuser demo login, admin of ``project``; an existing password is kept."""
+    user_model = get_user_model()
+    with transaction.atomic():
+        user, created = user_model.objects.get_or_create(username=username)
+        if created:
+            user.set_password(password)
+            user.save(update_fields=["password"])
+        for member_of in (project, ensure_project(slug=DEFAULT_PROJECT_SLUG, name="Default")):
+            Membership.objects.update_or_create(
+                user=user, project=member_of, defaults={"role": Role.ADMIN})
+    return user
+
+
+def install_demo() -> DemoResult:
+    """Project ``demo``, user ``demo``/``demo``, the scenario graphs and one run of each.
+
+    Idempotent: a scenario that already has a primary run in the project is not recorded
+    again (so a second call records nothing).
+    """
+    project = ensure_project(slug=DEMO_PROJECT, name="Demo")
+    user = ensure_demo_user(project=project)
+    result = DemoResult(project=project)
+    for name, scenario in SCENARIOS.items():
+        graph = scenario.graph()
+        install_graph(project=project, graph=graph)
+        existing = (Run.objects.filter(project=project, graph_slug=graph.id,
+                                       run_kind=RunKind.PRIMARY)
+                    .order_by("created_at").values_list("id", flat=True).first())
+        if existing is not None:
+            result.existing[name] = existing
+            continue
+        run = record_run(project=project, graph=graph, input=dict(scenario.input),
+                         label="demo", user=user, human_decision=scenario.hitl_decision)
+        result.recorded[name] = run.id
+    return result

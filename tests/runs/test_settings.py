@@ -1,0 +1,74 @@
+"""Settings helpers refuse malformed environment values; the engine environment is built
+from settings in one place."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from forklab import settings as forklab_settings
+from forklab.engine.errors import ToolResolutionError
+from forklab.engine.providers import OpenAICompatibleProvider
+from forklab.runs.engine_env import build_environment
+
+
+@pytest.mark.parametrize(("helper", "value", "fragment"), [
+    (lambda: forklab_settings.envbool("X", False), "maybe", "expected one of 1/0"),
+    (lambda: forklab_settings.envint("X", 1), "ten", "expected an integer"),
+    (lambda: forklab_settings.envint("X", 1, minimum=1), "0", ">= 1"),
+    (lambda: forklab_settings.envjson("X", {}), "{nope", "not valid JSON"),
+    (lambda: forklab_settings.envprices("X"), "[1]", "JSON object"),
+    (lambda: forklab_settings.envprices("X"), '{"m": {"input_per_mtok": 1}}', "'m'"),
+    (lambda: forklab_settings.envprices("X"),
+     '{"m": {"input_per_mtok": -1, "output_per_mtok": 1}}', "negative"),
+    (lambda: forklab_settings.envchoice("X", "INFO", ("INFO",)), "LOUD", "expected one of"),
+])
+def test_a_malformed_environment_value_fails_loudly_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, helper: object, value: str, fragment: str,
+) -> None:
+    monkeypatch.setenv("X", value)
+    with pytest.raises(ImproperlyConfigured) as info:
+        helper()  # type: ignore[operator]
+    assert str(info.value).startswith("X") and fragment in str(info.value)
+
+
+def test_well_formed_values_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("B", "yes")
+    monkeypatch.setenv("L", " a, b ,,c ")
+    monkeypatch.setenv("P", '{"m": {"input_per_mtok": 1, "output_per_mtok": "2.5"}}')
+    assert forklab_settings.envbool("B", False) is True
+    assert forklab_settings.envlist("L") == ["a", "b", "c"]
+    assert forklab_settings.envprices("P") == {"m": {"input_per_mtok": 1.0,
+                                                     "output_per_mtok": 2.5}}
+
+
+def test_a_postgres_url_gets_a_per_process_test_database() -> None:
+    config = forklab_settings.database_from_url("postgres://u@db.example:5432/forklab")
+    assert config["ENGINE"] == "django.db.backends.postgresql"
+    assert config["NAME"] == "forklab" and config["TEST"]["NAME"].startswith("test_forklab_")
+
+
+def test_a_sqlite_url_keeps_immediate_transactions() -> None:
+    config = forklab_settings.database_from_url("sqlite:////tmp/x.sqlite3")
+    assert config["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
+
+
+def test_the_default_environment_is_offline_with_the_default_prices() -> None:
+    env = build_environment()
+    assert env.providers.names() == ["scripted"]
+    assert env.prices.is_priced("scripted-small") and not env.prices.is_priced("my-model")
+
+
+@override_settings(
+    FORKLAB_OPENAI_BASE_URL="http://127.0.0.1:9/v1", FORKLAB_OPENAI_API_KEY="k",
+    FORKLAB_PRICES={"my-model": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}},
+    FORKLAB_TOOL_MODULES=["acme.tools"],
+)
+def test_settings_register_openai_prices_and_tool_modules() -> None:
+    env = build_environment()
+    assert isinstance(env.providers.get("openai"), OpenAICompatibleProvider)
+    assert env.prices.cost("my-model", 1_000_000, 1_000_000) == pytest.approx(3.0)
+    assert "acme.tools." in env.tools.allowed_prefixes
+    with pytest.raises(ToolResolutionError):
+        env.tools.resolve("acme.toolsmith.steal")
