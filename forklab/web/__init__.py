@@ -1,0 +1,1 @@
+"""Server-rendered pages (Django templates + htmx). Reads through forklab.runs.queries."""
