@@ -12,7 +12,9 @@ run has while it executes and the state rebuilt from its log are the same by con
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import gc
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import assert_never
 
 from forklab.engine.canonical import merge_patch
@@ -67,10 +69,30 @@ def fold(events: Iterable[AnyEvent], state: RunState | None = None) -> RunState:
     ``state`` is updated in place and returned; omit it to start from an empty state.
     """
     state = RunState() if state is None else state
-    for event in events:
-        check_next(state, event)
-        evolve(state, event)
+    with _collector_paused():
+        for event in events:
+            check_next(state, event)
+            evolve(state, event)
     return state
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the duration of a fold.
+
+    A fold allocates many small containers that all stay alive (executions, action records,
+    calls), so with the collector on, a long log triggers repeated collections that re-scan
+    the whole heap — about half of a 100k-event fold. Reference counting still frees
+    everything as usual; only cycle detection is deferred until the fold ends. A collector
+    that was already off stays off.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _current(state: RunState, event: AnyEvent) -> Execution:
@@ -96,24 +118,13 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
     """Apply one event to ``state`` (in place) and return it. One branch per event type."""
     state.version = event.seq
     match event:
-        case RunStarted():
-            state.run_id = event.run_id
-            state.status = "running"
-            state.graph_id, state.graph_version = event.graph_id, event.graph_version
-            state.graph_hash, state.run_kind = event.graph_hash, event.run_kind
-            state.replay_version, state.label = event.replay_version, event.label
-            state.parent_run_id = event.parent_run_id
-            state.input = dict(event.input)
-            state.memory = dict(event.input)
-            state.frontier = [event.start]
-            state.started_at = event.at
-        case RunForked():
-            _apply_fork(state, event)
-        case ChangeApplied():
-            if event.change.get("kind") == "input_patch":
-                state.input = merge_patch(state.input, event.change["patch"])
+        # Most frequent first: event classes are disjoint, so the order only changes speed.
+        case MemoryWritten():
+            _memory_written(state, event)
         case NodeStarted():
             _start_node(state, event)
+        case NodeCompleted():
+            _complete_node(state, event)
         case AgentRequested():
             _current(state, event).actions.append(
                 {"type": "agent", "seq": event.seq, "request_hash": event.request_hash,
@@ -134,6 +145,27 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
             state.calls.append(Call(seq=event.seq, node=current.node,
                                     occurrence=current.occurrence, kind="tool",
                                     label=event.label, cost_usd=0.0))
+        case RouteDecided():
+            current = _current(state, event)
+            current.route = event.to
+            current.actions.append({"type": "route", "seq": event.seq, "to": event.to,
+                                    "reason": event.reason, "label": event.label})
+        case RunStarted():
+            state.run_id = event.run_id
+            state.status = "running"
+            state.graph_id, state.graph_version = event.graph_id, event.graph_version
+            state.graph_hash, state.run_kind = event.graph_hash, event.run_kind
+            state.replay_version, state.label = event.replay_version, event.label
+            state.parent_run_id = event.parent_run_id
+            state.input = dict(event.input)
+            state.memory = dict(event.input)
+            state.frontier = [event.start]
+            state.started_at = event.at
+        case RunForked():
+            _apply_fork(state, event)
+        case ChangeApplied():
+            if event.change.get("kind") == "input_patch":
+                state.input = merge_patch(state.input, event.change["patch"])
         case HumanRequested():
             state.status = "paused"
             state.pending_human = {"node": event.node, "prompt": event.prompt,
@@ -152,13 +184,6 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
             state.calls.append(Call(seq=event.seq, node=current.node,
                                     occurrence=current.occurrence, kind="human",
                                     label=event.label, cost_usd=0.0))
-        case RouteDecided():
-            current = _current(state, event)
-            current.route = event.to
-            current.actions.append({"type": "route", "seq": event.seq, "to": event.to,
-                                    "reason": event.reason, "label": event.label})
-        case MemoryWritten():
-            _memory_written(state, event)
         case EffectSuppressed():
             state.suppressed_effects.append(
                 {"node": event.node, "inputs": event.inputs, "reason": event.reason}
@@ -174,8 +199,6 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
                 {"node": event.node, "store": event.store, "key": event.key,
                  "value": event.value}
             )
-        case NodeCompleted():
-            _complete_node(state, event)
         case NodeFailed():
             current = _current(state, event)
             current.status, current.end_seq = "failed", event.seq
