@@ -97,6 +97,8 @@ class RunForked(Event):
     budget: dict[str, Any] = field(default_factory=dict)
     memoize: bool = False
     ignore_budget: bool = False
+    estimate: dict[str, Any] = field(default_factory=dict)
+    point: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

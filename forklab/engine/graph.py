@@ -101,9 +101,23 @@ class AgentNode(_NodeBase):
     kind: Literal["agent"] = "agent"
     agent: AgentRef | None = None
     roles: dict[str, RoleSpec] | None = None
+    role_order: list[str] | None = Field(
+        default=None,
+        description="Order the roles run in; defaults to the order of 'roles' as written. "
+        "Stored explicitly because JSON object order does not survive every database.",
+    )
     prompt: str = ""
     choices: list[str] | None = None
     output: Literal["text", "json"] = "text"
+
+    def model_post_init(self, __context: Any) -> None:
+        if self.roles and self.role_order is None:
+            object.__setattr__(self, "role_order", list(self.roles))
+
+    def ordered_roles(self) -> list[tuple[str, RoleSpec]]:
+        """Roles in execution order."""
+        roles = self.roles or {}
+        return [(name, roles[name]) for name in (self.role_order or list(roles))]
 
 
 class ToolNode(_NodeBase):
@@ -293,6 +307,12 @@ def _check_agent_node(node: AgentNode, where: str) -> None:
                 node=node.id, field="writes",
             )
         return
+    if sorted(node.role_order or []) != sorted(node.roles):
+        raise GraphValidationError(
+            f"{where}, field 'role_order': must list each role once "
+            f"({', '.join(node.roles)}); got {node.role_order}",
+            node=node.id, field="role_order",
+        )
     for name, role in node.roles.items():
         bad = [i for i in role.instances if not 0 <= i < role.count]
         if bad:

@@ -137,7 +137,7 @@ def _agent_node(runner: Runner, node: AgentNode, call: NodeCall) -> str | None:
         _write(runner, call, node.writes[0], _output_value(node, text), tainted)
         return None
     transcript: list[str] = []
-    for name, role in (node.roles or {}).items():
+    for name, role in node.ordered_roles():
         messages = [user]
         if transcript:
             messages = [user, {"role": "user", "content": "Answers so far:\n" + "\n".join(transcript)}]
@@ -312,6 +312,10 @@ def replay_memo(runner: Runner, call: NodeCall, recorded: Execution) -> str | No
                 input_tokens=action["input_tokens"], output_tokens=action["output_tokens"],
                 cost_usd=action["cost_usd"], latency_ms=0.0, label="reused",
                 request_hash=action["request_hash"])
+        elif kind == "tool":  # what the tool was called with, so the guard can match it later
+            runner._envelope_emit(ToolCalled, call, tool=action["tool"],
+                                  effect=getattr(runner.graph.node(call.node), "effect", "read"),
+                                  args=action["args"], args_hash=action["args_hash"])
         elif kind == "tool_result":
             runner._envelope_emit(ToolReturned, call, result=action["result"], label="reused")
         elif kind == "human":

@@ -357,6 +357,14 @@ def _complete_node(state: RunState, event: NodeCompleted) -> None:
 
 def _interrupt_node(state: RunState, event: NodeInterrupted) -> None:
     current = _current(state, event)
+    # The interrupted attempt's calls leave the totals: the re-execution records them again
+    # (served back as ``reused``), and a call must count once.
+    state.input_tokens -= current.input_tokens
+    state.output_tokens -= current.output_tokens
+    state.cost_usd -= current.cost_usd
+    state.unpriced_calls -= sum(1 for c in state.calls
+                                if c.seq > current.start_seq and c.cost_usd is None)
+    state.calls = [c for c in state.calls if c.seq <= current.start_seq]
     state.pending_writes, state.pending_deletes, state.pending_taint = {}, [], {}
     state.pending_human = None
     state.status = "running"

@@ -131,7 +131,13 @@ def test_a_resumed_run_pays_for_each_model_call_once(tmp_path: Path) -> None:
     store, resumed = resume(db, appended)
 
     reference = uninterrupted("panel-vote")
-    paid = [c for c in resumed.state.calls if c.label == "live"]
+    # Across the whole log (the killed attempt included) each call was paid exactly once ...
+    paid = [e for e in store.read(resumed.run_id)
+            if e.type == "agent.responded" and e.label == "live"]
     assert len(paid) == len(reference.state.calls)
-    assert sum(c.cost_usd or 0.0 for c in paid) == pytest.approx(reference.state.cost_usd)
+    assert sum(e.cost_usd or 0.0 for e in paid) == pytest.approx(reference.state.cost_usd)
+    # ... and the folded totals count each call once, as if nothing had been interrupted.
+    assert len(resumed.state.calls) == len(reference.state.calls)
+    assert resumed.state.cost_usd == pytest.approx(reference.state.cost_usd)
+    assert resumed.state.input_tokens == reference.state.input_tokens
     store.close()

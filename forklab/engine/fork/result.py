@@ -148,3 +148,34 @@ def fork(
                       on_event=on_event, cancel=cancel)
     return result_of(plan, runner.state, run_id=runner.run_id, label=label,
                      fork_group_id=fork_group_id, scorer=scorer)
+
+
+def load_fork_result(run_id: str, *, store: Store, env: Environment | None = None,
+                     scorer: Callable[[RunState], float] | None = None) -> ForkResult:
+    """Rebuild a stored fork's result (diff against its base) from the two logs."""
+    from forklab.engine.errors import RunNotFound
+    from forklab.engine.events import RunForked
+    from forklab.engine.fork.core import load_base
+    from forklab.engine.reducers import fold
+
+    events = store.read(run_id)
+    forked = next((e for e in events[:3] if isinstance(e, RunForked)), None)
+    if forked is None:
+        raise RunNotFound(f"run {run_id!r} is not a fork", run_id=run_id)
+    state = fold(events)
+    base = load_base(forked.base_run_id, store=store, env=env)
+    point = base.index.point_at(forked.fork_sequence_id) or ForkPoint(
+        seq=forked.fork_sequence_id, node=forked.fork_node_id, occurrence=None, iteration=None)
+    est = forked.estimate
+    estimate = Estimate(live_calls=int(est.get("live_calls", 0)), tokens=int(est.get("tokens", 0)),
+                        cost_usd=float(est.get("cost_usd", 0.0)),
+                        events_reused=forked.fork_sequence_id)
+    prefix = RunState.from_wire(forked.prefix_state)
+    diff = diff_runs(base.state, state, scorer=scorer, changes=_describe(forked.changes))
+    return ForkResult(
+        run_id=run_id, base_run_id=base.run_id, fork_sequence_id=forked.fork_sequence_id,
+        fork_node_id=forked.fork_node_id, state=state, base_state=base.state,
+        prefix_state=prefix, diff=diff, changes=list(forked.changes), estimate=estimate,
+        point=point, effective_fork_sequence_id=prefix.version, store=store,
+        warnings=list(est.get("warnings", [])), label=state.label,
+        fork_group_id=forked.fork_group_id)
