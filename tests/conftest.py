@@ -11,6 +11,8 @@ PostgreSQL in one pytest run. Tests needing it are marked ``postgres`` and skipp
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -34,3 +36,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("postgres") is not None:
             item.add_marker(requires_postgres)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """Before the test databases are dropped, end PostgreSQL sessions that threads opened.
+
+    Django keeps one connection per thread and never closes those of finished threads
+    (the store contract's concurrency test appends from threads); PostgreSQL refuses to drop
+    a database that still has sessions.
+    """
+    yield
+    with django_db_blocker.unblock():
+        for alias in connections:
+            connection = connections[alias]
+            if connection.vendor != "postgresql":
+                continue
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )

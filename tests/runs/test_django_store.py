@@ -207,3 +207,21 @@ def test_archiving_keeps_the_run_row_and_refuses_further_appends() -> None:
     assert run.archived and run.last_seq == 2
     with pytest.raises(EventGapError):
         DjangoStore().append("r1", [written("r1", 3)], expected_seq=2)
+
+
+@pytest.mark.django_db
+def test_a_fork_through_the_engine_lands_with_lineage_and_its_own_spend() -> None:
+    from forklab.engine.fork import change, fork
+
+    store = DjangoStore(Project.objects.create(slug="team", name="Team"))
+    base = record("research-write", store)
+    result = fork(base.run_id, at={"before_node": "write"}, store=store, label="brief",
+                  change=change.prompt("write", "Be brief."))
+    row = Run.objects.get(pk=result.run_id)
+    assert (row.run_kind, row.parent_run_id, row.label) == ("counterfactual", base.run_id, "brief")
+    assert (row.fork_sequence_id, row.fork_node_id) == (result.fork_sequence_id, "write")
+    assert row.fork_mutations == [{"kind": "prompt", "target": "write",
+                                   "system_prompt": "Be brief."}]
+    assert float(row.incurred_cost_usd) == pytest.approx(result.incurred_cost_usd, abs=1e-9)
+    assert row.cost_usd > row.incurred_cost_usd  # the prefix's spend is inherited
+    assert_row_matches_state(row, store)
