@@ -225,3 +225,12 @@ def test_a_fork_through_the_engine_lands_with_lineage_and_its_own_spend() -> Non
     assert float(row.incurred_cost_usd) == pytest.approx(result.incurred_cost_usd, abs=1e-9)
     assert row.cost_usd > row.incurred_cost_usd  # the prefix's spend is inherited
     assert_row_matches_state(row, store)
+
+
+@pytest.mark.django_db
+def test_deleting_a_project_takes_its_graphs_runs_and_events_with_it() -> None:
+    project = Project.objects.create(slug="gone", name="Gone")
+    recorded = record("diamond", DjangoStore(project))
+    project.delete()
+    assert not Run.objects.filter(pk=recorded.run_id).exists()
+    assert not Event.objects.filter(run_id=recorded.run_id).exists()

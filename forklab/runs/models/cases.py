@@ -19,7 +19,7 @@ class Case(models.Model):
         Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="cases"
     )
     graph_version = models.ForeignKey(
-        GraphVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="cases"
+        GraphVersion, null=True, blank=True, on_delete=models.RESTRICT, related_name="cases"
     )
     input = models.JSONField(default=dict, blank=True)
     changes = models.JSONField(default=list, blank=True)

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from forklab.engine.state import FINISHED_STATUSES
 from forklab.runs.models.access import Project
 from forklab.runs.models.graphs import GraphVersion
 
@@ -36,8 +37,9 @@ class RunStatus(models.TextChoices):
 class Run(models.Model):
     id = models.CharField(max_length=64, primary_key=True)  # the engine's run id
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
+    # RESTRICT: a version cannot go while runs use it, unless its project is deleted whole.
     graph_version = models.ForeignKey(
-        GraphVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="runs"
+        GraphVersion, null=True, blank=True, on_delete=models.RESTRICT, related_name="runs"
     )
     # Denormalized from run.started so listings need no join (and survive a missing version).
     graph_slug = models.CharField(max_length=100, blank=True, db_index=True)
@@ -93,7 +95,7 @@ class Run(models.Model):
 
     @property
     def finished(self) -> bool:
-        return self.status in {"completed", "failed", "blocked", "cancelled"}
+        return self.status in FINISHED_STATUSES
 
 
 class Event(models.Model):
