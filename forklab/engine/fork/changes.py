@@ -138,50 +138,62 @@ KINDS = ("model", "prompt", "temperature", "memory", "config", "route", "output"
          "human_response", "input_patch")
 
 
+def _build[C: _Change](cls: type[C], **fields: Any) -> C:
+    """Validate a builder's fields; a bad value is an InvalidChange, like its wire form."""
+    try:
+        return cls.model_validate(fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(root)"
+        kind = cls.model_fields["kind"].default
+        raise InvalidChange(f"{kind} change, field '{field}': {err['msg']}", kind=kind,
+                            field=field) from None
+
+
 class change:
-    """Builders for the declarative change spec (SPEC §3.3)."""
+    """Builders for the declarative change spec (SPEC §3.3); bad values raise InvalidChange."""
 
     @staticmethod
     def model(target: str, model: str, provider: str | None = None) -> ModelChange:
-        return ModelChange(target=target, model=model, provider=provider)
+        return _build(ModelChange, target=target, model=model, provider=provider)
 
     @staticmethod
     def prompt(target: str, system_prompt: str) -> PromptChange:
-        return PromptChange(target=target, system_prompt=system_prompt)
+        return _build(PromptChange, target=target, system_prompt=system_prompt)
 
     @staticmethod
     def temperature(target: str, t: float) -> TemperatureChange:
-        return TemperatureChange(target=target, temperature=t)
+        return _build(TemperatureChange, target=target, temperature=t)
 
     @staticmethod
     def memory(set: dict[str, Any] | None = None, delete: list[str] | None = None) -> MemoryChange:
-        return MemoryChange(set=set or {}, delete=delete or [])
+        return _build(MemoryChange, set=set or {}, delete=delete or [])
 
     @staticmethod
     def config(node: str, patch: dict[str, Any]) -> ConfigChange:
-        return ConfigChange(node=node, patch=patch)
+        return _build(ConfigChange, node=node, patch=patch)
 
     @staticmethod
     def route(from_: str, to: str, once: bool = False) -> RouteChange:
-        return RouteChange.model_validate({"from": from_, "to": to, "once": once})
+        return _build(RouteChange, **{"from": from_, "to": to, "once": once})
 
     @staticmethod
     def output(node: str, memory: dict[str, Any]) -> OutputChange:
-        return OutputChange(node=node, memory=memory)
+        return _build(OutputChange, node=node, memory=memory)
 
     @staticmethod
     def tool(node: str, result: Any) -> ToolChange:
-        return ToolChange(node=node, result=result)
+        return _build(ToolChange, node=node, result=result)
 
     @staticmethod
     def human_response(decision: str, data: Any = None,
                        memory_updates: dict[str, Any] | None = None) -> HumanResponseChange:
-        return HumanResponseChange(decision=decision,  # type: ignore[arg-type]
-                                   data=data, memory_updates=memory_updates or {})
+        return _build(HumanResponseChange, decision=decision, data=data,
+                      memory_updates=memory_updates or {})
 
     @staticmethod
     def input_patch(patch: dict[str, Any]) -> InputPatchChange:
-        return InputPatchChange(patch=patch)
+        return _build(InputPatchChange, patch=patch)
 
 
 # -- limits ------------------------------------------------------------------------------------

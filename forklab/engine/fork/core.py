@@ -38,7 +38,7 @@ from forklab.engine.events import (
 from forklab.engine.fork.apply import effective_graph
 from forklab.engine.fork.changes import Change, InputPatchChange, MemoryChange, parse_changes, wire
 from forklab.engine.fork.estimate import Estimate, changed_input_keys, estimate_tail
-from forklab.engine.fork.points import ForkPoint, RunIndex, resolve_point
+from forklab.engine.fork.points import ForkPoint, RunIndex, parse_point, resolve_point
 from forklab.engine.fork.tail import Budget, ForkOracle, Policy, Recording, SharedMemo
 from forklab.engine.graph import GraphSpec, parse_graph
 from forklab.engine.oracle import HumanAnswer, LiveOracle
@@ -187,6 +187,8 @@ def prepare_fork(
     """Resolve and validate a fork without running anything (no model or tool calls)."""
     base = base if isinstance(base, BaseRun) else load_base(base, store=store, env=env)
     policy, budget = Policy.parse(policy), Budget.parse(budget)
+    if isinstance(at, str) and at not in ("start", "failure"):
+        at = parse_point(at)  # the CLI form, so "version:N" reaches the snapshot branch
     if (isinstance(at, dict) and "version" in at) or source == "snapshot":
         if not (isinstance(at, dict) and "version" in at):
             raise ForkPointNotFound("source 'snapshot' forks a snapshot: pass at={'version': N}")
@@ -288,7 +290,9 @@ def begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
                 fork_node_id=plan.effective.node, prefix_state=plan.prefix_state.to_wire(),
                 changes=wire(plan.changes), graph=plan.graph.to_wire(),
                 fork_group_id=fork_group_id, policy=plan.policy.wire(),
-                budget=plan.budget.wire(), memoize=plan.memoize, ignore_budget=ignore_budget)
+                budget=plan.budget.wire(), memoize=plan.memoize, ignore_budget=ignore_budget,
+                estimate={**plan.estimate.wire(), "warnings": plan.warnings},
+                point=plan.point.to_wire())
     for item in plan.changes:
         runner.emit(ChangeApplied, change=item.wire())
     for key in sorted(plan.changed_inputs):

@@ -145,15 +145,28 @@ def _occurrence(index: RunIndex, node: str, occurrence: int | str | None) -> _Ex
             f"{', '.join(index.nodes_that_ran()) or 'none'}",
             node=node, nodes_that_ran=index.nodes_that_ran(),
         )
-    if occurrence in (None, "last"):
-        return runs[0] if occurrence is None else runs[-1]
-    if not isinstance(occurrence, int) or not 1 <= occurrence <= len(runs):
+    if occurrence == "last":
+        return runs[-1]
+    occurrence = 1 if occurrence is None else occurrence
+    # match the recorded occurrence number, not the position: a compacted log or a fork's
+    # own log starts part-way through a node's executions
+    found = next((e for e in runs if e.occurrence == occurrence), None)
+    if found is not None:
+        return found
+    executions = runs[-1].occurrence
+    if isinstance(occurrence, int) and 1 <= occurrence < runs[0].occurrence:
+        earliest = index.points()[0].seq
         raise ForkPointNotFound(
-            f"node {node!r} executed {len(runs)} time(s); occurrence {occurrence!r} is out of "
-            f"range (use 1..{len(runs)} or \"last\")",
-            node=node, executions=len(runs),
+            f"execution {occurrence} of node {node!r} is not in this log (it starts at "
+            f"execution {runs[0].occurrence}: compacted, or inherited from the run this one "
+            f"forked); the earliest forkable point is seq {earliest}",
+            node=node, executions=executions, earliest_forkable=earliest,
         )
-    return runs[occurrence - 1]
+    raise ForkPointNotFound(
+        f"node {node!r} executed {executions} time(s); occurrence {occurrence!r} is out of "
+        f"range (use 1..{executions} or \"last\")",
+        node=node, executions=executions,
+    )
 
 
 def _check_sequence(index: RunIndex, seq: int) -> ForkPoint:
@@ -197,6 +210,12 @@ def resolve_point(index: RunIndex, at: Any, *, status: str,
         execs = index.live_execs()
         if not execs:
             raise ForkPointNotFound("the run executed no node; there is nothing to fork")
+        if index.first_seq > 1:
+            earliest = index.points()[0].seq
+            raise ForkPointNotFound(
+                f"the start of the run is behind its compaction boundary (events before seq "
+                f"{index.first_seq} are gone); the earliest forkable point is seq {earliest}",
+                earliest_forkable=earliest)
         return _check_sequence(index, execs[0].start - 1)
     if at == "failure":
         failed = [e for e in index.live_execs() if e.outcome == "failed"]

@@ -10,15 +10,23 @@ how saved cases run.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from forklab.engine.canonical import canonical_json
 from forklab.engine.environment import Environment
 from forklab.engine.errors import ReplayDivergence
-from forklab.engine.events import AnyEvent, Event, NodeStarted
+from forklab.engine.events import AnyEvent, Event, HumanAnswered, NodeStarted
 from forklab.engine.graph import ApprovalNode, GraphSpec, RouterNode, SubgraphNode, ToolNode
-from forklab.engine.oracle import ChildResult, HumanAnswer, NodeCall, NodeFailure, Served
+from forklab.engine.oracle import (
+    Blocked,
+    ChildResult,
+    HumanAnswer,
+    NodeCall,
+    NodeFailure,
+    Served,
+)
 from forklab.engine.providers import ChatRequest
 from forklab.engine.reducers import evolve, fold
 from forklab.engine.runner import Runner
@@ -34,9 +42,15 @@ class RecordedOracle:
 
     captures_reflections = True
 
-    def __init__(self, recorded: RunState, *, strict: bool) -> None:
+    def __init__(self, recorded: RunState, *, strict: bool,
+                 events: Sequence[AnyEvent] = ()) -> None:
         self.strict = strict
         self.by_occurrence = {(e.node, e.occurrence): e for e in recorded.all_executions()}
+        # who answered a gate is in the log, not in the folded action record
+        self.answered_by = {(e.node, e.occurrence): e.answered_by for e in events
+                            if isinstance(e, HumanAnswered)}
+        # a fork's guard refusals, re-raised where the recording was blocked
+        self.blocked = {e["node"]: e for e in recorded.suppressed_effects}
 
     def _exec(self, call: NodeCall) -> Execution:
         ex = self.by_occurrence.get((call.node, call.occurrence))
@@ -49,7 +63,14 @@ class RecordedOracle:
         return None
 
     def memo(self, call: NodeCall) -> Execution | None:
-        return None
+        """A fork's memo hit is re-served as one, so its events come out the same."""
+        ex = self.by_occurrence.get((call.node, call.occurrence))
+        return ex if ex is not None and ex.memo else None
+
+    def _check_blocked(self, call: NodeCall) -> None:
+        effect = self.blocked.get(call.node)
+        if effect is not None and self._exec(call).status == "blocked":
+            raise Blocked(effect["reason"], effect["inputs"])
 
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
               index: int | None) -> Served:
@@ -68,6 +89,7 @@ class RecordedOracle:
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
              ctx: ToolContext) -> tuple[Any, str]:
+        self._check_blocked(call)
         ex = self._exec(call)
         for action in ex.actions:
             if action["type"] == "tool_result":
@@ -87,11 +109,14 @@ class RecordedOracle:
             if action["type"] == "human":
                 return HumanAnswer(decision=action["decision"], data=action["data"],
                                    memory_updates=action["memory_updates"],
-                                   label=action["label"])
+                                   label=action["label"],
+                                   answered_by=self.answered_by.get((call.node,
+                                                                     call.occurrence), ""))
         return None
 
     def subgraph(self, call: NodeCall, node: SubgraphNode, child_input: dict[str, Any],
                  run_child: Callable[[], ChildResult]) -> ChildResult:
+        self._check_blocked(call)
         for action in self._exec(call).actions:
             if action["type"] == "subgraph_result":
                 return ChildResult(child_run_id=action["child_run_id"], status=action["status"],
@@ -111,6 +136,20 @@ def _comparable(event: AnyEvent) -> str:
                            payload])
 
 
+def _describe(event: Event | None) -> str:
+    if event is None:
+        return "nothing"
+    return f"{event.type} of {event.node!r}" if event.node else event.type
+
+
+def _differing(want: AnyEvent, got: Event) -> list[str]:
+    """Envelope and payload fields that differ (what drifted: a prompt, a fingerprint…)."""
+    a, b = json.loads(_comparable(want)), json.loads(_comparable(got))  # type: ignore[arg-type]
+    names = ["type", "node", "occurrence", "iteration"]
+    fields = [n for n, x, y in zip(names, a[:4], b[:4], strict=True) if x != y]
+    return fields + sorted(k for k in set(a[4]) | set(b[4]) if a[4].get(k) != b[4].get(k))
+
+
 class _ComparingStore(MemoryStore):
     """A scratch store that checks each appended event against the recorded log."""
 
@@ -124,12 +163,13 @@ class _ComparingStore(MemoryStore):
             want = self.recorded.get(event.seq)
             got = _comparable(event)  # type: ignore[arg-type]
             if self.strict and (want is None or _comparable(want) != got):
+                fields = _differing(want, event) if want is not None else []
                 raise ReplayDivergence(
                     f"replay diverged at seq {event.seq}: recorded "
-                    f"{want.type if want else 'nothing'} {want.node if want else ''}, replay "
-                    f"produced {event.type} {event.node or ''}",
-                    seq=event.seq, expected=want.to_wire() if want else None,
-                    found=event.to_wire())
+                    f"{_describe(want)}, replay produced {_describe(event)}"
+                    + (f" (differs in: {', '.join(fields)})" if fields else ""),
+                    seq=event.seq, node=event.node, fields=fields,
+                    expected=want.to_wire() if want else None, found=event.to_wire())
         super().append(run_id, events, expected_seq=expected_seq)
 
 
@@ -139,7 +179,7 @@ def replay_events(events: Sequence[AnyEvent], graph: GraphSpec, *, strict: bool 
     recorded = fold(events)
     store = _ComparingStore(events, strict)
     runner = Runner(graph, store=store, run_id=recorded.run_id, env=env or Environment(),
-                    oracle=RecordedOracle(recorded, strict=strict))
+                    oracle=RecordedOracle(recorded, strict=strict, events=events))
     opening = []
     for event in events:
         if isinstance(event, NodeStarted):

@@ -112,9 +112,10 @@ def _index_execution(by_fp: dict[str, Execution], ambiguous: set[str], ex: Execu
     """Add one finished execution; a fingerprint seen with two outputs is never reused.
 
     Failed executions are indexed too: a null fork re-serves the recorded failure instead of
-    calling the failing tool again.
+    calling the failing tool again. So are memoized ones (a fork's memo hits carry the
+    recorded actions and outputs), so a null fork of a fork is free as well.
     """
-    if ex.status not in ("completed", "failed") or ex.memo:
+    if ex.status not in ("completed", "failed"):
         return
     known = by_fp.get(ex.fingerprint)
     if known is not None and _outputs(known) != _outputs(ex):
@@ -155,8 +156,9 @@ class Recording:
         ex = self.by_occurrence.get((node, occurrence))
         if ex is None:
             return None
-        for action in ex.actions:
-            if action["type"] == "agent" and action["role"] == role and action["index"] == index:
+        for action in ex.actions:  # a memo hit records only the answer, which has the hash too
+            if (action["type"] in ("agent", "agent_result") and action["role"] == role
+                    and action["index"] == index):
                 return str(action["request_hash"])
         return None
 

@@ -1,0 +1,148 @@
+"""The fidelity invariant (SPEC §3.7) over every fork point of every demo scenario.
+
+A fork that changes nothing, with memoization on, makes no model or tool call — counted at
+the provider and the tools themselves, not read from labels — labels every call of its tail
+``reused``, and ends in exactly the base run's outcome (canonical equality, identity and
+timestamps aside).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from forklab.engine import change, fork, fork_points
+from forklab.engine.canonical import canonical_equals, canonical_json
+from forklab.engine.fork.fidelity import fork_check
+from forklab.engine.graph import parse_graph
+from forklab.engine.recording import run_recorded
+from forklab.engine.store import MemoryStore
+from tests.engine.fork.helpers import NAMES, Counter, make_env, record, world
+
+
+def _cases() -> list[tuple[str, int, str]]:
+    cases = []
+    for name in NAMES:
+        for point in fork_points(record(name).event_log):
+            cases.append((name, point.seq, point.node or "end"))
+    return cases
+
+
+CASES = _cases()
+
+
+def test_every_scenario_has_fork_points_and_they_are_all_checked() -> None:
+    assert {name for name, _, _ in CASES} == set(NAMES)
+    assert len(CASES) >= 3 * len(NAMES)
+
+
+@pytest.mark.parametrize(("name", "seq", "node"), CASES,
+                         ids=[f"{n}-seq{s}-{node}" for n, s, node in CASES])
+def test_a_null_fork_with_memoize_makes_no_calls_and_reproduces_the_base(
+    name: str, seq: int, node: str
+) -> None:
+    counter = Counter()
+    base = record(name, counter=counter)
+    assert base.state.finished
+    counter.reset()
+    before = world()
+
+    result = fork(base, at={"sequence": seq}, policy={"memoize": True})
+
+    assert result.fork_sequence_id == seq
+    assert counter.model_calls == [], f"{len(counter.model_calls)} model call(s) were made"
+    assert counter.tool_calls == [], f"tools were executed: {counter.tool_calls}"
+    assert world() == before
+    assert all(c["label"] == "reused" for c in result.calls), result.calls
+    assert result.incurred_cost_usd == 0.0
+    assert canonical_equals(result.state.outcome(), base.state.outcome()), result.explain()
+    assert result.diff is not None and result.diff.memory == {}
+    assert result.diff.divergence is None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fork_check_passes_every_point_of_every_scenario(name: str) -> None:
+    base = record(name)
+
+    results = fork_check(base.run_id, store=base.store, env=base.env)
+
+    assert [r.point.seq for r in results] == [p.seq for p in fork_points(base.event_log)]
+    failed = [r.detail for r in results if not r.ok]
+    assert not failed, "\n".join(failed)
+
+
+ROLL_GRAPH = {
+    "id": "dice", "start": "roll", "max_iterations": 2,
+    "nodes": [
+        {"id": "roll", "kind": "tool", "tool": "t.roll", "writes": ["n"]},
+        {"id": "again", "kind": "router", "reads": ["n"], "default": "roll",
+         "rules": [{"when": [{"key": "$iteration", "op": "gte", "value": 2}], "to": "end"}]},
+    ],
+    "edges": [{"from": "roll", "to": "again"}],
+}
+
+
+def test_fork_check_reports_a_point_whose_null_fork_is_not_free() -> None:
+    rolls = iter(range(100))
+    env = make_env()
+    env.tools.register("t.roll", lambda args, ctx: next(rolls))
+    base = run_recorded(parse_graph(ROLL_GRAPH), {}, env=env)
+    assert [e.writes for e in base.state.executions if e.node == "roll"] == [{"n": 0}, {"n": 1}]
+
+    results = fork_check(base.run_id, store=base.store, env=env)
+
+    first = results[0]
+    # 'roll' ran twice with the same (empty) read slice and two different outputs: its
+    # fingerprint is ambiguous, so it is never served from the recording
+    assert not first.ok
+    assert first.calls >= 1
+    assert "roll:tool:live" in first.detail
+    assert "null fork at seq" in first.detail
+
+
+def test_a_fingerprint_recorded_with_two_outputs_is_not_reused() -> None:
+    rolls = iter(range(100))
+    env = make_env()
+    env.tools.register("t.roll", lambda args, ctx: next(rolls))
+    base = run_recorded(parse_graph(ROLL_GRAPH), {}, env=env)
+
+    result = fork(base, at="start", policy={"memoize": True})
+
+    assert [(c["node"], c["label"]) for c in result.calls] == [("roll", "live"), ("roll", "live")]
+    assert [h["node"] for h in result.memo_hits] == []
+    assert result.state.memory["n"] == 3  # rolled again, for real
+
+
+VARIANT_CHANGES = {
+    "research-write": change.prompt("write", "Be terse."),
+    "diamond": change.prompt("left", "Do your part badly."),
+    "review-loop": change.temperature("draft", 1.1),
+    "panel-vote": change.model("vote.voters[1]", "scripted-large"),
+    "triage-router": change.temperature("reply", 0.0),
+    "research-web": change.prompt("answer", "Answer in one line."),
+}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_a_null_fork_of_a_random_variant_at_a_random_point_reproduces_the_variant(data) -> None:
+    name = data.draw(st.sampled_from(sorted(VARIANT_CHANGES)))
+    counter = Counter()
+    store = MemoryStore()
+    base = record(name, counter=counter, store=store)
+    point = data.draw(st.sampled_from(fork_points(base.event_log)[:-1]))
+    variant = fork(base, at={"sequence": point.seq}, change=VARIANT_CHANGES[name],
+                   policy={"memoize": data.draw(st.booleans())})
+    vpoints = fork_points(variant.event_log)
+    vpoint = data.draw(st.sampled_from(vpoints))
+    counter.reset()
+
+    again = fork(variant.run_id, store=store, env=base.env, at={"sequence": vpoint.seq},
+                 policy={"memoize": True})
+
+    assert counter.model_calls == [] and counter.tool_calls == []
+    assert all(c["label"] == "reused" for c in again.calls), again.calls
+    assert canonical_equals(again.state.outcome(), variant.state.outcome()), (
+        f"{name} at {point.label}, then at {vpoint.label}:\n{again.explain()}\n"
+        f"{canonical_json(again.state.outcome())[:400]}")
