@@ -88,18 +88,18 @@ class DjangoStore:
         events = list(events)
         try:
             with transaction.atomic(using=self.using):
-                run = self._runs().select_for_update().filter(pk=run_id).first()
-                check_append(run_id, events, expected_seq, run.last_seq if run else 0)
+                locked = list(self._runs().select_for_update().filter(pk=run_id)
+                              .values_list("last_seq", "project_id")[:1])
+                check_append(run_id, events, expected_seq, locked[0][0] if locked else 0)
                 if not events:
                     return
                 state = self._state_at(run_id, expected_seq)
                 for event in events:
                     check_next(state, event)  # type: ignore[arg-type]
                     evolve(state, event)  # type: ignore[arg-type]
-                if run is None:
-                    run = self._new_run(run_id, state)
-                self._insert(run, events)
-                self._project_row(run, state, events)
+                project_id = locked[0][1] if locked else self._new_run(run_id, state).project_id
+                self._insert(run_id, events)
+                self._update_row(run_id, project_id, state, events)
                 transaction.on_commit(lambda: self._remember(state), using=self.using)
         except IntegrityError:
             raise SeqConflictError(
@@ -170,16 +170,16 @@ class DjangoStore:
                 return parent.project
         return self.project
 
-    def _insert(self, run: m.Run, events: list[Event]) -> None:
+    def _insert(self, run_id: str, events: list[Event]) -> None:
         self._events().bulk_create([
-            m.Event(run=run, seq=e.seq, type=e.type, node=e.node, occurrence=e.occurrence,
-                    iteration=e.iteration, payload=e.payload(), at=_dt(e.at),
-                    timestamp=e.at, v=e.SCHEMA)
+            m.Event(run_id=run_id, seq=e.seq, type=e.type, node=e.node,
+                    occurrence=e.occurrence, iteration=e.iteration, payload=e.payload(),
+                    at=_dt(e.at), timestamp=e.at, v=e.SCHEMA)
             for e in events
         ])
         usage = [
             m.UsageRecord(
-                run=run, seq=e.seq, node=e.node or "",
+                run_id=run_id, seq=e.seq, node=e.node or "",
                 role="" if e.role is None else (e.role if e.index is None
                                                  else f"{e.role}[{e.index}]"),
                 model=e.model, label=e.label, input_tokens=e.input_tokens,
@@ -190,16 +190,15 @@ class DjangoStore:
         if usage:
             m.UsageRecord.objects.using(self.using).bulk_create(usage)
 
-    def _project_row(self, run: m.Run, state: RunState, events: list[Event]) -> None:
-        fields = project_state(run, state)
+    def _update_row(self, run_id: str, project_id: int, state: RunState,
+                    events: list[Event]) -> None:
+        values = project_state(state)
         for event in events:
             if isinstance(event, RunStarted):
-                run.graph_version = self._graph_version(run.project_id, state)
-                fields.append("graph_version")
+                values["graph_version"] = self._graph_version(project_id, state)
             elif isinstance(event, RunForked):
-                run.fork_mutations = list(event.changes)
-                fields.append("fork_mutations")
-        run.save(using=self.using, update_fields=fields)
+                values["fork_mutations"] = list(event.changes)
+        self._runs().filter(pk=run_id).update(**values)
 
     def _graph_version(self, project_id: int, state: RunState) -> m.GraphVersion | None:
         return (m.GraphVersion.objects.using(self.using)
@@ -283,10 +282,10 @@ class DjangoStore:
         return int(value or 0)
 
 
-def project_state(run: m.Run, state: RunState) -> list[str]:
-    """Copy the folded ``state`` onto ``run``'s columns; returns the field names set."""
+def project_state(state: RunState) -> dict[str, Any]:
+    """The run row's projected columns for a folded ``state``."""
     fork = state.fork or {}
-    values: dict[str, Any] = {
+    return {
         "status": state.status, "last_seq": state.version, "label": state.label,
         "run_kind": state.run_kind, "replay_version": state.replay_version,
         "graph_slug": state.graph_id, "graph_version_number": state.graph_version,
@@ -300,9 +299,6 @@ def project_state(run: m.Run, state: RunState) -> list[str]:
         "unpriced_calls": state.unpriced_calls,
         "started_at": _dt(state.started_at), "finished_at": _dt(state.finished_at),
     }
-    for name, value in values.items():
-        setattr(run, name, value)
-    return list(values)
 
 
 def incurred_cost(state: RunState) -> float:
