@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -217,22 +218,47 @@ def test_every_step_of_both_paths_appears_once_in_the_alignment(a: list[str],
             assert step["base"]["node"] == step["variant"]["node"]
 
 
-@settings(max_examples=100, deadline=None)
+MODES = {"bit-parallel": {}, "myers": {"BITS_MAX_CELLS": 0},
+         "difflib": {"BITS_MAX_CELLS": 0, "MYERS_MAX_D": 0}}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.sampled_from("abc"), max_size=25), st.lists(st.sampled_from("abc"),
                                                                 max_size=25))
-def test_past_the_edit_limit_the_fallback_matcher_still_aligns_both_paths_in_order(
-    a: list[str], b: list[str]
-) -> None:
-    limit = diff_module.MYERS_MAX_D
-    diff_module.MYERS_MAX_D = 0  # every non-trivial middle takes the difflib fallback
+def test_each_lcs_strategy_aligns_both_paths_in_order(mode: str, a: list[str],
+                                                      b: list[str]) -> None:
+    saved = {name: getattr(diff_module, name) for name in MODES[mode]}
+    for name, value in MODES[mode].items():
+        setattr(diff_module, name, value)
     try:
         pairs = lcs_pairs(a, b)
         diff = diff_runs(_state(a), _state(b))
     finally:
-        diff_module.MYERS_MAX_D = limit
+        for name, value in saved.items():
+            setattr(diff_module, name, value)
 
     assert all(a[i] == b[j] for i, j in pairs)
     assert all(i1 < i2 and j1 < j2 for (i1, j1), (i2, j2) in itertools.pairwise(pairs))
+    if mode != "difflib":  # the last resort is a good alignment, not always a longest one
+        assert len(pairs) == _dp_lcs_length(a, b)
     aligned = diff.path["aligned"]
     assert [s["base"]["node"] for s in aligned if s["base"]] == a
     assert [s["variant"]["node"] for s in aligned if s["variant"]] == b
+
+
+def test_outputs_compare_as_canonical_json() -> None:
+    def with_writes(writes: dict) -> RunState:
+        state = _state(["a"])
+        state.executions[0].writes = writes
+        return state
+
+    def op(base: dict, variant: dict) -> str:
+        return diff_runs(with_writes(base), with_writes(variant)).path["aligned"][0]["op"]
+
+    assert op({"out": 1}, {"out": 1}) == "same"
+    assert op({"out": 1, "gone": None}, {"out": 1}) == "same"
+    assert op({"b": 1, "a": [1, 2]}, {"a": [1, 2], "b": 1}) == "same"
+    assert op({"out": 1}, {"out": True}) == "changed"
+    assert op({"out": 1}, {"out": 1.5}) == "changed"
+    assert op({"out": [1, 2]}, {"out": [2, 1]}) == "changed"
