@@ -219,6 +219,18 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# -- background work (django.tasks) ----------------------------------------------------------
+# Embedded default: a thread pool inside the server process. Scale-out deployments point
+# FORKLAB_TASKS_BACKEND at a distributed queue backend (see docs/deployment.md).
+TASKS = {
+    "default": {
+        "BACKEND": os.environ.get("FORKLAB_TASKS_BACKEND",
+                                  "forklab.runs.task_backends.ThreadPoolBackend"),
+        "OPTIONS": envjson("FORKLAB_TASKS_OPTIONS",
+                           {"MAX_WORKERS": envint("FORKLAB_TASK_WORKERS", 4, minimum=1)}),
+    }
+}
+
 # -- auth, i18n, static ----------------------------------------------------------------------
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -80,6 +80,8 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     archived = models.BooleanField(default=False)  # events deleted by retention
+    # Set by a cancel request; the runner checks it between nodes and calls (any process).
+    cancel_requested = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-created_at", "id"]

@@ -1,0 +1,79 @@
+"""Who may do what (SPEC §4.5 Access): viewers read, members fork within default budgets,
+admins raise budgets, allow writes and manage shares. Superusers are admins everywhere.
+
+A run outside the user's projects does not exist for them (``not_found``), never
+``permission_denied``: the API must not confirm that someone else's run exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from forklab.engine.errors import ForklabError
+from forklab.runs.models import Membership, Project, Role
+
+RANK = {Role.VIEWER: 1, Role.MEMBER: 2, Role.ADMIN: 3}
+DEFAULT_MAX_LIVE_CALLS = 50
+DEFAULT_MAX_COST_USD = 1.00
+
+User = AbstractBaseUser | AnonymousUser
+
+
+class PermissionDenied(ForklabError):
+    code = "permission_denied"
+
+
+def role_in(user: User, project: Project) -> str | None:
+    """The user's role in ``project`` (``admin`` for superusers), or None."""
+    if not user.is_authenticated:
+        return None
+    if getattr(user, "is_superuser", False):
+        return Role.ADMIN
+    return (Membership.objects.filter(user=user, project=project)
+            .values_list("role", flat=True).first())
+
+
+def require_role(user: User, project: Project, minimum: str, *, action: str) -> str:
+    """Raise ``permission_denied`` unless the user's role is at least ``minimum``."""
+    role = role_in(user, project)
+    if role is None or RANK[Role(role)] < RANK[Role(minimum)]:
+        raise PermissionDenied(
+            f"{action} needs the {minimum} role in project {project.slug!r}; you are "
+            f"{role or 'not a member'}. Ask a project admin.",
+            required=minimum, role=role,
+        )
+    return role
+
+
+def admin_only_reasons(*, policy: dict[str, Any], budget: dict[str, Any],
+                       ignore_budget: bool) -> list[str]:
+    """What in a fork request needs an admin (empty when a member may send it)."""
+    reasons = []
+    side_effects = policy.get("side_effects", "replay")
+    if isinstance(side_effects, dict) and side_effects.get("allow"):
+        reasons.append("allowing a write")
+    calls = budget.get("max_live_calls", DEFAULT_MAX_LIVE_CALLS)
+    if calls is None or calls > DEFAULT_MAX_LIVE_CALLS:
+        reasons.append(f"raising max_live_calls above {DEFAULT_MAX_LIVE_CALLS}")
+    if "max_cost_usd" in budget and budget["max_cost_usd"] is None:
+        reasons.append("clearing the cost budget")
+    elif budget.get("max_cost_usd", DEFAULT_MAX_COST_USD) > DEFAULT_MAX_COST_USD:
+        reasons.append(f"raising max_cost_usd above ${DEFAULT_MAX_COST_USD:.2f}")
+    if ignore_budget:
+        reasons.append("ignoring the budget")
+    return reasons
+
+
+def require_fork_rights(user: User, project: Project, *, policy: dict[str, Any],
+                        budget: dict[str, Any], ignore_budget: bool) -> None:
+    """Members fork within default budgets; anything beyond needs an admin."""
+    role = require_role(user, project, Role.MEMBER, action="forking")
+    reasons = admin_only_reasons(policy=policy, budget=budget, ignore_budget=ignore_budget)
+    if reasons and role != Role.ADMIN:
+        raise PermissionDenied(
+            f"{' and '.join(reasons)} needs the admin role in project {project.slug!r}; you "
+            f"are {role}. Remove it, or ask a project admin.",
+            required=Role.ADMIN, role=role, reasons=reasons,
+        )

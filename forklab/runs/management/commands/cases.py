@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from forklab.engine.fork.lifecycle import Case as EngineCase
+from forklab.engine.fork.lifecycle import run_case, save_case
+from forklab.runs import cli
+from forklab.runs.management.base import ForklabCommand
+from forklab.runs.models import Case
+
+
+class Command(ForklabCommand):
+    help = "Save a finished fork as a regression case, or run every saved case."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="verb", required=True)
+        save = sub.add_parser("save", help="save a fork as a case")
+        save.add_argument("fork")
+        save.add_argument("--name", required=True)
+        save.add_argument("--criteria", help='JSON list, e.g. [{"key": "status", "op": "eq", '
+                                             '"value": "ok"}]')
+        run = sub.add_parser("run", help="replay every case; exit 1 if one fails")
+        run.add_argument("--project", help="only this project's cases")
+        for p in (save, run):
+            p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["verb"] == "save":
+            self._save(options)
+        else:
+            self._run(options)
+
+    def _save(self, options: dict[str, Any]) -> None:
+        run, store = cli.store_for(options["fork"])
+        criteria = cli.load_json(options["criteria"], "--criteria") if options["criteria"] else []
+        if Case.objects.filter(project=run.project, name=options["name"]).exists():
+            raise cli.InvalidArgument(f"a case named {options['name']!r} already exists in "
+                                      f"project {run.project.slug!r}")
+        case = save_case(run.id, name=options["name"], store=store, criteria=criteria)
+        Case.objects.create(project=run.project, name=case.name, source_run=run,
+                            graph_version=run.graph_version, input=case.input,
+                            changes=case.changes, recorded=case.model_dump(mode="json"),
+                            criteria=criteria)
+        self.out(options, {"name": case.name, "fork_run_id": run.id, "criteria": criteria},
+                 f"saved case {case.name!r} from fork {run.id}"
+                 + ("" if criteria else " (no criteria: it can only fail if it stops completing)"))
+
+    def _run(self, options: dict[str, Any]) -> None:
+        rows = Case.objects.select_related("project").order_by("project__slug", "name")
+        if options["project"]:
+            rows = rows.filter(project__slug=options["project"])
+        results = [{"project": r.project.slug,
+                    **run_case(EngineCase.model_validate(r.recorded)).wire()} for r in rows]
+        lines = [f"{'pass' if r['passed'] else 'FAIL'}  {r['project']}/{r['name']}"
+                 + "".join(f"\n        {f}" for f in r["failures"])
+                 + (f"\n        {r['note']}" if r["note"] else "") for r in results]
+        failed = sum(1 for r in results if not r["passed"])
+        lines.append(f"{len(results) - failed} passed, {failed} failed")
+        self.out(options, {"results": results, "failed": failed}, "\n".join(lines))
+        if failed:
+            sys.exit(1)

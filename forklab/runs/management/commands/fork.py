@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from forklab.engine.fork import fork
+from forklab.runs import cli
+from forklab.runs.engine_env import build_environment
+from forklab.runs.management.base import ForklabCommand
+from forklab.runs.serializers_json import run_to_json
+
+
+def add_change_flags(parser: CommandParser) -> None:
+    add = parser.add_argument
+    add("--prompt", action="append", metavar="T=TEXT", help="replace T's system prompt")
+    add("--model", action="append", metavar="T=MODEL", help="swap T's model")
+    add("--temperature", action="append", metavar="T=X", help="resample T at temperature X")
+    add("--set", action="append", metavar="KEY=JSON", help="set a memory key before the tail")
+    add("--delete", action="append", metavar="KEY", help="delete a memory key before the tail")
+    add("--config", action="append", metavar="NODE=JSON", help="patch a node's config")
+    add("--route", action="append", metavar="FROM=TO", help="force a router's decision")
+    add("--output", action="append", metavar="NODE=JSON", help="substitute a node's output")
+    add("--tool", action="append", metavar="NODE=JSON", help="substitute a tool result")
+    add("--human", choices=("approved", "rejected", "edited"), help="answer approval gates")
+    add("--input-patch", metavar="JSON", help="RFC 7396 merge patch over the run input")
+    add("--changes", metavar="FILE", help="a JSON file with one change or a list")
+
+
+def add_policy_flags(parser: CommandParser) -> None:
+    parser.add_argument("--memoize", action="store_true", help="reuse unaffected nodes")
+    parser.add_argument("--side-effects", metavar="replay|block|allow:A,B")
+    parser.add_argument("--max-live-calls", type=int, default=50)
+    parser.add_argument("--max-cost-usd", default="1.00", help="USD, or 'none' to clear")
+    parser.add_argument("--ignore-budget", action="store_true")
+
+
+def policy_and_budget(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    cost = options["max_cost_usd"]
+    try:
+        max_cost = None if str(cost).lower() == "none" else float(cost)
+    except ValueError:
+        raise cli.InvalidArgument(f"--max-cost-usd takes a number or 'none'; got {cost!r}") from None
+    return ({"side_effects": cli.side_effects(options["side_effects"]),
+             "memoize": options["memoize"]},
+            {"max_live_calls": options["max_live_calls"], "max_cost_usd": max_cost})
+
+
+class Command(ForklabCommand):
+    help = "Fork a recorded run at a point with changes; prints explain()."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("run", help="base run id")
+        parser.add_argument("--at", help="fork point: start, failure, seq:N, before:NODE#N, "
+                                         "after:NODE#last, iteration:N, human, "
+                                         "first-write:KEY, first-read:KEY, version:N")
+        add_change_flags(parser)
+        add_policy_flags(parser)
+        parser.add_argument("--label", default="")
+        parser.add_argument("--dry-run", action="store_true", help="resolve and estimate only")
+        parser.add_argument("--source", choices=("events", "snapshot", "auto"), default="events")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        run, store = cli.store_for(options["run"])
+        policy, budget = policy_and_budget(options)
+        result = fork(run.id, at=cli.point(options["at"]),
+                      change=cli.changes_from_options(options), policy=policy, budget=budget,
+                      label=options["label"], dry_run=options["dry_run"],
+                      ignore_budget=options["ignore_budget"], source=options["source"],
+                      store=store, env=build_environment())
+        data = result.to_wire()
+        if result.run_id:
+            from forklab.runs.models import Run
+
+            data = {**run_to_json(Run.objects.get(pk=result.run_id)), **data}
+        self.out(options, data, result.explain())

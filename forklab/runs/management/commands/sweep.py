@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from forklab.engine.fork.sweep import estimate_sweep, fork_each
+from forklab.runs import cli
+from forklab.runs.engine_env import build_environment
+from forklab.runs.management.base import ForklabCommand
+from forklab.runs.management.commands.fork import add_policy_flags, policy_and_budget
+
+
+class Command(ForklabCommand):
+    help = "Fork one run at one point once per named variant (a sweep)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("run", help="base run id")
+        parser.add_argument("--at", required=True, help="fork point (see fork --help)")
+        parser.add_argument("--variant", action="append", required=True,
+                            metavar="NAME=CHANGES_JSON", help="a change or a list of changes")
+        parser.add_argument("--concurrency", type=int, default=4)
+        parser.add_argument("--estimate", action="store_true", help="predict spend only")
+        add_policy_flags(parser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        run, store = cli.store_for(options["run"])
+        variants = {}
+        for text in options["variant"]:
+            name, value = cli.split_pair(text, "variant", "terse='{\"kind\": \"prompt\", ...}'")
+            variants[name] = cli.load_json(value, f"--variant {name}")
+        policy, budget = policy_and_budget(options)
+        common: dict[str, Any] = {"at": cli.point(options["at"]), "variants": variants,
+                                  "policy": policy, "budget": budget, "store": store,
+                                  "env": build_environment()}
+        if options["estimate"]:
+            est = estimate_sweep(run.id, **common)
+            self.out(options, est, "\n".join([*est["lines"], f"total ${est['cost_usd']:.4f}"]))
+            return
+        sweep = fork_each(run.id, concurrency=options["concurrency"],
+                          ignore_budget=options["ignore_budget"], **common)
+        lines = [f"sweep {sweep.fork_group_id} of {run.id}"]
+        for name, result in sweep.results.items():
+            state = result.state
+            lines.append(f"  {name:<16} {state.status if state else '?':<10} "
+                         f"{result.run_id}  ${result.incurred_cost_usd:.4f}")
+        for name, error in sweep.errors.items():
+            lines.append(f"  {name:<16} error      {error['code']}: {error['detail']}")
+        lines.append(f"  total incurred ${sweep.incurred_cost_usd:.4f}")
+        self.out(options, json.loads(json.dumps(sweep.wire(), default=str)), "\n".join(lines))
