@@ -28,6 +28,7 @@ from django.db.models import Max, Min
 
 from forklab.engine.errors import EventGapError, GraphNotFound, RunNotFound, SeqConflictError
 from forklab.engine.events import AgentResponded, AnyEvent, Event, RunForked, RunStarted, from_wire
+from forklab.engine.fork.diff import incurred_usd
 from forklab.engine.graph import GraphSpec, parse_graph
 from forklab.engine.reducers import check_next, evolve
 from forklab.engine.state import RunState
@@ -295,16 +296,7 @@ def project_state(state: RunState) -> dict[str, Any]:
         "input": state.input, "memory": state.memory, "path": state.path(),
         "error": state.error, "input_tokens": state.input_tokens,
         "output_tokens": state.output_tokens, "cost_usd": _usd(state.cost_usd),
-        "incurred_cost_usd": _usd(incurred_cost(state)),
+        "incurred_cost_usd": _usd(incurred_usd(state)),
         "unpriced_calls": state.unpriced_calls,
         "started_at": _dt(state.started_at), "finished_at": _dt(state.finished_at),
     }
-
-
-def incurred_cost(state: RunState) -> float:
-    """What the run paid itself: calls that ran for real (a fork's inherited prefix excluded)."""
-    start = int((state.fork or {}).get("tail_from_call", 0))
-    return sum(
-        call.cost_usd or 0.0 for call in state.calls[start:]
-        if call.label in ("live", "changed")
-    )

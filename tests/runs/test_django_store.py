@@ -12,13 +12,14 @@ from django.db import connections
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import EventGapError, SeqConflictError
 from forklab.engine.events import AgentResponded, RunForked, RunStarted
+from forklab.engine.fork.diff import incurred_usd
 from forklab.engine.oracle import HumanAnswer
 from forklab.engine.recording import answer_run, run_recorded
 from forklab.engine.reducers import fold
 from forklab.engine.scenarios import SCENARIOS
 from forklab.engine.store import Store
 from forklab.runs.models import Event, Project, Run, UsageRecord
-from forklab.runs.store import DjangoStore, incurred_cost
+from forklab.runs.store import DjangoStore
 from tests.engine.store_contract import StoreContract, started, written
 
 
@@ -172,7 +173,7 @@ def test_a_fork_records_its_lineage_on_the_run_row() -> None:
     # The prefix's spend is inherited in the totals, but this run paid nothing itself.
     assert float(fork.cost_usd) == pytest.approx(prefix.cost_usd, abs=1e-9) and prefix.cost_usd > 0
     assert fork.incurred_cost_usd == 0
-    assert incurred_cost(fold(store.read("fork1"))) == 0
+    assert incurred_usd(fold(store.read("fork1"))) == 0
     assert list(Run.objects.get(pk=base.run_id).children.all()) == [fork]
 
 

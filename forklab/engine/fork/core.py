@@ -224,8 +224,23 @@ def prepare_fork(
         plan.warnings.append(f"the input patch changes {sorted(changed)}, which a node before "
                              "the fork point read: the fork starts from the beginning and "
                              "unchanged calls reuse their recordings")
+    plan.warnings += _unreached_targets(changes, tail)
     _check_budget(plan, ignore_budget)
     return plan
+
+
+def _unreached_targets(changes: Sequence[Change], tail: Sequence[Execution]) -> list[str]:
+    """Warn about node-scoped changes whose node the base never ran after the fork point."""
+    ran = {e.node for e in tail}
+    warnings = []
+    for item in changes:
+        node = (getattr(item, "target", None) or getattr(item, "node", None)
+                or getattr(item, "source", None))
+        if node is not None and node.split(".")[0] not in ran:
+            warnings.append(
+                f"{item.describe()}: {node.split('.')[0]!r} does not run after the fork point "
+                "in the base run; the change matters only if the tail reaches it")
+    return warnings
 
 
 def _where_point(base: BaseRun, predicate: Callable[[RunState], bool]) -> ForkPoint:

@@ -242,8 +242,8 @@ def _per_node(base: RunState, variant: RunState) -> dict[str, dict[str, float]]:
 def incurred_usd(variant: RunState) -> float:
     """What a fork's tail itself paid: live and changed calls after the fork point."""
     start = (variant.fork or {}).get("tail_from_call", 0)
-    return round(sum((c.cost_usd or 0.0) for c in variant.calls[start:]
-                     if c.label in ("live", "changed")), 10)
+    return round(sum(((c.cost_usd or 0.0) for c in variant.calls[start:]
+                      if c.label in ("live", "changed")), 0.0), 10)
 
 
 def diff_runs(base_state: RunState, variant_state: RunState, *,
