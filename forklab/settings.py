@@ -277,13 +277,29 @@ FORKLAB_OPENAI_BASE_URL = os.environ.get("FORKLAB_OPENAI_BASE_URL", "")
 FORKLAB_OPENAI_API_KEY = os.environ.get("FORKLAB_OPENAI_API_KEY", "")
 FORKLAB_OPENAI_TIMEOUT_S = envint("FORKLAB_OPENAI_TIMEOUT_S", 60, minimum=1)
 
-# -- logging ---------------------------------------------------------------------------------
+# -- observability (SPEC §3.11) ---------------------------------------------------------------
+# Logs: structured, one JSON object per line on stderr (so command output on stdout stays
+# clean); FORKLAB_LOG_FORMAT=console for key=value lines in a terminal. `extra={...}` fields of
+# stdlib log calls (e.g. replay.fork.fork_started's base_run_id, fork_sequence_id) become keys.
+# Metrics: GET /metrics (forklab.runs.metrics). Traces: the engine uses the OpenTelemetry API;
+# an SDK exporting over OTLP/HTTP is configured at start-up only when
+# OTEL_EXPORTER_OTLP_ENDPOINT is set (the `otel` extra; forklab.runs.observability).
+
+FORKLAB_LOG_FORMAT = envchoice("FORKLAB_LOG_FORMAT", "json", ("json", "console"))
+FORKLAB_METRICS_TOKEN = os.environ.get("FORKLAB_METRICS_TOKEN", "")
+FORKLAB_STREAM_POLL_S = envint("FORKLAB_STREAM_POLL_S", 5, minimum=1)
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "structured": {
+            "()": "forklab.runs.observability.structured_formatter",
+            "renderer": FORKLAB_LOG_FORMAT,
+        },
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured",
+                             "stream": "ext://sys.stderr"}},
     "root": {"handlers": ["console"], "level": envchoice(
         "FORKLAB_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
     )},

@@ -12,6 +12,9 @@ the same transaction from the state folded through the new events. The state bef
 append comes from a per-store cache of each open run's state (installed only once the
 transaction commits) or, on a cache miss, from the newest snapshot plus the events after it
 — the whole log is not refolded on every append.
+
+Metrics: what each append adds to the Prometheus series (``forklab.runs.metrics``) is counted
+once its transaction commits — the one place every run, fork tail and sweep passes through.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from forklab.engine.graph import GraphSpec, parse_graph
 from forklab.engine.reducers import check_next, evolve
 from forklab.engine.state import RunState
 from forklab.engine.store import check_append, graph_hash
+from forklab.runs import metrics
 from forklab.runs import models as m
 
 DEFAULT_PROJECT_SLUG = "default"
@@ -101,7 +105,8 @@ class DjangoStore:
                 project_id = locked[0][1] if locked else self._new_run(run_id, state).project_id
                 self._insert(run_id, events)
                 self._update_row(run_id, project_id, state, events)
-                transaction.on_commit(lambda: self._remember(state), using=self.using)
+                counted = metrics.observations(events, state)
+                transaction.on_commit(lambda: self._committed(state, counted), using=self.using)
         except IntegrityError:
             raise SeqConflictError(
                 f"append to run {run_id!r} after seq {expected_seq} lost a race with another "
@@ -152,6 +157,10 @@ class DjangoStore:
                 run_id=run_id,
             )
         return state
+
+    def _committed(self, state: RunState, counted: list[metrics.Observation]) -> None:
+        metrics.apply(counted)
+        self._remember(state)
 
     def _remember(self, state: RunState) -> None:
         if state.finished:  # finished runs take no more appends; keep the cache small
