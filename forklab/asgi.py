@@ -14,13 +14,19 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
-from django.urls import URLPattern  # noqa: E402
+from django.urls import URLPattern, path  # noqa: E402
 
-websocket_urlpatterns: list[URLPattern] = []  # consumers are added with the websocket stream
+from forklab.web.consumers import RunStreamConsumer, TokenAuthMiddleware  # noqa: E402
+
+websocket_urlpatterns: list[URLPattern] = [
+    path("ws/runs/<str:run_id>/", RunStreamConsumer.as_asgi(), name="ws-run-stream"),
+]
 
 http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.FORKLAB_SERVE_STATIC else django_asgi_app
 
 application = ProtocolTypeRouter({
     "http": http_app,
-    "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+    # Session first (browsers); a DRF token, when given, replaces the session user (scripts).
+    "websocket": AllowedHostsOriginValidator(
+        AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))),
 })

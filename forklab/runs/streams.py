@@ -1,0 +1,102 @@
+"""Tailing a run's event log for a websocket: backlog by seq, then live (SPEC §4.4).
+
+The event log is the truth. A :class:`RunTail` remembers the last seq it handed out and, each
+time it is pumped (once for the backlog, then on every wake-up), reads the log after that seq
+— so no seq is sent twice and none is skipped, whatever wake-ups were coalesced, duplicated or
+lost. Why reading "after the last seq" cannot skip one: a run's events are appended one
+transaction at a time under the run row's lock, so the committed log is always a prefix
+``1..last_seq``; each read is bounded by the ``last_seq`` read in the same query round, from
+the row whose projection (status) commits with the events.
+
+All ORM work happens in ``database_sync_to_async`` helpers; the tail itself is async.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from forklab.runs import queries
+from forklab.runs.models import Event, Run, RunStatus
+from forklab.runs.serializers_json import event_to_json
+
+#: statuses after which the stream reports the run's status (the socket stays open: a paused
+#: fork continues when answered, and a client may want to keep watching).
+REPORTED_STATUSES = frozenset({
+    RunStatus.PAUSED, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.BLOCKED,
+    RunStatus.CANCELLED,
+})
+BATCH = 500
+
+
+@dataclass(frozen=True)
+class Page:
+    """Events after some seq (at most ``BATCH``), and the run's status at ``last_seq``."""
+
+    events: list[dict[str, Any]]
+    status: str
+    last_seq: int
+
+    @property
+    def complete(self) -> bool:
+        """True when this page reaches the run's last seq (nothing more to read now)."""
+        return not self.events or self.events[-1]["seq"] >= self.last_seq
+
+
+@database_sync_to_async
+def readable_run(run_id: str, user: AbstractBaseUser | AnonymousUser) -> str:
+    """The run's id if ``user`` may read it; raises ``not_found`` otherwise."""
+    return queries.get_run(run_id, user=user).id
+
+
+def read_page(run_id: str, after: int, limit: int = BATCH) -> Page:
+    """Events with ``after < seq <= last_seq`` in seq order, plus the status at ``last_seq``.
+
+    The row is read first: events committed after it are left for the next page, so the
+    status returned never runs ahead of the events returned with it.
+    """
+    row = Run.objects.filter(pk=run_id).values_list("status", "last_seq").first()
+    if row is None:  # deleted while streaming: nothing more will come
+        return Page(events=[], status=RunStatus.CANCELLED, last_seq=after)
+    status, last_seq = row
+    rows = (Event.objects.filter(run_id=run_id, seq__gt=after, seq__lte=last_seq)
+            .order_by("seq")[:limit])
+    return Page(events=[event_to_json(e) for e in rows], status=status, last_seq=last_seq)
+
+
+aread_page = database_sync_to_async(read_page)
+
+
+class RunTail:
+    """The position of one stream in one run's log.
+
+    ``pump()`` yields every event after the last one yielded, in seq order, then (once per
+    status change) the run's status when it is paused or finished.
+    """
+
+    def __init__(self, run_id: str, *, after: int = 0) -> None:
+        self.run_id = run_id
+        self.sent = max(0, after)
+        self.reported: str | None = None
+
+    def stale(self, seq: int | None) -> bool:
+        """True when a wake-up for ``seq`` announces nothing this tail has not sent."""
+        return seq is not None and 0 < seq <= self.sent
+
+    async def pump(self) -> AsyncIterator[dict[str, Any]]:
+        while True:
+            page = await aread_page(self.run_id, self.sent)
+            for event in page.events:
+                self.sent = event["seq"]
+                yield event
+            if page.complete:
+                break
+        if page.status in REPORTED_STATUSES and page.status != self.reported:
+            self.reported = page.status
+            yield {"type": "stream.status", "status": page.status, "last_seq": page.last_seq}
+        elif page.status not in REPORTED_STATUSES:
+            self.reported = None  # resumed (an answered gate): report the next stop again
