@@ -220,16 +220,30 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 # -- background work (django.tasks) ----------------------------------------------------------
-# Embedded default: a thread pool inside the server process. Scale-out deployments point
-# FORKLAB_TASKS_BACKEND at a distributed queue backend (see docs/deployment.md).
+# Embedded default: a thread pool inside the server process. Scale-out: FORKLAB_TASKS_BACKEND=db
+# puts tasks on a database queue (django-tasks-db, the `scale` extra) that `manage.py
+# db_worker` processes run (see docs/deployment.md). A dotted path selects any other
+# django.tasks backend.
+TASK_BACKENDS = {
+    "threads": "forklab.runs.task_backends.ThreadPoolBackend",
+    "db": "django_tasks_db.DatabaseBackend",
+}
+_tasks_backend = os.environ.get("FORKLAB_TASKS_BACKEND", "").strip() or "threads"
+if "." not in _tasks_backend and _tasks_backend not in TASK_BACKENDS:
+    raise ImproperlyConfigured(
+        f"FORKLAB_TASKS_BACKEND={_tasks_backend!r}: expected one of {', '.join(TASK_BACKENDS)} "
+        "or the dotted path of a django.tasks backend")
+_tasks_backend = TASK_BACKENDS.get(_tasks_backend, _tasks_backend)
 TASKS = {
     "default": {
-        "BACKEND": os.environ.get("FORKLAB_TASKS_BACKEND",
-                                  "forklab.runs.task_backends.ThreadPoolBackend"),
+        "BACKEND": _tasks_backend,
         "OPTIONS": envjson("FORKLAB_TASKS_OPTIONS",
-                           {"MAX_WORKERS": envint("FORKLAB_TASK_WORKERS", 4, minimum=1)}),
+                           {"MAX_WORKERS": envint("FORKLAB_TASK_WORKERS", 4, minimum=1)}
+                           if _tasks_backend == TASK_BACKENDS["threads"] else {}),
     }
 }
+if _tasks_backend.startswith("django_tasks_db."):
+    INSTALLED_APPS += ["django_tasks_db"]  # its queue table and the db_worker command
 
 # -- auth, i18n, static ----------------------------------------------------------------------
 
