@@ -20,7 +20,7 @@ from forklab.engine.fork.lifecycle import Case as EngineCase
 from forklab.engine.fork.lifecycle import promote, run_case, save_case
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
 from forklab.engine.reducers import fold
-from forklab.runs import queries, tasks
+from forklab.runs import broadcast, queries, tasks
 from forklab.runs.access import User, require_fork_rights, require_role
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import NotFound
@@ -132,6 +132,8 @@ def cancel(*, user: User, run_id: str) -> Run:
             # nothing is executing it: record the outcome directly
             fields += _cancel_now(run)
         run.save(update_fields=fields)
+        # no runner is executing it to send wake-ups: tell open streams the run moved on
+        transaction.on_commit(lambda: broadcast.notify(run.id, run.last_seq))
     return run
 
 

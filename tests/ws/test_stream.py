@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
+from forklab.engine.scenarios import SCENARIOS
 from forklab.runs import broadcast, tasks
-from forklab.runs.forking import start_fork
+from forklab.runs.forking import answer, cancel, start_fork
 from forklab.runs.models import Event, Run
-from forklab.runs.specs import ForkSpec
+from forklab.runs.services import record_run
+from forklab.runs.specs import AnswerSpec, ForkSpec
 from tests.ws.conftest import World
 from tests.ws.helpers import (
     EVENT_KEYS,
@@ -215,3 +217,35 @@ async def test_wakeups_through_the_redis_channel_layer_stream_a_live_tail(
     assert status == "completed"
     assert seqs(events) == await log_seqs(run_id)
     assert seqs(events) == list(range(1, len(events) + 1))
+
+
+@sync_to_async
+def paused_fork(world: World) -> str:
+    scenario = SCENARIOS["order-fulfilment"]
+    base = record_run(project=world.project, graph=scenario.graph(), input=scenario.input,
+                      human_decision="approved")
+    return start_fork(user=world.member, spec=ForkSpec(
+        base_run=base.id, at={"before_node": "approve"})).run.id
+
+
+async def test_a_paused_fork_reports_paused_and_streams_on_once_answered(world: World) -> None:
+    run_id = await paused_fork(world)
+    ws = await connect(run_id, "", token_header(world.token))
+    before, status = await until_status(ws, finished=("paused",))
+    assert status == "paused" and before[-1]["type"] == "human.requested"
+    await sync_to_async(answer)(user=world.member, run_id=run_id,
+                                spec=AnswerSpec(decision="approved"))
+    after, status = await until_status(ws)
+    await ws.disconnect()
+    assert status == "completed"
+    assert seqs(before + after) == await log_seqs(run_id)
+
+
+async def test_cancelling_a_paused_fork_wakes_its_stream(world: World) -> None:
+    run_id = await paused_fork(world)
+    ws = await connect(run_id, "", token_header(world.token))
+    await until_status(ws, finished=("paused",))
+    await sync_to_async(cancel)(user=world.member, run_id=run_id)
+    after, status = await until_status(ws)
+    await ws.disconnect()
+    assert status == "cancelled" and [e["type"] for e in after] == ["run.cancelled"]
