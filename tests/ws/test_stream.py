@@ -249,3 +249,4 @@ async def test_cancelling_a_paused_fork_wakes_its_stream(world: World) -> None:
     after, status = await until_status(ws)
     await ws.disconnect()
     assert status == "cancelled" and [e["type"] for e in after] == ["run.cancelled"]
+
