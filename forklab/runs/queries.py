@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
 from forklab.runs.errors import InvalidArgument, NotFound
-from forklab.runs.models import Project, Run, RunKind, RunStatus
+from forklab.runs.models import Event, Project, Run, RunKind, RunStatus
 
 
 def _check_choice(name: str, value: str | None, choices: list[str]) -> None:
@@ -72,3 +74,191 @@ def get_project(slug: str) -> Project:
         known = ", ".join(Project.objects.values_list("slug", flat=True)) or "none"
         raise NotFound(f"no project {slug!r}; projects: {known}", project=slug)
     return project
+
+
+# -- the dashboard's reads ---------------------------------------------------------------------
+# Runs can hold tens of thousands of events: these page in SQL and select only the columns a
+# page shows. A finished run's log never changes, so its events are cached per process (LRU).
+
+NODE_LIFECYCLE = ("node.started", "node.completed", "node.failed", "node.interrupted")
+ACTION_RESULTS = ("agent.responded", "tool.returned", "human.answered", "route.decided",
+                  "subgraph.completed", "effect.suppressed", "node.completed", "node.failed")
+
+
+def search_runs(user: AbstractBaseUser | AnonymousUser, *, q: str = "",
+                **filters: Any) -> QuerySet[Run]:
+    """``runs_for_user`` plus a label/id search and each run's number of direct forks."""
+    from django.db.models import Count, Q
+
+    runs = runs_for_user(user, **{k: v for k, v in filters.items() if v})
+    if q:
+        runs = runs.filter(Q(label__icontains=q) | Q(id__startswith=q))
+    return runs.annotate(fork_count=Count("children"))
+
+
+def graph_slugs(user: AbstractBaseUser | AnonymousUser) -> list[str]:
+    return list(Run.objects.filter(project__in=visible_projects(user))
+                .order_by("graph_slug").values_list("graph_slug", flat=True).distinct())
+
+
+def lineage(run: Run, *, limit: int = 50) -> list[Run]:
+    """The run's ancestors, the base run first and ``run`` last (same project only)."""
+    chain = [run]
+    seen = {run.id}
+    while chain[0].parent_run_id and len(chain) < limit:
+        parent = Run.objects.filter(pk=chain[0].parent_run_id, project=run.project).first()
+        if parent is None or parent.id in seen:
+            break
+        seen.add(parent.id)
+        chain.insert(0, parent)
+    return chain
+
+
+def fork_tree(root: Run, *, limit: int = 200) -> list[tuple[Run, int]]:
+    """``root`` and its forks, forks of forks …, depth-first with their depth."""
+    children: dict[str | None, list[Run]] = {}
+    frontier, found = [root.id], 0
+    while frontier and found < limit:
+        level = list(Run.objects.filter(parent_run_id__in=frontier, project=root.project)
+                     .order_by("created_at", "id")[:limit - found])
+        for child in level:
+            children.setdefault(child.parent_run_id, []).append(child)
+        found += len(level)
+        frontier = [child.id for child in level]
+    out: list[tuple[Run, int]] = []
+
+    def walk(run: Run, depth: int) -> None:
+        out.append((run, depth))
+        for child in children.get(run.id, []):
+            walk(child, depth + 1)
+
+    walk(root, 0)
+    return out
+
+
+def node_lifecycle(run_id: str) -> list[tuple[int, str, str, int, int, float]]:
+    """``(seq, type, node, occurrence, iteration, timestamp)`` of every node start and end."""
+    return list(Event.objects.filter(run_id=run_id, type__in=NODE_LIFECYCLE)
+                .order_by("seq").values_list("seq", "type", "node", "occurrence", "iteration",
+                                              "timestamp"))
+
+
+def action_results(run_id: str, first: int, last: int) -> list[tuple[int, str, str, dict[str, Any]]]:
+    """``(seq, type, node, payload)`` of calls and node ends with ``first <= seq <= last``."""
+    return list(Event.objects.filter(run_id=run_id, type__in=ACTION_RESULTS,
+                                     seq__gte=first, seq__lte=last)
+                .order_by("seq").values_list("seq", "type", "node", "payload"))
+
+
+def event_types(run_id: str) -> list[str]:
+    return list(Event.objects.filter(run_id=run_id).order_by("type")
+                .values_list("type", flat=True).distinct())
+
+
+def event_page(run_id: str, *, type: str | None = None, offset: int = 0,
+               limit: int = 50) -> tuple[list[Event], int]:
+    """One page of a run's events in seq order (optionally of one type), and how many match
+    in all. Paged in SQL: a 10,000-event run reads ``limit`` rows."""
+    events = Event.objects.filter(run_id=run_id)
+    if type:
+        events = events.filter(type=type)
+    return list(events.order_by("seq")[offset:offset + limit]), events.count()
+
+
+def events_before(run_id: str, seq: int, *, type: str | None = None) -> int:
+    """How many events (of ``type``) come before ``seq``: the offset of its page."""
+    events = Event.objects.filter(run_id=run_id, seq__lt=seq)
+    return (events.filter(type=type) if type else events).count()
+
+
+def forked_event(run_id: str) -> dict[str, Any] | None:
+    """The small fields of a fork's ``run.forked`` event (not its prefix state)."""
+    from django.db.models import F
+
+    row = (Event.objects.filter(run_id=run_id, type="run.forked")
+           .values("seq", point=F("payload__point"), changes=F("payload__changes"),
+                   policy=F("payload__policy"), budget=F("payload__budget"),
+                   estimate=F("payload__estimate"), base_run_id=F("payload__base_run_id"))
+           .first())
+    return row
+
+
+def graph_of(run: Run) -> Any:
+    """The GraphSpec the run executed: a fork's effective graph, else its stored version."""
+    from django.db.models import F
+
+    from forklab.engine.graph import parse_graph
+
+    if run.run_kind == RunKind.COUNTERFACTUAL:
+        spec = (Event.objects.filter(run_id=run.id, type="run.forked")
+                .values_list(F("payload__graph"), flat=True).first())
+        if spec:
+            return parse_graph(spec)
+    if run.graph_version is None:
+        raise NotFound(f"run {run.id!r} has no stored graph version", run_id=run.id)
+    return parse_graph(run.graph_version.spec)
+
+
+_EVENTS: OrderedDict[tuple[str, int], list[Any]] = OrderedDict()
+_EVENTS_LOCK = threading.Lock()
+EVENT_CACHE_RUNS = 8
+
+
+def run_events(run: Run) -> list[Any]:
+    """The engine events of a run; a finished run's are kept (LRU) since they never change."""
+    from forklab.runs.store import DjangoStore
+
+    key = (run.id, run.last_seq)
+    with _EVENTS_LOCK:
+        if key in _EVENTS:
+            _EVENTS.move_to_end(key)
+            return _EVENTS[key]
+    events = DjangoStore(run.project).read(run.id)
+    if run.finished:
+        with _EVENTS_LOCK:
+            _EVENTS[key] = events
+            while len(_EVENTS) > EVENT_CACHE_RUNS:
+                _EVENTS.popitem(last=False)
+    return events
+
+
+def state_at(run: Run, seq: int | None = None) -> Any:
+    """The run's folded state after event ``seq`` (its final state when None)."""
+    from forklab.engine.reducers import fold
+
+    events = run_events(run)
+    if not events:
+        raise NotFound(f"run {run.id!r} has no events (archived?)", run_id=run.id)
+    if events[0].seq != 1:
+        from forklab.runs.store import DjangoStore
+
+        snapshot = DjangoStore(run.project).load_snapshot(run.id)
+        if snapshot is None or (seq is not None and seq < snapshot.version):
+            raise NotFound(f"run {run.id!r} was compacted; seq {seq} is gone", run_id=run.id)
+        return fold([e for e in events if e.seq > snapshot.version and
+                     (seq is None or e.seq <= seq)], snapshot)
+    return fold(events if seq is None else events[:seq])
+
+
+def compare_runs(base: Run, variant: Run) -> dict[str, Any]:
+    """The RunDiff of two runs plus what the diff page shows with it: the variant's tail
+    calls with their provenance labels and the ``explain()`` block. No access check: callers
+    (``forking.compare``, a resolved share link) have done it."""
+    from forklab.engine.fork.changes import parse_change
+    from forklab.engine.fork.diff import diff_runs, format_run_diff
+
+    base_state, variant_state = state_at(base), state_at(variant)
+    changes = [parse_change(c).describe() for c in variant.fork_mutations or []]
+    diff = diff_runs(base_state, variant_state, changes=changes)
+    fork = variant_state.fork or {}
+    if fork.get("base_run_id") == base.id:
+        point = (forked_event(variant.id) or {}).get("point") or {}
+        where = point.get("label") or f"seq {variant.fork_sequence_id}"
+        header = (f"fork {variant.id} of {base.id} at seq {variant.fork_sequence_id} "
+                  f"({where})")
+    else:
+        header = f"compare {variant.id} with {base.id}"
+    calls = [c.to_wire() for c in variant_state.calls[fork.get("tail_from_call", 0):]]
+    return {"diff": diff.wire(), "explain": format_run_diff(diff, header), "calls": calls,
+            "inherited_executions": fork.get("prefix_executions", 0),
+            "base_state": base_state, "variant_state": variant_state}
