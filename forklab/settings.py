@@ -123,6 +123,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "forklab.runs",
+    "forklab.web",  # the dashboard: templates tags, static files
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,255 @@
+"""The fork composer's form: fields fitted to the fork point's node, read back into changes.
+
+A field is a change only when its value differs from what the run had (the prompt is
+pre-filled with the current system prompt, the output with what the node wrote, …), so an
+untouched form is a null fork. Changes the form has no field for travel in ``extra_changes``
+(a JSON list), so every fork link round-trips. Errors come back keyed by form field.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from forklab.engine.canonical import canonical_json
+from forklab.engine.graph import (
+    AgentNode,
+    ApprovalNode,
+    GraphSpec,
+    RouterNode,
+    ToolNode,
+)
+from forklab.engine.state import Execution, RunState
+from forklab.runs.models import Run
+
+HUMAN_DECISIONS = ("approved", "rejected", "edited")
+SIDE_EFFECTS = ("replay", "block", "allow")
+
+
+@dataclass(frozen=True)
+class AgentTarget:
+    """One agent a change can address: a node, ``node.role`` or ``node.role[i]``."""
+
+    index: int
+    target: str
+    node: str
+    provider: str
+    model: str
+    system_prompt: str
+    temperature: float
+
+    @property
+    def prefix(self) -> str:
+        return f"agent-{self.index}"
+
+    @property
+    def model_field(self) -> str:
+        return f"{self.prefix}-model"
+
+    @property
+    def temperature_field(self) -> str:
+        return f"{self.prefix}-temperature"
+
+    @property
+    def prompt_field(self) -> str:
+        return f"{self.prefix}-prompt"
+
+
+@dataclass
+class Composer:
+    """Everything the composer shows for one run at one fork point."""
+
+    run: Run
+    graph: GraphSpec
+    seq: int
+    node: str | None  # the node that starts after the point (None at the end boundary)
+    label: str
+    state: RunState  # the state at the point
+    recorded: Execution | None  # the execution of ``node`` right after the point
+    targets: list[AgentTarget] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
+
+    @property
+    def node_spec(self) -> Any:
+        return self.graph.node(self.node) if self.node else None
+
+    @property
+    def kind(self) -> str | None:
+        return getattr(self.node_spec, "kind", None)
+
+    @property
+    def point_targets(self) -> list[AgentTarget]:
+        return [t for t in self.targets if t.node == self.node]
+
+    @property
+    def other_targets(self) -> list[AgentTarget]:
+        return [t for t in self.targets if t.node != self.node]
+
+    @property
+    def routers(self) -> list[tuple[str, list[str]]]:
+        """Every router with the targets it can choose (``end`` included when it may end)."""
+        out = []
+        for node in self.graph.nodes:
+            if isinstance(node, RouterNode):
+                choices = [r.to for r in node.rules] + ([node.default] if node.default else [])
+                choices += list((node.choices or {}).values()) + self.graph.successors(node.id)
+                out.append((node.id, list(dict.fromkeys(choices))))
+        return out
+
+    @property
+    def has_approval(self) -> bool:
+        return any(isinstance(n, ApprovalNode) for n in self.graph.nodes)
+
+    @property
+    def recorded_output(self) -> str:
+        if self.recorded is None or not isinstance(self.node_spec, (AgentNode, ToolNode,
+                                                                    ApprovalNode)):
+            return ""
+        return pretty(self.recorded.writes)
+
+    @property
+    def recorded_tool_result(self) -> str:
+        if self.recorded is None or not isinstance(self.node_spec, ToolNode):
+            return ""
+        results = [a["result"] for a in self.recorded.actions if a.get("type") == "tool_result"]
+        return pretty(results[-1]) if results else ""
+
+    def field_names(self) -> list[str]:
+        """Every field with an error slot in the form (refreshed on each preflight)."""
+        names = ["form", "at", "memory_set", "memory_delete", "input_patch", "extra_changes",
+                 "side_effects", "max_live_calls", "max_cost_usd", "label"]
+        if self.node_spec is not None and self.kind != "router":
+            names.append("output_memory")
+        if self.node:
+            names.append("config_patch")
+        if self.kind == "tool":
+            names.append("tool_result")
+        if self.routers:
+            names.append("route")
+        if self.has_approval:
+            names += ["human_decision", "human_data"]
+        for t in self.targets:
+            names += [t.model_field, t.temperature_field, t.prompt_field]
+        return names
+
+    def initial(self, changes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Form values: the run as it was, overlaid with ``changes`` (from a fork link)."""
+        values: dict[str, Any] = {
+            "memory_set": "", "memory_delete": "", "output_memory": self.recorded_output,
+            "tool_result": self.recorded_tool_result, "route": "", "route_once": False, "human_decision": "", "human_data": "", "input_patch": "",
+            "config_patch": "", "side_effects": "replay", "allow_nodes": "", "memoize": False,
+            "max_live_calls": 50, "max_cost_usd": "1.00", "ignore_budget": False, "label": "",
+            "client_request_id": uuid.uuid4().hex,
+        }
+        for t in self.targets:
+            values[f"{t.prefix}-model"] = t.model
+            values[f"{t.prefix}-prompt"] = t.system_prompt
+            values[f"{t.prefix}-temperature"] = t.temperature
+        extra = [c for c in changes or [] if not self._prefill(values, c)]
+        values["extra_changes"] = pretty(extra) if extra else ""
+        return values
+
+    def _prefill(self, values: dict[str, Any], change: dict[str, Any]) -> bool:
+        kind = change.get("kind")
+        target = next((t for t in self.targets if t.target == change.get("target")), None)
+        simple = {"model": "model", "prompt": "system_prompt", "temperature": "temperature"}
+        if kind in simple and target is not None and simple[kind] in change:
+            values[f"{target.prefix}-{kind}"] = change[simple[kind]]
+            return True
+        node_match = change.get("node") == self.node
+        if kind == "memory" and not values["memory_set"] and not values["memory_delete"]:
+            values["memory_set"] = pretty(change.get("set") or {}) if change.get("set") else ""
+            values["memory_delete"] = ", ".join(change.get("delete") or [])
+            return True
+        mapping = {"output": ("output_memory", "memory"), "tool": ("tool_result", "result"),
+                   "config": ("config_patch", "patch")}
+        if kind in mapping and node_match:
+            name, key = mapping[kind]
+            values[name] = pretty(change.get(key))
+            return True
+        if kind == "route" and not values["route"]:
+            values.update(route=f"{change.get('from', '')}|{change.get('to', '')}",
+                          route_once=bool(change.get("once")))
+            return True
+        if kind == "human_response" and not values["human_decision"]:
+            values["human_decision"] = change.get("decision", "")
+            values["human_data"] = pretty(change["data"]) if change.get("data") is not None else ""
+            return True
+        if kind == "input_patch" and not values["input_patch"]:
+            values["input_patch"] = pretty(change.get("patch") or {})
+            return True
+        return False
+
+
+def pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def agent_targets(graph: GraphSpec) -> list[AgentTarget]:
+    """Every agent of every node that drives one, in graph order."""
+    found: list[tuple[str, str, Any]] = []
+    for node in graph.nodes:
+        if isinstance(node, AgentNode) and node.roles:
+            for name, role in node.ordered_roles():
+                for i in range(role.count):
+                    suffix = f"[{i}]" if role.count > 1 else ""
+                    found.append((f"{node.id}.{name}{suffix}", node.id, role.agent_for(i)))
+        elif isinstance(node, (AgentNode, RouterNode)) and node.agent is not None:
+            found.append((node.id, node.id, node.agent))
+    out = []
+    for index, (target, node_id, ref) in enumerate(found):
+        agent = graph.resolve_agent(ref)
+        out.append(AgentTarget(index=index, target=target, node=node_id,
+                               provider=agent.provider, model=agent.model,
+                               system_prompt=agent.system_prompt,
+                               temperature=agent.temperature))
+    return out
+
+
+def same(a: Any, b: Any) -> bool:
+    return canonical_json(a) == canonical_json(b)
+
+
+def build_composer(run: Run, seq: int, *, graph: GraphSpec, after: Any,
+                   models: list[str]) -> Composer:
+    """The composer at boundary ``seq``; ``after`` is the timeline bar starting after it."""
+    from forklab.runs import queries
+
+    state = queries.state_at(run, seq)
+    recorded = None
+    if after is not None and after.end_seq:
+        done = queries.state_at(run, after.end_seq)
+        last = done.executions[-1] if done.executions else None
+        recorded = last if last is not None and last.start_seq == after.start_seq else None
+    node = after.node if after is not None else None
+    label = (f"before '{node}' execution {after.occurrence}, iteration {after.iteration}"
+             if after is not None else "end of the run (after the last node)")
+    targets = agent_targets(graph)
+    known = sorted(set(models) | {t.model for t in targets})
+    return Composer(run=run, graph=graph, seq=seq, node=node, label=label, state=state,
+                    recorded=recorded, targets=targets, models=known)
+
+
+def encode_changes(changes: list[dict[str, Any]]) -> str:
+    """The ``changes`` parameter of a fork link: URL-safe base64 of compact JSON."""
+    import base64
+
+    raw = json.dumps(changes, separators=(",", ":"), ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_changes(text: str) -> list[dict[str, Any]]:
+    """A fork link's changes; raises ValueError when they are not a JSON list of objects."""
+    import base64
+    import binascii
+
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        value = json.loads(raw)
+    except (binascii.Error, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"the link's changes cannot be read: {exc}") from None
+    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
+        raise ValueError("the link's changes are not a list of change objects")
+    return value

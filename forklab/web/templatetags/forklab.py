@@ -1,0 +1,104 @@
+"""Formatting for the dashboard's templates: money, durations, counts, ids."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+register = template.Library()
+
+
+@register.filter
+def usd(value: Decimal | float | int | None) -> str:
+    """``$0.0023``; four decimals, more when the amount is smaller than that shows."""
+    if value is None or value == "":
+        return "unpriced"
+    amount = float(value)
+    if amount == 0:
+        return "$0"
+    if abs(amount) < 0.0001:
+        return f"{'-' if amount < 0 else ''}${abs(amount):.6f}"
+    return f"{'-' if amount < 0 else ''}${abs(amount):.4f}"
+
+
+@register.filter
+def signed_usd(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return ("+" if float(value) > 0 else "") + usd(value)
+
+
+@register.filter
+def ms(value: float | None) -> str:
+    """A duration in milliseconds, in the unit that reads best."""
+    if value is None or value == "":
+        return "—"
+    millis = float(value)
+    if abs(millis) < 1:
+        return f"{millis:.2f} ms"
+    if abs(millis) < 1000:
+        return f"{millis:.0f} ms"
+    if abs(millis) < 60_000:
+        return f"{millis / 1000:.1f} s"
+    minutes, seconds = divmod(round(millis / 1000), 60)
+    return f"{minutes}m {seconds:02d}s"
+
+
+@register.filter
+def num(value: int | float | None) -> str:
+    """Thousands separated: ``12,345``."""
+    if value is None or value == "":
+        return "—"
+    return f"{int(value):,}"
+
+
+@register.filter
+def signed(value: int | float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{int(value):+,}"
+
+
+@register.filter
+def short(value: str | None) -> str:
+    """The first 8 characters of an id (the full id goes in a title attribute)."""
+    return (value or "")[:8]
+
+
+@register.filter
+def get(mapping: dict[str, Any] | None, key: str) -> Any:
+    return (mapping or {}).get(key)
+
+
+@register.simple_tag
+def run_duration(run: Any) -> str:
+    if run.started_at is None or run.finished_at is None:
+        return "—"
+    return ms((run.finished_at - run.started_at).total_seconds() * 1000)
+
+
+@register.simple_tag
+def status(value: str) -> SafeString:
+    return format_html('<span class="status status-{}">{}</span>', value, value)
+
+
+@register.simple_tag
+def label(value: str | None) -> SafeString:
+    """A provenance label chip (reused | live | simulated | changed)."""
+    if not value:
+        return format_html("")
+    return format_html('<span class="label label-{}" title="{}">{}</span>', value,
+                       LABEL_HELP.get(value, value), value)
+
+
+LABEL_HELP = {
+    "reused": "served from the recording: the inputs matched",
+    "live": "ran for real, with no recording to compare",
+    "simulated": "supplied by a change",
+    "changed": "ran for real because its inputs differed from the recording",
+    "memo": "served from the recording by memoization",
+}

@@ -1,0 +1,207 @@
+"""The run page's timeline: one bar per node execution, fork-point markers between them.
+
+Built from SQL, not from a fold: the node start/end rows (no payloads) give every execution
+and every boundary; only the executions on the shown page have their calls read (cost,
+tokens, provenance labels), so a 10,000-event run renders one page at the price of a page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from forklab.runs import queries
+from forklab.runs.models import Run
+
+PAGE_SIZE = 60
+ENDS = {"node.completed": "completed", "node.failed": "failed", "node.interrupted": "interrupted"}
+
+
+@dataclass
+class Bar:
+    node: str
+    occurrence: int
+    iteration: int
+    start_seq: int
+    started: float
+    kind: str = ""
+    end_seq: int | None = None
+    ended: float | None = None
+    status: str = "running"
+    cost_usd: float = 0.0
+    tokens: int = 0
+    unpriced: bool = False
+    labels: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
+    route: str | None = None
+    memo: bool = False
+    blocked: bool = False
+    offset_pct: float = 0.0
+    width_pct: float = 0.0
+    after_point: int | None = None  # the boundary after this execution, when forkable
+
+    @property
+    def before_point(self) -> int:
+        return self.start_seq - 1
+
+    @property
+    def duration_ms(self) -> float | None:
+        return None if self.ended is None else round((self.ended - self.started) * 1000, 1)
+
+    @property
+    def label(self) -> str:
+        """One provenance label for the bar: the strongest of its calls'."""
+        for strongest in ("changed", "live", "simulated", "reused"):
+            if strongest in self.labels:
+                return strongest
+        return "memo" if self.memo else ""
+
+
+@dataclass
+class Group:
+    iteration: int
+    bars: list[Bar]
+
+
+@dataclass
+class Timeline:
+    groups: list[Group]
+    page: int
+    pages: int
+    total: int
+    first_index: int
+    points: list[int]
+    end_point: int | None
+    inherited: int
+    all_bars: list[Bar] = field(default_factory=list)  # every execution; details on the page's
+
+    def after(self, seq: int) -> Bar | None:
+        """The execution that starts right after boundary ``seq``."""
+        return next((b for b in self.all_bars if b.before_point == seq), None)
+
+    def before(self, seq: int) -> Bar | None:
+        """The execution that ends at boundary ``seq``."""
+        return next((b for b in self.all_bars if b.after_point == seq), None)
+
+    @property
+    def bars(self) -> list[Bar]:
+        return [bar for group in self.groups for bar in group.bars]
+
+
+def executions(run_id: str) -> list[Bar]:
+    """Every execution that counts (an interrupted attempt is superseded by its re-run)."""
+    bars: list[Bar] = []
+    open_: dict[str, Bar] = {}
+    for seq, type_, node, occurrence, iteration, ts in queries.node_lifecycle(run_id):
+        if type_ == "node.started":
+            bar = Bar(node=node or "", occurrence=occurrence or 1, iteration=iteration or 1,
+                      start_seq=seq, started=ts)
+            bars.append(bar)
+            open_[bar.node] = bar
+            continue
+        bar = open_.pop(node or "", None)  # type: ignore[assignment]
+        if bar is not None:
+            bar.end_seq, bar.ended, bar.status = seq, ts, ENDS[type_]
+    return [b for b in bars if b.status != "interrupted"]
+
+
+def end_point(run: Run, bars: list[Bar]) -> int | None:
+    """The boundary after the last node, when the run ended by running out of nodes."""
+    if not run.finished or not bars:
+        return None
+    last = bars[-1]
+    if last.status == "completed" and last.end_seq == run.last_seq - 1:
+        return last.end_seq
+    return None
+
+
+def page_for(bars: list[Bar], seq: int | None) -> int:
+    if seq is None:
+        return 1
+    for index, bar in enumerate(bars):
+        if bar.before_point >= seq or (bar.end_seq or 0) >= seq:
+            return index // PAGE_SIZE + 1
+    return max(1, (len(bars) - 1) // PAGE_SIZE + 1)
+
+
+def build(run: Run, *, page: int | None = None, at: int | None = None,
+          kinds: dict[str, str] | None = None) -> Timeline:
+    """The timeline page holding ``at`` (or ``page``); ``kinds`` colours bars by node kind."""
+    bars = executions(run.id)
+    for bar in bars:
+        bar.kind = (kinds or {}).get(bar.node, "")
+    points = [b.before_point for b in bars]
+    end = end_point(run, bars)
+    boundaries = set(points) | ({end} if end is not None else set())
+    for bar in bars:
+        bar.after_point = bar.end_seq if bar.end_seq in boundaries else None
+    pages = max(1, (len(bars) + PAGE_SIZE - 1) // PAGE_SIZE)
+    page = min(max(1, page or page_for(bars, at)), pages)
+    first = (page - 1) * PAGE_SIZE
+    shown = bars[first:first + PAGE_SIZE]
+    _details(run, shown)
+    _scale(shown)
+    inherited = max(0, len(run.path or []) - len(bars)) if run.parent_run_id else 0
+    return Timeline(groups=_groups(shown), page=page, pages=pages, total=len(bars),
+                    first_index=first, points=sorted(boundaries), end_point=end,
+                    inherited=inherited, all_bars=bars)
+
+
+def _groups(bars: list[Bar]) -> list[Group]:
+    groups: list[Group] = []
+    for bar in bars:
+        if not groups or groups[-1].iteration != bar.iteration:
+            groups.append(Group(iteration=bar.iteration, bars=[]))
+        groups[-1].bars.append(bar)
+    return groups
+
+
+def _details(run: Run, bars: list[Bar]) -> None:
+    """Cost, tokens, labels and routes of the shown executions, from their events only."""
+    if not bars:
+        return
+    by_seq = sorted(bars, key=lambda b: b.start_seq)
+    last = max((b.end_seq or run.last_seq) for b in bars)
+    index = 0
+    for seq, type_, _node, payload in queries.action_results(run.id, by_seq[0].start_seq, last):
+        while index + 1 < len(by_seq) and by_seq[index + 1].start_seq < seq:
+            index += 1
+        _apply(by_seq[index], type_, payload)
+
+
+def _apply(bar: Bar, type_: str, payload: dict[str, Any]) -> None:
+    label = payload.get("label")
+    if label and type_ != "node.completed":
+        bar.labels.append(label)
+    if type_ == "agent.responded":
+        bar.tokens += int(payload.get("input_tokens", 0)) + int(payload.get("output_tokens", 0))
+        cost = payload.get("cost_usd")
+        if cost is None:
+            bar.unpriced = True
+        else:
+            bar.cost_usd += float(cost)
+        if payload.get("model") and payload["model"] not in bar.models:
+            bar.models.append(payload["model"])
+    elif type_ == "subgraph.completed":
+        bar.cost_usd += float(payload.get("cost_usd") or 0)
+        bar.tokens += int(payload.get("input_tokens", 0)) + int(payload.get("output_tokens", 0))
+    elif type_ == "route.decided":
+        bar.route = payload.get("to")
+    elif type_ == "node.completed":
+        bar.memo = bool(payload.get("memo"))
+    elif type_ == "effect.suppressed":
+        bar.blocked = True
+
+
+def _scale(bars: list[Bar]) -> None:
+    """Waterfall geometry: offsets and widths in percent of the page's time span."""
+    if not bars:
+        return
+    start = min(b.started for b in bars)
+    end = max((b.ended or b.started) for b in bars)
+    span = max(end - start, 1e-6)
+    for bar in bars:
+        bar.offset_pct = round(100 * (bar.started - start) / span, 2)
+        width = 100 * ((bar.ended or end) - bar.started) / span
+        room = max(100 - bar.offset_pct, 0.8)
+        bar.width_pct = round(min(max(width, 0.8), room), 2)

@@ -1,0 +1,68 @@
+"""What every dashboard view shares: error pages, partial-or-page rendering, roles."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from forklab.engine.errors import ForklabError, RunNotFound
+from forklab.runs.access import PermissionDenied, role_in
+from forklab.runs.errors import NotFound
+from forklab.runs.models import Project, Role
+
+View = Callable[..., HttpResponse]
+
+
+def page_errors(view: View) -> View:
+    """``not_found`` → the 404 page, ``permission_denied`` → the 403 page.
+
+    A run outside the user's projects is ``not_found`` in the use cases already, so the page
+    never confirms that it exists.
+    """
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except (NotFound, RunNotFound) as exc:
+            return render(request, "404.html", {"message": exc.message}, status=404)
+        except PermissionDenied as exc:
+            return render(request, "403.html", {"message": exc.message}, status=403)
+
+    return wrapped
+
+
+def htmx_target(request: HttpRequest) -> str | None:
+    """The id of the element an htmx request swaps into (None for a plain request)."""
+    htmx = getattr(request, "htmx", None)
+    return htmx.target if htmx else None
+
+
+def page_or_partial(request: HttpRequest, template: str, context: dict[str, Any],
+                    partials: tuple[str, ...] = (), status: int = 200) -> HttpResponse:
+    """The full page, or ``template#<target>`` when htmx asks to swap one of ``partials``."""
+    target = htmx_target(request)
+    name = f"{template}#{target}" if target in partials else template
+    return render(request, name, context, status=status)
+
+
+def int_param(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def roles(request: HttpRequest, project: Project) -> dict[str, bool]:
+    """Which controls the page shows: viewers read, members fork, admins manage shares."""
+    role = role_in(request.user, project)
+    return {"can_fork": role in (Role.MEMBER, Role.ADMIN), "is_admin": role == Role.ADMIN,
+            "role": role}
+
+
+def error_message(exc: ForklabError) -> str:
+    return f"{exc.message} ({exc.code})"

@@ -1,0 +1,99 @@
+"""The diff page ``/compare/<base>/<variant>/``: aligned paths side by side, memory deltas with
+word-level text diffs, cost incurred vs inherited, terminal status, suppressed effects, the
+tail's calls with their provenance labels, and the copyable ``explain()`` block."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+
+from forklab.runs import queries
+from forklab.runs.models import Run
+from forklab.web.textdiff import as_text, similarity, word_diff
+from forklab.web.views.common import int_param, page_errors, page_or_partial, roles
+
+CONTEXT_STEPS = 2
+"""Unchanged steps shown on each side of a change; longer unchanged stretches fold."""
+STEPS_PER_PAGE = 300
+
+
+@login_required
+@require_GET
+@page_errors
+def compare(request: HttpRequest, base_id: str, variant_id: str) -> HttpResponse:
+    base = queries.get_run(base_id, user=request.user)
+    variant = queries.get_run(variant_id, user=request.user)
+    context = compare_context(request, base, variant, readonly=False)
+    return page_or_partial(request, "web/compare.html", context, partials=("path",))
+
+
+def compare_context(request: HttpRequest, base: Run, variant: Run, *,
+                    readonly: bool) -> dict[str, Any]:
+    result = queries.compare_runs(base, variant)
+    diff = result["diff"]
+    incurred = diff["cost"]["incurred_usd"]
+    inherited = max(0.0, float(variant.cost_usd) - incurred)
+    total = max(incurred + inherited, 1e-12)
+    access = {"can_fork": False, "is_admin": False} if readonly else roles(request,
+                                                                           base.project)
+    return {
+        "base": base, "variant": variant, "diff": diff, "readonly": readonly, **access,
+        "steps": fold_steps(diff["path"]["aligned"], start=int_param(request.GET.get("from"))),
+        "counts": _counts(diff["path"]["aligned"]),
+        "memory": [_memory_row(key, delta) for key, delta in diff["memory"].items()],
+        "cost": {"base": float(base.cost_usd), "variant": float(variant.cost_usd),
+                 "incurred": incurred, "inherited": inherited,
+                 "incurred_pct": round(100 * incurred / total, 1),
+                 "inherited_pct": round(100 * inherited / total, 1),
+                 "per_node": sorted(diff["cost"]["per_node"].items())},
+        "calls": result["calls"], "explain": result["explain"],
+        "forked": queries.forked_event(variant.id) if variant.parent_run_id == base.id else None,
+        "is_fork": variant.parent_run_id == base.id,
+    }
+
+
+def _counts(aligned: list[dict[str, Any]]) -> dict[str, int]:
+    counts = {"same": 0, "changed": 0, "inserted": 0, "skipped": 0}
+    for step in aligned:
+        counts[step["op"]] += 1
+    return counts
+
+
+def fold_steps(aligned: list[dict[str, Any]], *, start: int | None = None) -> dict[str, Any]:
+    """The aligned path for display: unchanged stretches folded to a count, one page long."""
+    keep = [False] * len(aligned)
+    for i, step in enumerate(aligned):
+        if step["op"] != "same":
+            for j in range(max(0, i - CONTEXT_STEPS), min(len(aligned), i + CONTEXT_STEPS + 1)):
+                keep[j] = True
+    if len(aligned) <= 2 * CONTEXT_STEPS + 1:
+        keep = [True] * len(aligned)
+    rows: list[dict[str, Any]] = []
+    folded = 0
+    for i, step in enumerate(aligned):
+        if keep[i]:
+            if folded:
+                rows.append({"fold": folded})
+                folded = 0
+            rows.append({"index": i, **step})
+        else:
+            folded += 1
+    if folded:
+        rows.append({"fold": folded})
+    start = max(0, start or 0)
+    page = rows[start:start + STEPS_PER_PAGE]
+    return {"rows": page, "start": start, "total_rows": len(rows),
+            "next": start + STEPS_PER_PAGE if start + STEPS_PER_PAGE < len(rows) else None,
+            "prev": max(0, start - STEPS_PER_PAGE) if start else None}
+
+
+def _memory_row(key: str, delta: dict[str, Any]) -> dict[str, Any]:
+    row = {"key": key, **delta, "base_text": as_text(delta.get("base")),
+           "variant_text": as_text(delta.get("variant"))}
+    if delta["op"] == "changed":
+        row["pieces"] = word_diff(delta.get("base"), delta.get("variant"))
+        row["similarity"] = round(100 * similarity(delta.get("base"), delta.get("variant")))
+    return row

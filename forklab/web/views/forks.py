@@ -1,0 +1,158 @@
+"""The fork composer: open it at a point (optionally pre-filled by a fork link), preflight
+it as the form changes, submit it (``forking.start_fork``) and go to the live view."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from forklab.engine.errors import ForklabError
+from forklab.engine.fork.changes import parse_change
+from forklab.engine.providers import PriceTable
+from forklab.runs import forking, queries
+from forklab.runs.access import PermissionDenied
+from forklab.runs.models import Run
+from forklab.runs.specs import ForkSpec, parse
+from forklab.web import timeline
+from forklab.web.composer import Composer, build_composer, decode_changes, encode_changes
+from forklab.web.forkform import ForkForm, field_for, read_fork_form
+from forklab.web.views.common import htmx_target, int_param, page_errors, roles
+
+
+def _composer(run: Run, at: int | None, *, graph: Any = None,
+              tl: timeline.Timeline | None = None) -> Composer:
+    tl = tl or timeline.build(run, at=at)
+    if at is None:  # no point given: before the first node
+        at = tl.points[0] if tl.points else 0
+    if at not in tl.points:
+        from forklab.engine.errors import ForkPointNotFound
+
+        raise ForkPointNotFound(f"seq {at} is not a fork point of this run; choose a marker on "
+                                "the timeline (a boundary before a node starts)", seq=at)
+    graph = graph or queries.graph_of(run)
+    models = PriceTable(settings.FORKLAB_PRICES).models()
+    return build_composer(run, at, graph=graph, after=tl.after(at), models=models)
+
+
+def composer_context(request: HttpRequest, run: Run, at: int | None, *, graph: Any = None,
+                     tl: timeline.Timeline | None = None,
+                     changes: list[dict[str, Any]] | None = None,
+                     values: dict[str, Any] | None = None,
+                     errors: dict[str, str] | None = None) -> dict[str, Any]:
+    composer = _composer(run, at, graph=graph, tl=tl)
+    return {"composer": composer, "values": values or composer.initial(changes),
+            "errors": errors or {}, **roles(request, run.project),
+            "fork_link": _fork_link(request, run, composer.seq, changes or [])}
+
+
+def _fork_link(request: HttpRequest, run: Run, seq: int, changes: list[dict[str, Any]]) -> str:
+    url = f"{reverse('compose', args=[run.id])}?at={seq}"
+    if changes:
+        url += f"&changes={encode_changes(changes)}"
+    return request.build_absolute_uri(url)
+
+
+def _forkable_run(request: HttpRequest, run_id: str) -> Run:
+    run = queries.get_run(run_id, user=request.user)
+    if not roles(request, run.project)["can_fork"]:
+        raise PermissionDenied(f"forking needs the member role in project {run.project.slug!r};"
+                               " you can read this run but not fork it")
+    return run
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+@page_errors
+def compose(request: HttpRequest, run_id: str) -> HttpResponse:
+    """GET: the composer (a page, or the partial for htmx). POST: start the fork."""
+    run = _forkable_run(request, run_id)
+    if request.method == "POST":
+        return _submit(request, run)
+    at = int_param(request.GET.get("at"))
+    link_error, changes = "", []
+    if request.GET.get("changes"):
+        try:
+            changes = decode_changes(request.GET["changes"])
+        except ValueError as exc:
+            link_error = str(exc)
+    try:
+        context = composer_context(request, run, at, changes=changes)
+    except ForklabError as exc:
+        return render(request, "web/fork_page.html", {"run": run, "point_error": exc.message},
+                      status=404)
+    context.update(run=run, link_error=link_error, from_link=bool(changes))
+    template = "web/composer.html#composer" if htmx_target(request) else "web/fork_page.html"
+    return render(request, template, context)
+
+
+def _submit(request: HttpRequest, run: Run) -> HttpResponse:
+    composer = _composer(run, int_param(request.POST.get("at")))
+    form = read_fork_form(composer, request.POST)
+    if not form.errors:
+        try:
+            started = forking.start_fork(user=request.user, spec=parse(ForkSpec, form.body))
+        except ForklabError as exc:
+            form.errors[field_for(exc, form)] = exc.message
+        else:
+            url = reverse("live", args=[started.run.id])
+            return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+    context = {"run": run, "composer": composer, "values": _posted(request, composer),
+               "errors": form.errors, **roles(request, run.project),
+               "fork_link": _fork_link(request, run, composer.seq, form.changes)}
+    template = "web/composer.html#composer" if request.htmx else "web/fork_page.html"
+    return render(request, template, context, status=422)
+
+
+def _posted(request: HttpRequest, composer: Composer) -> dict[str, Any]:
+    """The submitted values, to show the form again as it was sent."""
+    values = composer.initial()
+    for name in values:
+        if name in request.POST:
+            values[name] = request.POST[name]
+        elif name in ("memoize", "ignore_budget", "route_once"):
+            values[name] = False
+    for name in ("memoize", "ignore_budget", "route_once"):
+        values[name] = values[name] in (True, "on")
+    return values
+
+
+@login_required
+@require_POST
+@page_errors
+def preflight(request: HttpRequest, run_id: str) -> HttpResponse:
+    """What the composed fork would do and cost (``forking.preflight``); starts nothing.
+
+    The answer carries the estimate and, out of band, every field's error slot, so an error
+    appears next to the field that caused it and disappears once fixed.
+    """
+    run = _forkable_run(request, run_id)
+    composer = _composer(run, int_param(request.POST.get("at")))
+    form = read_fork_form(composer, request.POST)
+    result: dict[str, Any] | None = None
+    if not form.errors:
+        try:
+            result = forking.preflight(user=request.user, spec=parse(ForkSpec, form.body))
+        except ForklabError as exc:
+            form.errors[field_for(exc, form)] = exc.message
+    return render(request, "web/composer.html#preflight-response", {
+        "run": run, "composer": composer, "result": result, "errors": form.errors,
+        "described": _described(form), "fork_link": _fork_link(request, run, composer.seq,
+                                                                form.changes),
+    })
+
+
+def _described(form: ForkForm) -> list[str]:
+    out = []
+    for change in form.changes:
+        try:
+            out.append(parse_change(change).describe())
+        except ForklabError as exc:
+            out.append(f"{change.get('kind', '?')}: {exc.message}")
+    return out

@@ -1,0 +1,69 @@
+"""The runs list (with filters, search, pagination), the project switcher and /healthz."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils.http import urlencode
+from django.views.decorators.http import require_GET
+
+from forklab.runs import queries
+from forklab.runs.errors import InvalidArgument
+from forklab.runs.models import RunKind, RunStatus
+from forklab.web.views.common import page_or_partial
+
+PER_PAGE = 50
+FILTERS = ("project", "graph", "status", "kind", "q")
+
+
+@login_required
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    """Runs of the user's projects, newest first: filter by project, graph, status, kind;
+    search labels (and id prefixes); 50 a page."""
+    chosen = {name: request.GET.get(name, "").strip() for name in FILTERS}
+    if "project" not in request.GET and request.session.get("project"):
+        chosen["project"] = request.session["project"]
+    projects = list(queries.visible_projects(request.user))
+    if chosen["project"] not in {p.slug for p in projects}:
+        chosen["project"] = ""
+    error = ""
+    try:
+        runs = queries.search_runs(request.user, q=chosen["q"], project=chosen["project"],
+                                   graph=chosen["graph"], status=chosen["status"],
+                                   kind=chosen["kind"])
+        page = Paginator(runs, PER_PAGE).get_page(request.GET.get("page"))
+    except InvalidArgument as exc:
+        error, page = exc.message, Paginator([], PER_PAGE).get_page(1)
+    return page_or_partial(request, "web/runs.html", {
+        "page": page, "runs": page.object_list, "chosen": chosen, "projects": projects,
+        "graphs": queries.graph_slugs(request.user), "statuses": RunStatus.values,
+        "kinds": RunKind.values, "error": error,
+        "filtered": any(chosen[name] for name in ("graph", "status", "kind", "q")),
+    }, partials=("runs-table",))
+
+
+@login_required
+@require_GET
+def switch_project(request: HttpRequest) -> HttpResponse:
+    """Remember the chosen project (empty: all of them) and show its runs."""
+    slug = request.GET.get("project", "")
+    if slug and not queries.visible_projects(request.user).filter(slug=slug).exists():
+        slug = ""
+    request.session["project"] = slug
+    return redirect(f"{reverse('home')}?{urlencode({'project': slug})}")
+
+
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness plus a database round trip; 503 when the database does not answer."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception as exc:
+        return JsonResponse({"status": "error", "database": str(exc)}, status=503)
+    return JsonResponse({"status": "ok", "database": connection.vendor})

@@ -1,0 +1,119 @@
+"""The live fork view: the tail streams in over the websocket (htmx ws extension), with
+cancel while it runs, approve / reject / edit while a gate pauses it, and the diff once done.
+
+The page renders the events recorded so far and connects with ``after=`` the last of them;
+a finished run shows them too, and the stream's status frame then turns the page into the diff;
+``static/forklab.js`` moves ``after=`` to the last row received before any reconnect, so a
+dropped socket loses nothing and repeats nothing. Every status frame of the stream asks this
+view for the control panel again (``#fork-panel``): a finished run answers with a redirect
+to its diff.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from forklab.engine.errors import ForklabError
+from forklab.runs import forking, queries
+from forklab.runs.models import Event, Run
+from forklab.runs.serializers_json import event_to_json
+from forklab.runs.specs import AnswerSpec, parse
+from forklab.web.views.common import htmx_target, page_errors, roles
+
+BACKLOG_ROWS = 500
+
+
+def done_url(run: Run) -> str:
+    """Where a finished run is read: its diff against its base, or its own page."""
+    if run.parent_run_id and Run.objects.filter(pk=run.parent_run_id).exists():
+        return reverse("compare", args=[run.parent_run_id, run.id])
+    return reverse("run", args=[run.id])
+
+
+@login_required
+@require_GET
+@page_errors
+def live(request: HttpRequest, run_id: str) -> HttpResponse:
+    run = queries.get_run(run_id, user=request.user)
+    never_ran = bool((run.error or {}).get("not_run"))
+    if htmx_target(request) == "fork-panel":
+        if run.finished and not never_ran:
+            return HttpResponseClientRedirect(done_url(run))
+        return render(request, "web/live.html#panel", _context(request, run))
+    return render(request, "web/live.html", _context(request, run, backlog=True))
+
+
+def _context(request: HttpRequest, run: Run, *, backlog: bool = False,
+             error: str = "") -> dict[str, Any]:
+    context: dict[str, Any] = {"run": run, **roles(request, run.project), "error": error,
+                               "forked": queries.forked_event(run.id),
+                               "pending": _pending_gate(run)}
+    if backlog:
+        rows = list(Event.objects.filter(run_id=run.id).order_by("-seq")[:BACKLOG_ROWS])[::-1]
+        context.update(backlog=[event_to_json(e) for e in rows],
+                       after=rows[-1].seq if rows else 0,
+                       skipped=max(0, (rows[0].seq - 1) if rows else 0))
+    return context
+
+
+def _pending_gate(run: Run) -> dict[str, Any] | None:
+    """The question a paused run waits on (its last ``human.requested``)."""
+    if run.status != "paused":
+        return None
+    event = (Event.objects.filter(run_id=run.id, type="human.requested")
+             .order_by("-seq").values("node", "payload").first())
+    return None if event is None else {"node": event["node"], **(event["payload"] or {})}
+
+
+@login_required
+@require_POST
+@page_errors
+def cancel(request: HttpRequest, run_id: str) -> HttpResponse:
+    error = ""
+    try:
+        run = forking.cancel(user=request.user, run_id=run_id)
+    except ForklabError as exc:
+        if exc.code == "not_found":
+            raise
+        run, error = queries.get_run(run_id, user=request.user), exc.message
+    return _panel_or_page(request, run, error)
+
+
+@login_required
+@require_POST
+@page_errors
+def answer(request: HttpRequest, run_id: str) -> HttpResponse:
+    """Approve, reject or edit the gate a paused fork waits at."""
+    error = ""
+    body: dict[str, Any] = {"decision": request.POST.get("decision", "")}
+    try:
+        for name in ("data", "memory_updates"):
+            text = request.POST.get(name, "").strip()
+            if text:
+                body[name] = json.loads(text)
+        run = forking.answer(user=request.user, run_id=run_id, spec=parse(AnswerSpec, body))
+    except json.JSONDecodeError as exc:
+        run, error = queries.get_run(run_id, user=request.user), f"not valid JSON: {exc.msg}"
+    except ForklabError as exc:
+        if exc.code == "not_found":
+            raise
+        run, error = queries.get_run(run_id, user=request.user), exc.message
+    return _panel_or_page(request, run, error, answered=not error)
+
+
+def _panel_or_page(request: HttpRequest, run: Run, error: str,
+                   answered: bool = False) -> HttpResponse:
+    if request.htmx:
+        run.refresh_from_db()
+        context = _context(request, run, error=error)
+        context["answered"] = answered
+        return render(request, "web/live.html#panel", context, status=422 if error else 200)
+    return redirect(reverse("live", args=[run.id]))

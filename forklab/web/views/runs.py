@@ -1,0 +1,126 @@
+"""The run page: header, timeline with fork points, state inspector, composer, events, graph
+picture, forks and lineage. ``run_context`` also serves read-only share links."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+
+from forklab.engine.errors import ForklabError
+from forklab.engine.graph import GraphSpec
+from forklab.runs import queries
+from forklab.runs.models import Run
+from forklab.runs.serializers_json import event_to_json
+from forklab.web import graphpic, timeline
+from forklab.web.composer import pretty
+from forklab.web.views.common import int_param, page_errors, page_or_partial, roles
+
+EVENTS_PER_PAGE = 50
+FOLD_FINAL_STATE_UPTO = 2000
+"""Runs up to this many events show taint in the final state (a fold); longer runs show the
+projected final memory and fold only when a point is chosen."""
+PARTIALS = ("workspace", "events")
+
+
+@login_required
+@require_GET
+@page_errors
+def run_page(request: HttpRequest, run_id: str) -> HttpResponse:
+    run = queries.get_run(run_id, user=request.user)
+    context = run_context(request, run, readonly=False)
+    return page_or_partial(request, "web/run.html", context, partials=PARTIALS)
+
+
+def run_context(request: HttpRequest, run: Run, *, readonly: bool,
+                at: int | None = None) -> dict[str, Any]:
+    """Everything the run page shows; ``readonly`` drops fork, sweep and share controls."""
+    if at is None:
+        at = int_param(request.GET.get("at"))
+    if at is not None:
+        at = min(max(at, 0), run.last_seq)
+    graph = _graph(run)
+    kinds = {node.id: node.kind for node in graph.nodes} if graph else {}
+    tl = timeline.build(run, page=int_param(request.GET.get("tl")), at=at, kinds=kinds)
+    access = {"can_fork": False, "is_admin": False, "role": None} if readonly else roles(
+        request, run.project)
+    chain = queries.lineage(run)
+    point = _point(tl, at)
+    context: dict[str, Any] = {
+        "run": run, "readonly": readonly, **access, "at": at, "timeline": tl,
+        "point": point, "lineage": chain, "tree": queries.fork_tree(chain[0]),
+        "inspector": inspector(run, at, point, graph), "events": event_table(request, run, at),
+        "picture": _picture(run, graph, tl, point), "forked": queries.forked_event(run.id)
+        if run.parent_run_id else None,
+        "forkable": run.finished and access["can_fork"] and not readonly,
+    }
+    if context["forkable"] and context["point"] is not None:
+        from forklab.web.views.forks import composer_context
+
+        context.update(composer_context(request, run, at, graph=graph, tl=tl))
+    return context
+
+
+def _graph(run: Run) -> GraphSpec | None:
+    try:
+        return queries.graph_of(run)
+    except ForklabError:  # a run without a stored graph still has a page
+        return None
+
+
+def _point(tl: timeline.Timeline, at: int | None) -> dict[str, Any] | None:
+    """The chosen fork point: the boundary, the execution after it and the one before."""
+    if at is None or at not in tl.points:
+        return None
+    return {"seq": at, "after": tl.after(at), "before": tl.before(at)}
+
+
+def inspector(run: Run, at: int | None, point: dict[str, Any] | None,
+              graph: GraphSpec | None) -> dict[str, Any]:
+    """Memory (and taint) at the chosen point, or the final memory."""
+    if at is None and run.last_seq > FOLD_FINAL_STATE_UPTO:
+        memory, taint, exact = dict(run.memory or {}), set(), False
+    else:
+        state = queries.state_at(run, at)
+        memory, taint, exact = state.memory, state.taint, True
+    reads: set[str] = set()
+    if point and point["after"] is not None and graph is not None:
+        reads = set(graph.node(point["after"].node).reads)
+    rows = []
+    for key, value in sorted(memory.items()):
+        text = value if isinstance(value, str) else pretty(value)
+        rows.append({"key": key, "text": text, "json": not isinstance(value, str),
+                     "tainted": key in taint, "read_next": key in reads, "long": len(text) > 280})
+    return {"rows": rows, "at": at, "exact": exact, "tainted": sorted(taint)}
+
+
+def event_table(request: HttpRequest, run: Run, at: int | None) -> dict[str, Any]:
+    """One page of the log (paged in SQL), optionally of one event type."""
+    types = queries.event_types(run.id)
+    type_ = request.GET.get("type") or None
+    if type_ not in types:
+        type_ = None
+    page = int_param(request.GET.get("epage"))
+    if page is None and at is not None:
+        page = queries.events_before(run.id, at + 1, type=type_) // EVENTS_PER_PAGE + 1
+    page = max(1, page or 1)
+    rows, total = queries.event_page(run.id, type=type_, offset=(page - 1) * EVENTS_PER_PAGE,
+                                     limit=EVENTS_PER_PAGE)
+    rows = [event_to_json(e) for e in rows]
+    pages = max(1, (total + EVENTS_PER_PAGE - 1) // EVENTS_PER_PAGE)
+    return {"rows": rows, "total": total, "page": min(page, pages), "pages": pages,
+            "type": type_, "types": types, "at": at}
+
+
+def _picture(run: Run, graph: GraphSpec | None, tl: timeline.Timeline,
+             point: dict[str, Any] | None) -> graphpic.Picture | None:
+    if graph is None:
+        return None
+    first: dict[str, int] = {}
+    for bar in tl.all_bars:
+        first.setdefault(bar.node, bar.before_point)
+    hrefs = {node: f"?at={seq}" for node, seq in first.items()}
+    current = point["after"].node if point and point["after"] is not None else None
+    return graphpic.picture(graph, run.path or [], hrefs=hrefs, current=current)

@@ -1,0 +1,208 @@
+"""Sweeps: launch several named variants from one point (``forking.start_sweep``), and the
+live variants-by-outcome matrix at ``/sweeps/<group>/`` with each cell linking to its diff."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from forklab.engine.errors import ForklabError
+from forklab.engine.providers import PriceTable
+from forklab.runs import forking, queries
+from forklab.runs.models import Run
+from forklab.runs.specs import SweepSpec, parse
+from forklab.web import timeline
+from forklab.web.composer import AgentTarget, agent_targets
+from forklab.web.views.common import htmx_target, int_param, page_errors, roles
+from forklab.web.views.forks import _forkable_run
+
+DEFAULT_VARIANTS = 3
+MAX_VARIANTS = 12
+
+
+@dataclass
+class Launcher:
+    run: Run
+    seq: int
+    label: str
+    targets: list[AgentTarget]
+    target: AgentTarget | None
+    models: list[str]
+
+
+def _launcher(run: Run, at: int | None, target_name: str | None) -> Launcher:
+    tl = timeline.build(run, at=at)
+    seq = at if at in tl.points else (tl.points[0] if tl.points else 0)
+    after = tl.after(seq)
+    targets = agent_targets(queries.graph_of(run))
+    first = next((t for t in targets if after is not None and t.node == after.node), None)
+    target = next((t for t in targets if t.target == target_name), first or
+                  (targets[0] if targets else None))
+    label = (f"before '{after.node}' execution {after.occurrence}, iteration {after.iteration}"
+             if after is not None else "end of the run")
+    models = sorted(set(PriceTable(settings.FORKLAB_PRICES).models())
+                    | {t.model for t in targets})
+    return Launcher(run=run, seq=seq, label=label, targets=targets, target=target,
+                    models=models)
+
+
+def _variants(launcher: Launcher, data: QueryDict, count: int
+              ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str], list[dict[str, Any]]]:
+    """Named change lists from the form, field errors, and the rows to show again."""
+    variants: dict[str, list[dict[str, Any]]] = {}
+    errors: dict[str, str] = {}
+    rows = []
+    t = launcher.target
+    for i in range(1, count + 1):
+        p = f"v{i}"
+        row = {"i": i, "name": data.get(f"{p}-name", f"variant-{i}").strip(),
+               "model": data.get(f"{p}-model", t.model if t else ""),
+               "temperature": data.get(f"{p}-temperature", t.temperature if t else ""),
+               "prompt": data.get(f"{p}-prompt", t.system_prompt if t else "").replace("\r\n",
+                                                                                        "\n"),
+               "changes": data.get(f"{p}-changes", "")}
+        rows.append(row)
+        if not row["name"]:
+            continue
+        if row["name"] in variants:
+            errors[f"{p}-name"] = f"two variants are named {row['name']!r}"
+            continue
+        variants[row["name"]] = _changes(t, row, p, errors)
+    for row in rows:
+        row["error"] = " ".join(v for k, v in errors.items() if k.startswith(f"v{row['i']}-"))
+    return variants, errors, rows
+
+
+def _changes(t: AgentTarget | None, row: dict[str, Any], p: str,
+             errors: dict[str, str]) -> list[dict[str, Any]]:
+    changes: list[dict[str, Any]] = []
+    if t is not None:
+        if row["model"] and row["model"] != t.model:
+            changes.append({"kind": "model", "target": t.target, "model": row["model"]})
+        if row["prompt"] != t.system_prompt:
+            changes.append({"kind": "prompt", "target": t.target,
+                            "system_prompt": row["prompt"]})
+        try:
+            temperature = float(row["temperature"])
+        except (TypeError, ValueError):
+            errors[f"{p}-temperature"] = f"expected a number, got {row['temperature']!r}"
+        else:
+            if temperature != t.temperature:
+                changes.append({"kind": "temperature", "target": t.target,
+                                "temperature": temperature})
+    if row["changes"].strip():
+        try:
+            extra = json.loads(row["changes"])
+        except json.JSONDecodeError as exc:
+            errors[f"{p}-changes"] = f"not valid JSON: {exc.msg}"
+        else:
+            changes += extra if isinstance(extra, list) else [extra]
+    return changes
+
+
+def _body(launcher: Launcher, variants: dict[str, Any], data: QueryDict) -> dict[str, Any]:
+    return {"base_run": launcher.run.id, "at": {"sequence": launcher.seq},
+            "variants": variants, "label": data.get("label", "").strip(),
+            "policy": {"memoize": data.get("memoize") == "on"}}
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+@page_errors
+def launch(request: HttpRequest, run_id: str) -> HttpResponse:
+    run = _forkable_run(request, run_id)
+    data = request.POST if request.method == "POST" else request.GET
+    count = min(max(int_param(data.get("variants")) or DEFAULT_VARIANTS, 1), MAX_VARIANTS)
+    launcher = _launcher(run, int_param(data.get("at")), data.get("target"))
+    variants, errors, rows = _variants(launcher, data, count)
+    if request.method == "POST" and not errors:
+        if not variants:
+            errors["form"] = "name at least one variant"
+        else:
+            try:
+                group = forking.start_sweep(user=request.user,
+                                            spec=parse(SweepSpec, _body(launcher, variants, data)))
+            except ForklabError as exc:
+                errors[_variant_field(exc, variants)] = exc.message
+            else:
+                url = reverse("sweep", args=[group])
+                return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+    context = {"launcher": launcher, "rows": rows, "errors": errors, "count": count,
+               "memoize": data.get("memoize") == "on", "label": data.get("label", ""),
+               **roles(request, run.project)}
+    status = 422 if request.method == "POST" else 200
+    return render(request, "web/sweep_launch.html", context, status=status)
+
+
+def _variant_field(exc: ForklabError, variants: dict[str, Any]) -> str:
+    names = list(variants)
+    label = exc.context.get("variant") or exc.context.get("name")
+    if label in names:
+        return f"v{names.index(label) + 1}-changes"
+    return "form"
+
+
+@login_required
+@require_POST
+@page_errors
+def estimate(request: HttpRequest, run_id: str) -> HttpResponse:
+    """What the sweep would spend (``forking.estimate_sweep``), refreshed as the form changes."""
+    run = _forkable_run(request, run_id)
+    count = min(max(int_param(request.POST.get("variants")) or DEFAULT_VARIANTS, 1),
+                MAX_VARIANTS)
+    launcher = _launcher(run, int_param(request.POST.get("at")), request.POST.get("target"))
+    variants, errors, _ = _variants(launcher, request.POST, count)
+    result = None
+    if variants and not errors:
+        try:
+            result = forking.estimate_sweep(
+                user=request.user, spec=parse(SweepSpec, _body(launcher, variants, request.POST)))
+        except ForklabError as exc:
+            errors["form"] = exc.message
+    return render(request, "web/sweep_launch.html#estimate",
+                  {"result": result, "errors": errors, "variants": variants})
+
+
+@login_required
+@require_GET
+@page_errors
+def sweep(request: HttpRequest, group_id: str) -> HttpResponse:
+    detail = forking.sweep_detail(user=request.user, group_id=group_id)
+    base = queries.get_run(detail["base_run_id"], user=request.user)
+    context = sweep_context(request, detail, base, readonly=False)
+    template = "web/sweep.html#matrix" if htmx_target(request) == "matrix" else "web/sweep.html"
+    return render(request, template, context)
+
+
+def sweep_context(request: HttpRequest, detail: dict[str, Any], base: Run, *,
+                  readonly: bool, diff_url: Any = None) -> dict[str, Any]:
+    """Rows of the variants-by-outcome matrix; columns are the memory keys any variant changed."""
+    rows, keys = [], []
+    for name, run in sorted(detail["variants"].items()):
+        row: dict[str, Any] = {"name": name, "run": run,
+                               "url": (diff_url or _diff_url)(base, run)}
+        if run.finished and run.last_seq:
+            result = queries.compare_runs(base, run)
+            diff = result["diff"]
+            row.update(diff=diff, memory=diff["memory"], steps=diff["path"]["aligned"])
+            keys += [k for k in diff["memory"] if k not in keys]
+        rows.append(row)
+    unfinished = any(not r["run"].finished for r in rows)
+    access = {"can_fork": False, "is_admin": False} if readonly else roles(request,
+                                                                           base.project)
+    return {"detail": detail, "base": base, "rows": rows, "keys": keys, "live": unfinished,
+            "readonly": readonly, **access,
+            "incurred": sum(float(r["run"].incurred_cost_usd) for r in rows)}
+
+
+def _diff_url(base: Run, run: Run) -> str:
+    return reverse("compare", args=[base.id, run.id])

@@ -1,0 +1,79 @@
+/* forklab's few lines of JavaScript; every page works without them.
+   - websocket reconnects resume after the last event row received (no gap, no repeat);
+   - "copy" buttons put a link or a text block on the clipboard;
+   - selects marked data-autosubmit submit their form when changed. */
+(function () {
+  "use strict";
+
+  function lastSeq() {
+    var rows = document.querySelectorAll("#live-events tr[data-seq]");
+    if (!rows.length) return null;
+    return parseInt(rows[rows.length - 1].getAttribute("data-seq"), 10);
+  }
+
+  if (window.htmx) {
+    var open = htmx.createWebSocket || function (url) { return new WebSocket(url, []); };
+    htmx.createWebSocket = function (url) {
+      var seq = lastSeq();
+      if (seq !== null && !isNaN(seq)) url = url.replace(/([?&]after=)\d+/, "$1" + seq);
+      return open(url);
+    };
+  }
+
+  // A frame the server sent twice (an overlapping reconnect) keeps its first row only.
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    var seen = {};
+    document.querySelectorAll("#live-events tr[data-seq]").forEach(function (row) {
+      var seq = row.getAttribute("data-seq");
+      if (seen[seq]) row.remove(); else seen[seq] = true;
+    });
+  });
+
+  function copy(text, button) {
+    function done() {
+      var old = button.textContent;
+      button.classList.add("copied");
+      button.textContent = "Copied";
+      setTimeout(function () { button.textContent = old; button.classList.remove("copied"); }, 1400);
+    }
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(done, function () { fallback(text); done(); });
+    } else {
+      fallback(text);
+      done();
+    }
+  }
+
+  function fallback(text) {
+    var area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.style.position = "fixed";
+    area.style.opacity = "0";
+    document.body.appendChild(area);
+    area.select();
+    try { document.execCommand("copy"); } catch (e) { /* the text stays selectable */ }
+    area.remove();
+  }
+
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-copy], [data-copy-from]");
+    if (!button) return;
+    event.preventDefault();
+    var text = button.getAttribute("data-copy");
+    if (text === null) {
+      var source = document.getElementById(button.getAttribute("data-copy-from"));
+      text = source ? (source.value !== undefined && source.tagName !== "PRE" ? source.value
+                                                                           : source.textContent) : "";
+    }
+    copy(text, button);
+  });
+
+  document.addEventListener("change", function (event) {
+    var select = event.target.closest("[data-autosubmit]");
+    if (!select || !select.form) return;
+    var name = select.getAttribute("data-autosubmit");
+    var submitter = name ? select.form.querySelector('[name="' + name + '"]') : null;
+    if (submitter) select.form.requestSubmit(submitter); else select.form.requestSubmit();
+  });
+})();
