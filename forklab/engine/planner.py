@@ -100,15 +100,15 @@ def _holds(cond: Condition, memory: dict[str, Any], iteration: int) -> bool:
         return bool(value)
     if cond.op == "falsy":
         return not value
-    if cond.op == "in":
-        return value in (cond.value or ())
-    if cond.op == "not_in":
-        return value not in (cond.value or ())
-    if cond.op == "contains":
-        return cond.value in value if isinstance(value, (str, list, dict)) else False
     try:
+        if cond.op == "in":
+            return value in (cond.value or ())
+        if cond.op == "not_in":
+            return value not in (cond.value or ())
+        if cond.op == "contains":
+            return cond.value in value if isinstance(value, (str, list, dict)) else False
         return bool(_OPS[cond.op](value, cond.value))
-    except TypeError:  # comparing incomparable values is a non-match, not a crash
+    except TypeError:  # incomparable or non-container values are a non-match, not a crash
         return False
 
 

@@ -232,7 +232,7 @@ def resolve_point(index: RunIndex, at: Any, *, status: str,
 
 def _resolve_dict(index: RunIndex, at: dict[str, Any]) -> ForkPoint:
     if "sequence" in at:
-        return _check_sequence(index, int(at["sequence"]))
+        return _check_sequence(index, _integer(at, "sequence"))
     if "before_node" in at:
         ex = _occurrence(index, at["before_node"], at.get("occurrence"))
         return _check_sequence(index, ex.start - 1)
@@ -245,7 +245,7 @@ def _resolve_dict(index: RunIndex, at: dict[str, Any]) -> ForkPoint:
             )
         return _check_sequence(index, ex.end)
     if "before_iteration" in at:
-        n = int(at["before_iteration"])
+        n = _integer(at, "before_iteration")
         for ex in index.live_execs():
             if ex.iteration == n:
                 return _check_sequence(index, ex.start - 1)
@@ -255,6 +255,9 @@ def _resolve_dict(index: RunIndex, at: dict[str, Any]) -> ForkPoint:
     for form, attr in (("before_first_write_of", "writes"), ("before_first_read_of", "reads")):
         if form in at:
             key = at[form]
+            if not isinstance(key, str):
+                raise ForkPointNotFound(f"fork point {form!r} takes a memory key (a string); "
+                                        f"got {key!r}", form=form)
             for ex in index.live_execs():
                 if key in getattr(ex, attr) and (attr == "reads" or ex.outcome == "completed"):
                     return _check_sequence(index, ex.start - 1)
@@ -270,6 +273,16 @@ def _resolve_dict(index: RunIndex, at: dict[str, Any]) -> ForkPoint:
         "before_node, after_node, before_iteration, before_human_input, "
         "before_first_write_of, before_first_read_of, version"
     )
+
+
+def _integer(at: dict[str, Any], form: str) -> int:
+    """A point form's number: an int, or a string of digits (as the CLI form gives it)."""
+    value = at[form]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        return int(value)
+    raise ForkPointNotFound(f"fork point {form!r} takes an integer; got {value!r}", form=form)
 
 
 _CLI = re.compile(r"^(?P<verb>seq|before|after|iteration|first-write|first-read|version)"
