@@ -147,6 +147,7 @@ def _cancel_now(run: Run) -> list[str]:
                                            reason="cancelled while paused")],
                      expected_seq=run.last_seq)
         run.refresh_from_db()
+        run.cancel_requested = True  # the refresh read the flag from before this request
         return []
     run.status = RunStatus.CANCELLED
     run.error = {"code": "cancelled", "message": "cancelled before it started"}
@@ -238,6 +239,7 @@ def promote_fork(*, user: User, run_id: str) -> dict[str, Any]:
 def save_fork_as_case(*, user: User, run_id: str, spec: CaseSpec) -> Case:
     run = _base_run(user, run_id)
     require_role(user, run.project, Role.MEMBER, action="saving a case")
+    _check_criteria(spec.criteria)
     if Case.objects.filter(project=run.project, name=spec.name).exists():
         raise CaseExists(f"project {run.project.slug!r} already has a case named "
                          f"{spec.name!r}; choose another name", name=spec.name)
@@ -250,6 +252,21 @@ def save_fork_as_case(*, user: User, run_id: str, spec: CaseSpec) -> Case:
         created_by=user if user.is_authenticated else None)
 
 
+def _check_criteria(criteria: list[dict[str, Any]]) -> None:
+    """Each criterion must be a condition over final memory (``{key, op, value}``)."""
+    from pydantic import ValidationError
+
+    from forklab.engine.graph import Condition
+
+    for i, item in enumerate(criteria):
+        try:
+            Condition.model_validate(item)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = ".".join(str(p) for p in ("criteria", i, *error["loc"]))
+            raise InvalidRequest(f"field '{field}': {error['msg']}", field=field) from None
+
+
 def run_cases(*, user: User, project: str | None = None) -> list[dict[str, Any]]:
     """Replay every readable case (optionally one project's); each result says pass or fail."""
     cases = Case.objects.filter(project__in=queries.visible_projects(user))
@@ -260,3 +277,97 @@ def run_cases(*, user: User, project: str | None = None) -> list[dict[str, Any]]
         result = run_case(EngineCase.model_validate(row.recorded))
         results.append({"project": row.project.slug, **result.wire()})
     return results
+
+
+# -- the API's fork and sweep bodies -----------------------------------------------------------
+
+_RESULT_FIELDS = ("estimate", "incurred_cost_usd", "suppressed_effects", "memo_hits", "calls",
+                  "diff", "explain", "warnings", "effective_fork_sequence_id")
+
+
+def fork_state(run: Run) -> tuple[str, str | None]:
+    """``(state, not_run_reason)``: the run status in the fork vocabulary of SPEC §4.3.
+
+    ``completed`` reads ``complete``; a fork that failed before writing any event (its
+    request no longer fitted the base when the task ran) is ``not_run`` with the error code.
+    """
+    error = run.error or {}
+    if run.status == RunStatus.FAILED and error.get("not_run"):
+        return "not_run", str(error.get("code") or "not_run")
+    if run.status == RunStatus.COMPLETED:
+        return "complete", None
+    return str(run.status), None
+
+
+def fork_body(run: Run) -> dict[str, Any]:
+    """The Fork shape: Run fields, state, and the Fork result fields once it finished
+    (null until then)."""
+    from forklab.engine.fork.result import load_fork_result
+    from forklab.runs.serializers_json import run_to_json
+
+    state, reason = fork_state(run)
+    body = {**run_to_json(run), "state": state, "not_run_reason": reason,
+            "cancel_requested": run.cancel_requested, "base_run_id": run.parent_run_id,
+            "changes": run.fork_mutations, **dict.fromkeys(_RESULT_FIELDS)}
+    if run.finished and run.last_seq:
+        try:
+            result = load_fork_result(run.id, store=DjangoStore(run.project),
+                                      env=build_environment()).to_wire()
+        except ForklabError as exc:  # e.g. its base run was deleted since
+            body["warnings"] = [f"the result cannot be rebuilt: {exc.code}: {exc.message}"]
+        else:
+            body.update({key: result[key] for key in _RESULT_FIELDS})
+            body["changes"] = result["changes"]
+    return body
+
+
+def get_fork(*, user: User, run_id: str) -> Run:
+    """A readable counterfactual run; any other run is not_found here."""
+    run = _base_run(user, run_id)
+    if run.run_kind != RunKind.COUNTERFACTUAL:
+        raise NotFound(f"run {run_id!r} is a {run.run_kind} run, not a fork", run_id=run_id)
+    return run
+
+
+def fork_detail(*, user: User, run_id: str) -> dict[str, Any]:
+    """``GET /forks/{id}/``: a readable fork as the Fork shape."""
+    return fork_body(get_fork(user=user, run_id=run_id))
+
+
+def sweep_summary(*, user: User, group_id: str) -> dict[str, Any]:
+    """``GET /sweeps/{id}/``: each variant's status, run id, incurred cost and — once it
+    finished — a summary of its diff against the base."""
+    detail = sweep_detail(user=user, group_id=group_id)
+    base_state = None
+    variants: dict[str, Any] = {}
+    for name, run in detail["variants"].items():
+        state, reason = fork_state(run)
+        summary = None
+        if run.finished and run.last_seq:
+            if base_state is None:
+                base_state = _final_state(_base_run(user, run.parent_run_id or ""))
+            summary = _diff_summary(diff_runs(base_state, _final_state(run)).wire())
+        variants[name] = {"run_id": run.id, "status": run.status, "state": state,
+                          "not_run_reason": reason,
+                          "incurred_cost_usd": float(run.incurred_cost_usd),
+                          "error": run.error, "diff": summary}
+    total = sum(v["incurred_cost_usd"] for v in variants.values())
+    return {**{k: detail[k] for k in ("fork_group_id", "base_run_id", "fork_sequence_id")},
+            "incurred_cost_usd": round(total, 10), "variants": variants}
+
+
+def _final_state(run: Run) -> Any:
+    events = DjangoStore(run.project).read(run.id)
+    if not events:
+        raise NotFound(f"run {run.id!r} has no events to compare", run_id=run.id)
+    return fold(events)
+
+
+def _diff_summary(diff: dict[str, Any]) -> dict[str, Any]:
+    cost = diff["cost"]
+    return {"divergence": diff["divergence"], "terminal": diff["terminal"],
+            "tokens_delta": cost["tokens_delta"], "usd_delta": cost["usd_delta"],
+            "incurred_usd": cost["incurred_usd"],
+            "memory": {key: delta["op"] for key, delta in diff["memory"].items()},
+            "inserted": diff["path"]["inserted"], "skipped": diff["path"]["skipped"],
+            "suppressed_effects": len(diff["suppressed_effects"])}

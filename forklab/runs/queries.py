@@ -7,10 +7,10 @@ from collections import OrderedDict
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import QuerySet
+from django.db.models import Max, QuerySet
 
 from forklab.runs.errors import InvalidArgument, NotFound
-from forklab.runs.models import Event, Project, Run, RunKind, RunStatus
+from forklab.runs.models import Case, Event, Graph, Project, Run, RunKind, RunStatus
 
 
 def _check_choice(name: str, value: str | None, choices: list[str]) -> None:
@@ -262,3 +262,66 @@ def compare_runs(base: Run, variant: Run) -> dict[str, Any]:
     return {"diff": diff.wire(), "explain": format_run_diff(diff, header), "calls": calls,
             "inherited_executions": fork.get("prefix_executions", 0),
             "base_state": base_state, "variant_state": variant_state}
+
+
+# -- the API's reads ---------------------------------------------------------------------------
+
+
+def list_events(run: Run, *, type: str | None = None, after: int = 0,
+                limit: int = 500) -> list[dict[str, Any]]:
+    """Up to ``limit`` Event shapes of ``run`` with seq > ``after``, by seq.
+
+    One indexed range scan on ``(run, seq)`` (the unique constraint), however long the log.
+    """
+    rows = Event.objects.filter(run_id=run.pk, seq__gt=after)
+    if type is not None:
+        rows = rows.filter(type=type)
+    return [{"seq": seq, "type": type_, "node": node, "occurrence": occurrence,
+             "iteration": iteration, "payload": payload, "at": at.isoformat()}
+            for seq, type_, node, occurrence, iteration, payload, at in
+            rows.order_by("seq").values_list(*_EVENT_SHAPE)[:limit]]
+
+
+_EVENT_SHAPE = ("seq", "type", "node", "occurrence", "iteration", "payload", "at")
+
+
+def list_graphs(user: AbstractBaseUser | AnonymousUser, *, project: str | None = None,
+                graph_id: str | None = None) -> QuerySet[Graph]:
+    graphs = (Graph.objects.filter(project__in=visible_projects(user))
+              .select_related("project").annotate(latest_version=Max("versions__version")))
+    if project is not None:
+        graphs = graphs.filter(project__slug=project)
+    if graph_id is not None:
+        graphs = graphs.filter(graph_id=graph_id)
+    return graphs.order_by("project__slug", "graph_id")
+
+
+def get_graph(user: AbstractBaseUser | AnonymousUser, key: str, *,
+              project: str | None = None) -> Graph:
+    """A readable graph by numeric id, or by graph id (``project`` disambiguates)."""
+    graphs = list_graphs(user, project=project)
+    found = graphs.filter(pk=int(key)).first() if key.isdigit() else None
+    if found is None:
+        matches = list(graphs.filter(graph_id=key)[:2])
+        if len(matches) > 1:
+            raise InvalidArgument(
+                f"graph {key!r} exists in several of your projects; add ?project=",
+                graph=key)
+        found = matches[0] if matches else None
+    if found is None:
+        raise NotFound(f"no graph {key!r} among your projects", graph=key)
+    return found
+
+
+def forks_of(run: Run) -> QuerySet[Run]:
+    """Counterfactual runs forked from ``run``, newest first."""
+    return list_runs(parent=run.pk, kind=RunKind.COUNTERFACTUAL)
+
+
+def list_cases(user: AbstractBaseUser | AnonymousUser, *,
+               project: str | None = None) -> QuerySet[Case]:
+    cases = Case.objects.filter(project__in=visible_projects(user)).select_related(
+        "project", "graph_version__graph")
+    if project is not None:
+        cases = cases.filter(project__slug=project)
+    return cases.order_by("project__slug", "name")

@@ -8,6 +8,7 @@ and readers see the run progress.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,13 +17,16 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from forklab.engine.graph import GraphSpec, load_graph
+from forklab.engine.graph import GraphSpec, load_graph, parse_graph
 from forklab.engine.oracle import HumanAnswer
 from forklab.engine.recording import run_recorded
 from forklab.engine.scenarios import SCENARIOS, Scenario
+from forklab.runs import queries, tasks
+from forklab.runs.access import RANK, require_role, role_in
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import GraphVersion, Membership, Project, Role, Run, RunKind
+from forklab.runs.specs import InvalidRequest, RunSpec
 from forklab.runs.store import DEFAULT_PROJECT_SLUG, DjangoStore
 
 DEMO_PROJECT = "demo"
@@ -166,3 +170,85 @@ def install_demo() -> DemoResult:
                          label="demo", user=user, human_decision=scenario.hitl_decision)
         result.recorded[name] = run.id
     return result
+
+
+# -- the API's use cases: registering graphs, recording runs in the background ---------------
+
+
+def writable_project(user: AbstractBaseUser, slug: str | None, *, minimum: str,
+                     action: str) -> Project:
+    """The project ``user`` acts in: ``slug`` (must be readable, else not_found), or — when
+    omitted — the one project where the user has at least ``minimum`` (else invalid_request)."""
+    if slug is not None:
+        project = queries.visible_projects(user).filter(slug=slug).first()
+        if project is None:
+            raise NotFound(f"no project {slug!r} among yours", project=slug)
+        require_role(user, project, minimum, action=action)
+        return project
+    able = [p for p in queries.visible_projects(user)
+            if RANK[Role(role_in(user, p) or Role.VIEWER)] >= RANK[Role(minimum)]]
+    if len(able) != 1:
+        names = ", ".join(p.slug for p in able) or "none"
+        raise InvalidRequest(f"field 'project': name the project ({action} needs the {minimum} "
+                             f"role; yours: {names})", field="project")
+    return able[0]
+
+
+@dataclass(frozen=True)
+class RegisteredGraph:
+    version: GraphVersion
+    created: bool
+
+
+def register_graph(*, user: AbstractBaseUser, project: str | None,
+                   spec: dict[str, Any]) -> RegisteredGraph:
+    """Validate ``spec`` with the engine and store it: a new version unless it equals the
+    latest. Needs the admin role (a graph version changes what later runs execute)."""
+    target = writable_project(user, project, minimum=Role.ADMIN, action="registering a graph")
+    graph = parse_graph(spec)  # invalid_graph naming the node and field
+    latest = (GraphVersion.objects.filter(graph__project=target, graph__graph_id=graph.id)
+              .order_by("-version").values_list("version", flat=True).first())
+    version = install_graph(project=target, graph=graph)
+    return RegisteredGraph(version=version, created=version.version != latest)
+
+
+def start_recording(*, user: AbstractBaseUser, spec: RunSpec) -> Run:
+    """Queue a primary run of a registered graph (``specs.RunSpec``); it is recorded in the
+    background. Needs the member role in the graph's project."""
+    version = _graph_version_for(user, spec)
+    project = version.graph.project
+    run_id = uuid.uuid4().hex
+    with transaction.atomic():
+        run = Run.objects.create(
+            id=run_id, project=project, graph_version=version, graph_slug=version.graph.graph_id,
+            graph_version_number=version.version, run_kind=RunKind.PRIMARY, label=spec.label,
+            created_by=user, input=spec.input)
+        transaction.on_commit(lambda: tasks.enqueue_recording(
+            run_id, project.pk, version.graph.graph_id, version.version, spec.input, spec.label))
+    return Run.objects.select_related("project").get(pk=run.pk)
+
+
+def _graph_version_for(user: AbstractBaseUser, spec: RunSpec) -> GraphVersion:
+    if spec.project is not None:
+        project = writable_project(user, spec.project, minimum=Role.MEMBER,
+                                   action="recording a run")
+        projects = [project]
+    else:
+        projects = list(queries.visible_projects(user).filter(graphs__graph_id=spec.graph))
+    if not projects:
+        raise NotFound(f"no graph {spec.graph!r} in your projects", graph=spec.graph)
+    if len(projects) > 1:
+        raise InvalidRequest(
+            f"field 'project': graph {spec.graph!r} exists in several of your projects "
+            f"({', '.join(p.slug for p in projects)}); name one", field="project")
+    require_role(user, projects[0], Role.MEMBER, action="recording a run")
+    versions = GraphVersion.objects.select_related("graph__project").filter(
+        graph__project=projects[0], graph__graph_id=spec.graph)
+    version = (versions.filter(version=spec.graph_version).first() if spec.graph_version
+               else versions.order_by("-version").first())
+    if version is None:
+        known = list(versions.order_by("version").values_list("version", flat=True))
+        raise NotFound(f"no graph {spec.graph!r} version {spec.graph_version or 'latest'} in "
+                       f"project {projects[0].slug!r}; versions: {known or 'none'}",
+                       graph=spec.graph, version=spec.graph_version)
+    return version
