@@ -1,0 +1,108 @@
+"""Input serializers: query parameters (DRF) and the request bodies the runs layer lacks.
+
+Request bodies are pydantic models — ``forklab.runs.specs`` for forks, sweeps, answers,
+cases and runs (shared with the dashboard and CLI), and the two below — validated by
+``specs.parse`` into one ``invalid_request`` error naming the field, and documented in the
+OpenAPI schema through drf-spectacular's pydantic extension. Query parameters are DRF
+serializers, so drf-spectacular documents them and a bad value is ``invalid_request`` too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from rest_framework import serializers as s
+
+from forklab.engine.graph import GraphSpec
+from forklab.runs.models import RunKind, RunStatus
+from forklab.runs.specs import parse
+
+# -- bodies --------------------------------------------------------------------------------
+
+
+class GraphRegistration(BaseModel):
+    """``POST /graphs/``: a graph spec, and the project to store it in."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str | None = Field(
+        default=None, max_length=100,
+        description="project slug; may be omitted when you are admin of exactly one project")
+    spec: dict[str, Any] = Field(description="the graph (GraphSpec: id, start, nodes, edges…)")
+
+
+class GraphRegistrationDoc(GraphRegistration):
+    """The documented form of :class:`GraphRegistration` (the spec as a full GraphSpec).
+
+    Validation takes ``spec`` as a plain object so a bad graph is reported by the engine's
+    own validator (``invalid_graph`` naming the node and field), not as a body error.
+    """
+
+    model_config = ConfigDict(extra="forbid", title="GraphRegistration")
+
+    spec: GraphSpec  # type: ignore[assignment]
+
+
+class CasesRunSpec(BaseModel):
+    """``POST /cases/run/``: replay every case you can read, or one project's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str | None = Field(default=None, max_length=100, description="project slug")
+
+
+def body[M: BaseModel](model: type[M], data: Any) -> M:
+    """Validate a JSON body (no body at all reads as ``{}``: DRF's empty data)."""
+    return parse(model, data)
+
+
+# -- query parameters ----------------------------------------------------------------------
+
+
+class Query(s.Serializer):  # type: ignore[type-arg]
+    """Validate ``request.query_params``; a bad value raises ``invalid_request`` (400).
+
+    An empty optional parameter (``?status=``, as an HTML form sends it) means "not given".
+    """
+
+    @classmethod
+    def read(cls, query: Any) -> dict[str, Any]:
+        serializer = cls(data=query)
+        serializer.is_valid(raise_exception=True)
+        return {k: v for k, v in serializer.validated_data.items() if v not in (None, "")}
+
+
+class RunFilters(Query):
+    kind = s.ChoiceField(choices=RunKind.values, required=False, allow_blank=True, help_text="run_kind")
+    status = s.ChoiceField(choices=RunStatus.values, required=False, allow_blank=True)
+    graph = s.CharField(required=False, allow_blank=True, max_length=100, help_text="graph id")
+    parent = s.CharField(required=False, allow_blank=True, max_length=64, help_text="parent run id")
+    project = s.CharField(required=False, allow_blank=True, max_length=100, help_text="project slug")
+
+
+class EventFilters(Query):
+    type = s.CharField(required=False, allow_blank=True, max_length=64, help_text="event type, e.g. node.completed")
+    after = s.IntegerField(required=False, min_value=0, default=0,
+                           help_text="only events with seq > after")
+    limit = s.IntegerField(required=False, min_value=1, max_value=5000, default=500)
+
+
+class DiffQuery(Query):
+    base = s.CharField(max_length=64, help_text="base run id")
+    variant = s.CharField(max_length=64, help_text="variant run id")
+
+
+class GraphFilters(Query):
+    project = s.CharField(required=False, allow_blank=True, max_length=100, help_text="project slug")
+    graph_id = s.CharField(required=False, allow_blank=True, max_length=100)
+
+
+class GraphLookup(Query):
+    project = s.CharField(required=False, allow_blank=True, max_length=100,
+                          help_text="project slug, when {id} is a graph id used in several of "
+                                    "your projects")
+
+
+class CaseFilters(Query):
+    project = s.CharField(required=False, allow_blank=True, max_length=100, help_text="project slug")

@@ -1,0 +1,45 @@
+"""OpenAPI helpers: the documented error responses of each endpoint.
+
+Every status an endpoint can answer is listed (the fuzz test fails on an undocumented one);
+every error body is the ``Error`` component: ``{"code", "detail", ...context}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+
+from forklab.api.serializers import ErrorSerializer
+
+ERROR_MEANING = {
+    400: "Malformed request: body or query does not match the schema (invalid_request, "
+         "parse_error), or an invalid graph (invalid_graph, unknown_node, unbounded_cycle).",
+    401: "Not authenticated (not_authenticated, authentication_failed).",
+    403: "Your role in the project is too low (permission_denied).",
+    404: "Unknown, or outside your projects (not_found).",
+    409: "Conflicts with the current state (run_in_progress, invalid_run_state, case_exists, "
+         "promote_conflict).",
+    415: "The body is not JSON (unsupported_media_type).",
+    422: "Well formed, but the run cannot take it (fork_point_not_found, fork_point_mid_node, "
+         "invalid_change, invalid_overrides, conflicting_changes, unpriced_model, "
+         "live_budget_exceeded, write_not_allowed, prefix_diverged, version_skew, "
+         "source_missing, replay_divergence).",
+}
+
+READ = (401, 404)
+LIST = (400, 401, 404)  # 404: a page past the end
+WRITE = (400, 401, 403, 404, 415)
+FORK_WRITE = (*WRITE, 409, 422)
+
+
+def responses(ok: dict[int, Any], *errors: int) -> dict[int, Any]:
+    """``ok`` (status → serializer or OpenApiResponse) plus the listed error statuses."""
+    out: dict[int, Any] = dict(ok)
+    for status in sorted(set(errors)):
+        out[status] = OpenApiResponse(ErrorSerializer, description=ERROR_MEANING[status])
+    return out
+
+
+def path_id(name: str, description: str) -> OpenApiParameter:
+    return OpenApiParameter(name, str, OpenApiParameter.PATH, description=description)

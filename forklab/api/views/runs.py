@@ -1,0 +1,107 @@
+"""``/runs/``: record a run in the background, list and read runs, their events, fork points
+and forks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.decorators import api_view
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
+
+from forklab.api.inputs import EventFilters, RunFilters, body
+from forklab.api.pagination import Pages
+from forklab.api.schema import LIST, READ, WRITE, path_id, responses
+from forklab.api.serializers import (
+    EventPageSerializer,
+    ForkPointSerializer,
+    RunPageSerializer,
+    RunSerializer,
+)
+from forklab.engine.fork import fork_points as engine_fork_points
+from forklab.runs import queries, services
+from forklab.runs.serializers_json import run_to_json
+from forklab.runs.specs import RunSpec
+from forklab.runs.store import DjangoStore
+
+RUN_ID = path_id("run_id", "run id")
+
+
+def run_page(request: Request, runs: Any) -> Response:
+    pages = Pages()
+    page = pages.paginate_queryset(runs, request)
+    return pages.get_paginated_response(RunSerializer([run_to_json(r) for r in page or []],
+                                                      many=True).data)
+
+
+@extend_schema(
+    methods=["GET"], operation_id="runs_list", parameters=[RunFilters],
+    summary="List runs", description="Newest first; only runs of your projects.",
+    responses=responses({200: RunPageSerializer}, *LIST))
+@extend_schema(
+    methods=["POST"], operation_id="runs_create", request=RunSpec,
+    summary="Record a run",
+    description="Queue a primary run of a registered graph (`graph` is its graph id; "
+                "`project` when several of your projects have it). The run is recorded in "
+                "the background: poll `GET /runs/{id}/`. Needs the member role.",
+    responses=responses({202: RunSerializer}, *WRITE))
+@api_view(["GET", "POST"])
+def runs(request: Request) -> Response:
+    if request.method == "POST":
+        run = services.start_recording(user=request.user, spec=body(RunSpec, request.data))
+        return Response(RunSerializer(run_to_json(run)).data, status=status.HTTP_202_ACCEPTED)
+    filters = RunFilters.read(request.query_params)
+    return run_page(request, queries.runs_for_user(request.user, **filters))
+
+
+@extend_schema(operation_id="runs_retrieve", parameters=[RUN_ID], summary="One run",
+               responses=responses({200: RunSerializer}, *READ))
+@api_view(["GET"])
+def run_detail(request: Request, run_id: str) -> Response:
+    run = queries.get_run(run_id, user=request.user)
+    return Response(RunSerializer(run_to_json(run)).data)
+
+
+@extend_schema(
+    operation_id="runs_events", parameters=[RUN_ID, EventFilters], summary="A run's events",
+    description="Ordered by seq. Page with `after` (the `next_after` of the previous page) "
+                "and `limit`; `next` is that page's URL, null at the end.",
+    responses=responses({200: EventPageSerializer}, 400, *READ))
+@api_view(["GET"])
+def run_events(request: Request, run_id: str) -> Response:
+    run = queries.get_run(run_id, user=request.user)
+    query = EventFilters.read(request.query_params)
+    limit = query["limit"]
+    events = queries.list_events(run, type=query.get("type"), after=query.get("after", 0),
+                                 limit=limit + 1)
+    more = len(events) > limit
+    events = events[:limit]
+    next_after = events[-1]["seq"] if more else None
+    url = request.build_absolute_uri()
+    page = {"results": events, "next_after": next_after, "last_seq": run.last_seq,
+            "next": replace_query_param(url, "after", next_after) if more else None}
+    return Response(EventPageSerializer(page).data)
+
+
+@extend_schema(
+    operation_id="runs_fork_points", parameters=[RUN_ID], summary="A run's fork points",
+    description="Every addressable boundary: before each node execution, and the end.",
+    responses=responses({200: ForkPointSerializer(many=True)}, *READ))
+@api_view(["GET"])
+def run_fork_points(request: Request, run_id: str) -> Response:
+    run = queries.get_run(run_id, user=request.user)
+    points = [p.to_wire() for p in engine_fork_points(DjangoStore(run.project).read(run.id))]
+    return Response(ForkPointSerializer(points, many=True).data)
+
+
+@extend_schema(
+    operation_id="runs_forks", parameters=[RUN_ID], summary="Forks of a run",
+    description="Counterfactual runs whose base is this run, newest first.",
+    responses=responses({200: RunPageSerializer}, *LIST))
+@api_view(["GET"])
+def run_forks(request: Request, run_id: str) -> Response:
+    run = queries.get_run(run_id, user=request.user)
+    return run_page(request, queries.forks_of(run))

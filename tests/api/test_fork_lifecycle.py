@@ -1,0 +1,184 @@
+"""Forks, sweeps and cases end to end: tails run in the background (the thread-pool task
+backend) and ``drain()`` waits for them — no sleeps."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from forklab.runs.models import GraphVersion
+from forklab.runs.task_backends import drain
+from tests.api.conftest import API, World
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SHORT = {"kind": "prompt", "target": "left", "system_prompt": "Answer in one sentence."}
+
+
+def post(client: Client, path: str, body: Any = None) -> Any:
+    return client.post(f"{API}{path}", body if body is not None else {},
+                       content_type="application/json")
+
+
+def settled(client: Client, path: str) -> dict[str, Any]:
+    assert drain(timeout=60), "background tasks did not finish"
+    response = client.get(f"{API}{path}")
+    assert response.status_code == 200, response.json()
+    return dict(response.json())
+
+
+def test_a_fork_runs_in_the_background_and_reads_back_complete_with_its_diff(
+    fresh_world: World,
+) -> None:
+    client = fresh_world.client("member")
+    started = post(client, "/forks/", {"base_run": fresh_world.lab_diamond,
+                                       "at": {"before_node": "left"}, "changes": [SHORT],
+                                       "policy": {"memoize": True}, "label": "one sentence"})
+    assert started.status_code == 202
+    fork = settled(client, f"/forks/{started.json()['id']}/")
+    assert (fork["state"], fork["status"], fork["not_run_reason"]) == (
+        "complete", "completed", None)
+    assert [s["node"] for s in fork["path"]] == ["plan", "left", "right", "join"]
+    diff = fork["diff"]
+    assert diff["divergence"] == {"index": 1, "base": "left", "variant": "left"}
+    assert [step["op"] for step in diff["path"]["aligned"]] == [
+        "same", "changed", "same", "changed"]
+    assert diff["terminal"]["base"] == diff["terminal"]["variant"] == "completed"
+    assert diff["attribution"] == "single" and "left" in diff["memory"]
+    assert fork["explain"].startswith(
+        f"fork {fork['id']} of {fresh_world.lab_diamond} at seq 6 (before 'left' execution 1")
+    assert [(c["node"], c["label"]) for c in fork["calls"]] == [
+        ("left", "live"), ("right", "reused"), ("join", "changed")]
+    assert fork["incurred_cost_usd"] == pytest.approx(diff["cost"]["incurred_usd"])
+    assert fork["incurred_cost_usd"] > 0
+    assert set(fork["estimate"]) == {"live_calls", "tokens", "cost_usd"}
+    assert fork["suppressed_effects"] == []
+    assert fork["memo_hits"] == [{"node": "right", "occurrence": 1}]
+
+    diffed = client.get(f"{API}/diff/", {"base": fresh_world.lab_diamond,
+                                         "variant": fork["id"]})
+    assert diffed.status_code == 200 and diffed.json() == diff
+
+
+def test_an_order_fork_pauses_at_the_gate_and_completes_once_approved(
+    fresh_world: World,
+) -> None:
+    client = fresh_world.client("demo")
+    base = fresh_world.demo_runs["order-fulfilment"]
+    fork_id = post(client, "/forks/", {"base_run": base, "at": "start"}).json()["id"]
+    paused = settled(client, f"/forks/{fork_id}/")
+    assert (paused["state"], paused["diff"]) == ("paused", None)
+    assert [s["node"] for s in paused["path"]][-1] == "approve"
+
+    answered = post(client, f"/forks/{fork_id}/answer/", {"decision": "approved"})
+    assert answered.status_code == 202
+    done = settled(client, f"/forks/{fork_id}/")
+    assert done["state"] == "complete"
+    assert [s["node"] for s in done["path"]] == [
+        "lookup_price", "charge", "approve", "send_email"]
+    assert {(c["node"], c["label"]) for c in done["calls"]} >= {
+        ("charge", "reused"), ("send_email", "reused")}
+
+
+def test_cancelling_a_paused_fork(fresh_world: World) -> None:
+    client = fresh_world.client("demo")
+    base = fresh_world.demo_runs["order-fulfilment"]
+    fork_id = post(client, "/forks/", {"base_run": base, "at": "start"}).json()["id"]
+    assert settled(client, f"/forks/{fork_id}/")["state"] == "paused"
+    cancelled = post(client, f"/forks/{fork_id}/cancel/")
+    assert cancelled.status_code == 200
+    assert (cancelled.json()["state"], cancelled.json()["cancel_requested"]) == (
+        "cancelled", True)
+    again = post(client, f"/forks/{fork_id}/answer/", {"decision": "approved"})
+    assert again.status_code == 409 and again.json()["code"] == "invalid_run_state"
+
+
+def test_promote_adopts_a_prompt_change_and_refuses_a_conflicting_second(
+    fresh_world: World,
+) -> None:
+    client = fresh_world.client("admin")
+    body = {"base_run": fresh_world.lab_diamond, "at": {"before_node": "left"}}
+    first = post(client, "/forks/", {**body, "changes": [SHORT]}).json()["id"]
+    second = post(client, "/forks/", {**body, "changes": [
+        {**SHORT, "system_prompt": "Answer in two sentences."}]}).json()["id"]
+    assert drain(timeout=60)
+    promoted = post(client, f"/forks/{first}/promote/")
+    assert promoted.status_code == 200
+    assert promoted.json() | {"promoted": None} == {
+        "graph_id": "diamond", "from_version": 1, "version": 2, "fork_run_id": first,
+        "promoted": None, "skipped": []}
+    latest = GraphVersion.objects.get(graph__project=fresh_world.lab, graph__graph_id="diamond",
+                                      version=2)
+    assert SHORT["system_prompt"] in json.dumps(latest.spec)
+    conflict = post(client, f"/forks/{second}/promote/")
+    assert conflict.status_code == 409
+    assert conflict.json()["code"] == "promote_conflict"
+
+
+def test_a_finished_fork_saved_as_a_case_replays_as_a_passing_suite(
+    fresh_world: World,
+) -> None:
+    client = fresh_world.client("member")
+    fork_id = post(client, "/forks/", {"base_run": fresh_world.lab_diamond,
+                                       "at": {"before_node": "left"},
+                                       "changes": [SHORT]}).json()["id"]
+    assert drain(timeout=60)
+    saved = post(client, f"/forks/{fork_id}/save-case/", {
+        "name": "short left", "criteria": [{"key": "left", "op": "exists"}]})
+    assert saved.status_code == 201
+    case = saved.json()
+    assert (case["name"], case["project"], case["source_run_id"], case["graph"],
+            case["graph_version"], case["changes"]) == (
+        "short left", "lab", fork_id, "diamond", 1, [SHORT])
+    taken = post(client, f"/forks/{fork_id}/save-case/", {"name": "short left"})
+    assert taken.status_code == 409
+    assert taken.json() == {"code": "case_exists", "name": "short left",
+                            "detail": "project 'lab' already has a case named 'short left'; "
+                                      "choose another name"}
+
+    listed = client.get(f"{API}/cases/").json()
+    assert [c["name"] for c in listed["results"]] == ["short left"]
+    ran = post(client, "/cases/run/")
+    assert ran.status_code == 200
+    assert ran.json() == {"passed": True, "total": 1, "failed": 0, "results": [
+        {"project": "lab", "name": "short left", "passed": True, "failures": [], "note": ""}]}
+    assert post(client, "/cases/run/", {"project": "demo"}).json()["total"] == 0
+
+    # a criterion that can never hold (``in`` a number) fails its case, not the request
+    assert post(client, f"/forks/{fork_id}/save-case/", {
+        "name": "odd", "criteria": [{"key": "left", "op": "in", "value": 5}]}).status_code == 201
+    ran = post(client, "/cases/run/").json()
+    assert (ran["passed"], ran["total"], ran["failed"]) == (False, 2, 1)
+    odd = next(r for r in ran["results"] if r["name"] == "odd")
+    assert odd["passed"] is False and odd["failures"][0].startswith("left in 5 does not hold")
+
+
+def test_a_sweep_runs_every_variant_and_summarises_their_diffs(fresh_world: World) -> None:
+    client = fresh_world.client("member")
+    body = {"base_run": fresh_world.lab_diamond, "at": {"before_node": "left"},
+            "variants": {"short": [SHORT], "formal": {**SHORT, "system_prompt": "Be formal."}}}
+    estimate = post(client, "/sweeps/estimate/", body)
+    assert estimate.status_code == 200
+    assert set(estimate.json()["variants"]) == {"short", "formal"}
+    assert estimate.json()["cost_usd"] > 0
+
+    started = post(client, "/sweeps/", body)
+    assert started.status_code == 202
+    group = started.json()["fork_group_id"]
+    assert {v["state"] for v in started.json()["variants"].values()} <= {
+        "queued", "running", "complete"}
+    sweep = settled(client, f"/sweeps/{group}/")
+    assert sweep["base_run_id"] == fresh_world.lab_diamond
+    assert set(sweep["variants"]) == {"short", "formal"}
+    for variant in sweep["variants"].values():
+        assert (variant["status"], variant["state"]) == ("completed", "complete")
+        assert variant["diff"]["divergence"]["base"] == "left"
+        assert variant["diff"]["memory"]["left"] == "changed"
+        assert variant["incurred_cost_usd"] > 0
+    assert sweep["incurred_cost_usd"] == pytest.approx(
+        sum(v["incurred_cost_usd"] for v in sweep["variants"].values()))
+    runs = client.get(f"{API}/runs/", {"parent": fresh_world.lab_diamond}).json()
+    assert {r["fork_group_id"] for r in runs["results"]} == {group}

@@ -1,0 +1,397 @@
+"""``/forks/``: preflight, start, idempotency, roles, and the errors of each verb.
+
+These run inside a rolled-back transaction, so a started fork stays ``queued`` (its task is
+enqueued on commit); ``test_fork_lifecycle`` runs tails in the background.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from forklab.runs.models import ForkRequest, Run
+from tests.api.conftest import API, World
+
+pytestmark = pytest.mark.django_db
+
+PROMPT = {"kind": "prompt", "target": "left", "system_prompt": "Answer in one sentence."}
+FORK_KEYS = {"state", "not_run_reason", "cancel_requested", "base_run_id", "changes",
+             "effective_fork_sequence_id", "estimate", "incurred_cost_usd",
+             "suppressed_effects", "memo_hits", "calls", "diff", "explain", "warnings"}
+
+
+def post(world: World, who: str, path: str, body: Any = None) -> Any:
+    return world.client(who).post(f"{API}{path}", body if body is not None else {},
+                                  content_type="application/json")
+
+
+def fork_body(world: World, **extra: Any) -> dict[str, Any]:
+    return {"base_run": world.lab_diamond, "at": {"before_node": "left"}, "changes": [PROMPT],
+            **extra}
+
+
+# -- preflight ---------------------------------------------------------------------------
+
+
+def test_preflight_resolves_the_point_and_estimates_the_tail(world: World) -> None:
+    response = post(world, "member", "/forks/preflight/", fork_body(world))
+    assert response.status_code == 200
+    body = response.json()
+    assert {k: body[k] for k in ("fork_sequence_id", "fork_node_id",
+                                 "effective_fork_sequence_id", "events_reused",
+                                 "warnings")} == {
+        "fork_sequence_id": 6, "fork_node_id": "left", "effective_fork_sequence_id": 6,
+        "events_reused": 6, "warnings": []}
+    assert set(body["estimate"]) == {"live_calls", "tokens", "cost_usd"}
+    assert body["estimate"]["live_calls"] >= 1 and body["estimate"]["cost_usd"] > 0
+    assert body["point"]["label"] == "before 'left' execution 1, iteration 1"
+    assert body["changes"] == [PROMPT]
+
+
+def test_preflight_starts_nothing(world: World) -> None:
+    before = Run.objects.count()
+    assert post(world, "member", "/forks/preflight/", fork_body(world)).status_code == 200
+    assert Run.objects.count() == before
+
+
+def test_viewers_can_read_but_not_preflight(world: World) -> None:
+    response = post(world, "viewer", "/forks/preflight/", fork_body(world))
+    assert response.status_code == 403
+    assert response.json()["code"] == "permission_denied"
+
+
+@pytest.mark.parametrize(("extra", "status", "code"), [
+    ({"at": {"before_node": "nowhere"}}, 422, "fork_point_not_found"),
+    ({"at": {"sequence": 3}}, 422, "fork_point_mid_node"),
+    ({"at": "sideways"}, 422, "fork_point_not_found"),
+    ({"changes": [{"kind": "telepathy"}]}, 422, "invalid_change"),
+    ({"changes": [{"kind": "memory", "set": {"x": "[REDACTED]"}}]}, 422, "invalid_overrides"),
+    ({"changes": [PROMPT, {**PROMPT, "system_prompt": "Other."}]}, 422, "conflicting_changes"),
+    ({"changes": [{"kind": "model", "target": "left", "model": "gpt-unpriced-9"}]}, 422,
+     "unpriced_model"),
+    ({"budget": {"max_live_calls": 0}}, 422, "live_budget_exceeded"),
+    ({"policy": {"side_effects": "sometimes"}}, 400, "invalid_request"),
+    ({"budget": {"max_live_calls": -1}}, 400, "invalid_request"),
+    ({"colour": "red"}, 400, "invalid_request"),
+])
+def test_preflight_errors(world: World, extra: dict[str, Any], status: int, code: str) -> None:
+    response = post(world, "admin", "/forks/preflight/", fork_body(world, **extra))
+    assert response.status_code == status, response.json()
+    assert response.json()["code"] == code
+    assert response.json()["detail"]
+
+
+def test_a_fork_point_inside_a_node_names_the_node(world: World) -> None:
+    response = post(world, "admin", "/forks/preflight/", fork_body(world, at={"sequence": 3}))
+    assert response.status_code == 422
+    assert response.json()["code"] == "fork_point_mid_node"
+    assert "'plan'" in response.json()["detail"]
+
+
+def test_an_unknown_node_lists_the_nodes_that_ran(world: World) -> None:
+    response = post(world, "admin", "/forks/preflight/",
+                    fork_body(world, at={"before_node": "nowhere"}))
+    assert response.json()["detail"] == ("node 'nowhere' never ran in this run; nodes that "
+                                         "ran: plan, left, right, join")
+
+
+def test_a_missing_base_run_is_an_invalid_request(world: World) -> None:
+    response = post(world, "admin", "/forks/preflight/", {"at": "start"})
+    assert response.status_code == 400
+    assert response.json() == {"code": "invalid_request", "detail": "field 'base_run': Field "
+                               "required", "field": "base_run",
+                               "errors": [{"field": "base_run", "msg": "Field required"}]}
+
+
+# -- start -------------------------------------------------------------------------------
+
+
+def test_starting_a_fork_answers_202_with_the_queued_fork(world: World) -> None:
+    response = post(world, "member", "/forks/", fork_body(world, label="shorter"))
+    assert response.status_code == 202
+    fork = response.json()
+    assert set(fork) >= FORK_KEYS
+    assert (fork["state"], fork["status"], fork["run_kind"], fork["label"]) == (
+        "queued", "queued", "counterfactual", "shorter")
+    assert (fork["parent_run_id"], fork["base_run_id"]) == (world.lab_diamond,) * 2
+    assert (fork["fork_sequence_id"], fork["fork_node_id"]) == (6, "left")
+    assert fork["fork_mutations"] == fork["changes"] == [PROMPT]
+    assert fork["diff"] is None and fork["explain"] is None and fork["calls"] is None
+    assert Run.objects.get(pk=fork["id"]).created_by == world.users["member"]
+
+
+def test_the_same_client_request_id_returns_the_same_fork(world: World) -> None:
+    body = fork_body(world, client_request_id="ticket-42")
+    first = post(world, "member", "/forks/", body)
+    again = post(world, "member", "/forks/", body)
+    assert (first.status_code, again.status_code) == (202, 200)
+    assert again.json()["id"] == first.json()["id"]
+    assert Run.objects.filter(parent_run_id=world.lab_diamond).count() == 1
+    assert ForkRequest.objects.filter(client_request_id="ticket-42").count() == 1
+
+
+def test_another_user_with_the_same_key_gets_their_own_fork(world: World) -> None:
+    body = fork_body(world, client_request_id="ticket-42")
+    mine = post(world, "member", "/forks/", body).json()
+    theirs = post(world, "admin", "/forks/", body)
+    assert theirs.status_code == 202 and theirs.json()["id"] != mine["id"]
+
+
+def test_forking_an_unfinished_run_is_409_run_in_progress(world: World) -> None:
+    response = post(world, "member", "/forks/", {"base_run": world.lab_paused, "at": "start"})
+    assert response.status_code == 409
+    assert response.json() == {
+        "code": "run_in_progress", "run_id": world.lab_paused, "status": "paused",
+        "detail": f"run {world.lab_paused!r} is paused; only a finished run can be forked — "
+                  "wait for it, answer it or cancel it first"}
+
+
+def test_a_rejected_fork_writes_nothing(world: World) -> None:
+    before = Run.objects.count()
+    response = post(world, "member", "/forks/", fork_body(world, at={"before_node": "nowhere"},
+                                                          client_request_id="k"))
+    assert response.status_code == 422
+    assert Run.objects.count() == before and not ForkRequest.objects.exists()
+
+
+# -- roles -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("who", "extra", "status"), [
+    ("viewer", {}, 403),
+    ("member", {}, 202),
+    ("member", {"budget": {"max_live_calls": 10, "max_cost_usd": 0.5}}, 202),
+    ("member", {"policy": {"side_effects": {"allow": ["send_email"]}}}, 403),
+    ("member", {"budget": {"max_live_calls": 51}}, 403),
+    ("member", {"budget": {"max_cost_usd": 5}}, 403),
+    ("member", {"budget": {"max_cost_usd": None}}, 403),
+    ("member", {"ignore_budget": True}, 403),
+    ("admin", {"policy": {"side_effects": {"allow": ["send_email"]}}}, 202),
+    ("admin", {"budget": {"max_live_calls": 500, "max_cost_usd": None}}, 202),
+    ("demo", {}, 404),  # admin of demo, not a member of lab
+])
+def test_role_matrix_for_starting_forks(world: World, who: str, extra: dict[str, Any],
+                                        status: int) -> None:
+    response = post(world, who, "/forks/", fork_body(world, **extra))
+    assert response.status_code == status, response.json()
+    if status == 403:
+        assert response.json()["code"] == "permission_denied"
+        assert response.json()["required"] == ("member" if who == "viewer" else "admin")
+    if status == 404:
+        assert response.json()["code"] == "not_found"
+
+
+def test_a_member_is_told_why_admin_is_needed(world: World) -> None:
+    response = post(world, "member", "/forks/", fork_body(
+        world, policy={"side_effects": {"allow": True}}, budget={"max_cost_usd": 3}))
+    assert response.status_code == 403
+    assert response.json() == {
+        "code": "permission_denied", "required": "admin", "role": "member",
+        "reasons": ["allowing a write", "raising max_cost_usd above $1.00"],
+        "detail": "allowing a write and raising max_cost_usd above $1.00 needs the admin "
+                  "role in project 'lab'; you are member. Remove it, or ask a project admin."}
+
+
+# -- reading and acting on one fork -------------------------------------------------------
+
+
+def test_a_fork_reads_back_with_its_state(world: World) -> None:
+    fork = post(world, "member", "/forks/", fork_body(world)).json()
+    response = world.client("viewer").get(f"{API}/forks/{fork['id']}/")
+    assert response.status_code == 200
+    assert response.json() == fork
+
+
+def test_a_run_that_is_not_a_fork_is_not_found_under_forks(world: World) -> None:
+    for method, path in (("get", ""), ("post", "cancel/"), ("post", "answer/"),
+                         ("post", "promote/"), ("post", "save-case/")):
+        response = getattr(world.client("admin"), method)(
+            f"{API}/forks/{world.lab_diamond}/{path}", {}, content_type="application/json")
+        assert response.status_code == 404, path
+        assert response.json() == {
+            "code": "not_found", "run_id": world.lab_diamond,
+            "detail": f"run {world.lab_diamond!r} is a primary run, not a fork"}
+
+
+def test_a_fork_in_another_project_is_not_found(world: World) -> None:
+    fork = post(world, "member", "/forks/", fork_body(world)).json()
+    response = world.client("demo").get(f"{API}/forks/{fork['id']}/")
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
+
+
+def test_cancelling_a_queued_fork_cancels_it_at_once(world: World) -> None:
+    fork = post(world, "member", "/forks/", fork_body(world)).json()
+    response = post(world, "member", f"/forks/{fork['id']}/cancel/")
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["state"], body["status"], body["cancel_requested"]) == (
+        "cancelled", "cancelled", True)
+    assert body["error"] == {"code": "cancelled", "message": "cancelled before it started"}
+
+
+def test_viewers_cannot_cancel(world: World) -> None:
+    fork = post(world, "member", "/forks/", fork_body(world)).json()
+    response = post(world, "viewer", f"/forks/{fork['id']}/cancel/")
+    assert response.status_code == 403
+    assert response.json()["code"] == "permission_denied"
+
+
+def test_answering_a_fork_that_is_not_paused_is_409(world: World) -> None:
+    fork = post(world, "member", "/forks/", fork_body(world)).json()
+    response = post(world, "member", f"/forks/{fork['id']}/answer/", {"decision": "approved"})
+    assert response.status_code == 409
+    assert response.json() == {
+        "code": "invalid_run_state", "run_id": fork["id"], "status": "queued",
+        "detail": f"run {fork['id']!r} is queued, not paused at an approval gate"}
+
+
+def test_an_answer_needs_a_known_decision(world: World) -> None:
+    fork = post(world, "member", "/forks/", fork_body(world)).json()
+    response = post(world, "member", f"/forks/{fork['id']}/answer/", {"decision": "maybe"})
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_request"
+    assert response.json()["field"] == "decision"
+
+
+def test_promoting_needs_an_admin(world: World) -> None:
+    fork = post(world, "member", "/forks/", fork_body(world)).json()
+    response = post(world, "member", f"/forks/{fork['id']}/promote/")
+    assert response.status_code == 403
+    assert response.json()["required"] == "admin"
+
+
+def test_an_unfinished_fork_cannot_be_saved_as_a_case(world: World) -> None:
+    fork = post(world, "member", "/forks/", fork_body(world)).json()
+    response = post(world, "member", f"/forks/{fork['id']}/save-case/", {"name": "short"})
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid_change"
+    assert "only a finished fork can be saved as a case" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("body", [{}, {"name": ""}, {"name": "x", "criteria": [{"op": "eq"}]},
+                                  {"name": "x", "criteria": [{"key": "a", "op": "like"}]}])
+def test_a_bad_case_request_is_invalid(world: World, body: dict[str, Any]) -> None:
+    fork = post(world, "member", "/forks/", fork_body(world)).json()
+    response = post(world, "member", f"/forks/{fork['id']}/save-case/", body)
+    assert response.status_code == 400, response.json()
+    assert response.json()["code"] == "invalid_request"
+
+
+def test_a_fork_whose_request_no_longer_fits_reads_not_run_with_its_reason(
+    world: World,
+) -> None:
+    from forklab.runs.specs import ForkSpec
+    from forklab.runs.store import DjangoStore
+    from forklab.runs.tasks import execute_fork
+
+    body = fork_body(world)
+    fork = post(world, "member", "/forks/", body).json()
+    DjangoStore(world.lab).archive(world.lab_diamond)  # retention took the base's events
+    assert execute_fork.call(fork["id"], ForkSpec.model_validate(body).model_dump(
+        mode="json")) == "not_run"
+    detail = world.client("member").get(f"{API}/forks/{fork['id']}/").json()
+    assert (detail["state"], detail["status"], detail["not_run_reason"]) == (
+        "not_run", "failed", "source_missing")
+    assert detail["error"]["not_run"] is True and detail["diff"] is None
+
+
+# -- sweeps and diffs ----------------------------------------------------------------------
+
+
+def sweep_body(world: World, **extra: Any) -> dict[str, Any]:
+    return {"base_run": world.lab_diamond, "at": {"before_node": "left"},
+            "variants": {"short": [PROMPT], "formal": {**PROMPT, "system_prompt": "Formal."}},
+            **extra}
+
+
+def test_a_sweep_estimate_prices_each_variant(world: World) -> None:
+    response = post(world, "member", "/sweeps/estimate/", sweep_body(world))
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body["variants"]) == {"short", "formal"}
+    assert set(body["variants"]["short"]) == {"live_calls", "tokens", "cost_usd", "warnings"}
+    assert body["cost_usd"] == pytest.approx(
+        sum(v["cost_usd"] for v in body["variants"].values()))
+    assert len(body["lines"]) == 2
+
+
+def test_starting_a_sweep_queues_one_fork_per_variant(world: World) -> None:
+    response = post(world, "member", "/sweeps/", sweep_body(world))
+    assert response.status_code == 202
+    body = response.json()
+    assert (body["base_run_id"], body["fork_sequence_id"], body["incurred_cost_usd"]) == (
+        world.lab_diamond, 6, 0.0)
+    assert {name: (v["state"], v["diff"]) for name, v in body["variants"].items()} == {
+        "short": ("queued", None), "formal": ("queued", None)}
+    again = world.client("viewer").get(f"{API}/sweeps/{body['fork_group_id']}/")
+    assert again.status_code == 200 and again.json() == body
+
+
+@pytest.mark.parametrize(("who", "extra", "status", "code"), [
+    ("viewer", {}, 403, "permission_denied"),
+    ("member", {"variants": {}}, 400, "invalid_request"),
+    ("member", {"variants": {"bad": {"kind": "telepathy"}}}, 422, "invalid_change"),
+    ("member", {"at": {"before_node": "nowhere"}}, 422, "fork_point_not_found"),
+    ("member", {"base_run": "nope"}, 404, "not_found"),
+])
+def test_bad_sweeps(world: World, who: str, extra: dict[str, Any], status: int,
+                    code: str) -> None:
+    for path in ("/sweeps/estimate/", "/sweeps/"):
+        response = post(world, who, path, sweep_body(world, **extra))
+        assert response.status_code == status, (path, response.json())
+        assert response.json()["code"] == code
+
+
+def test_an_unknown_sweep_is_not_found(world: World) -> None:
+    response = world.client("member").get(f"{API}/sweeps/nope/")
+    assert response.status_code == 404
+    assert response.json() == {"code": "not_found", "detail": "no sweep 'nope'",
+                               "fork_group_id": "nope"}
+
+
+def test_diff_of_a_run_with_itself_changes_nothing(world: World) -> None:
+    run = world.lab_diamond
+    response = world.client("viewer").get(f"{API}/diff/", {"base": run, "variant": run})
+    assert response.status_code == 200
+    diff = response.json()
+    assert set(diff) == {"divergence", "path", "memory", "terminal", "cost",
+                         "suppressed_effects", "attribution"}
+    assert (diff["divergence"], diff["memory"], diff["attribution"]) == (None, {}, "single")
+    assert {step["op"] for step in diff["path"]["aligned"]} == {"same"}
+
+
+@pytest.mark.parametrize(("query", "status", "code"), [
+    ({"base": "x"}, 400, "invalid_request"),
+    ({"base": "nope", "variant": "nope"}, 404, "not_found"),
+])
+def test_bad_diffs(world: World, query: dict[str, str], status: int, code: str) -> None:
+    response = world.client("viewer").get(f"{API}/diff/", query)
+    assert response.status_code == status
+    assert response.json()["code"] == code
+
+
+def test_a_diff_across_projects_is_not_found(world: World) -> None:
+    response = world.client("viewer").get(f"{API}/diff/", {
+        "base": world.lab_diamond, "variant": world.demo_runs["diamond"]})
+    assert response.status_code == 404
+    assert response.json()["run_id"] == world.demo_runs["diamond"]
+
+
+@pytest.mark.parametrize("at", [
+    {"sequence": "x"}, {"sequence": [6]}, {"sequence": True}, {"sequence": "--6"},
+    {"before_iteration": {}}, {"before_first_write_of": {"a": 1}},
+    {"before_first_read_of": ["plan"]}, {"before_node": {"a": 1}},
+    {"before_node": "left", "occurrence": [1]},
+])
+def test_a_malformed_fork_point_is_refused_not_crashed(world: World, at: Any) -> None:
+    response = post(world, "member", "/forks/preflight/", fork_body(world, at=at))
+    assert response.status_code == 422, response.json()
+    assert response.json()["code"] == "fork_point_not_found"
+
+
+def test_a_fork_point_seq_may_be_a_string_of_digits(world: World) -> None:
+    response = post(world, "member", "/forks/preflight/", fork_body(world, at={"sequence": "6"}))
+    assert response.status_code == 200
+    assert response.json()["fork_node_id"] == "left"
