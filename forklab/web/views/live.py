@@ -26,6 +26,7 @@ from forklab.runs import forking, queries
 from forklab.runs.models import Event, Run
 from forklab.runs.serializers_json import event_to_json
 from forklab.runs.specs import AnswerSpec, parse
+from forklab.web.composer import pretty
 from forklab.web.views.common import htmx_target, page_errors, roles
 
 BACKLOG_ROWS = 500
@@ -70,7 +71,11 @@ def _pending_gate(run: Run) -> dict[str, Any] | None:
         return None
     event = (Event.objects.filter(run_id=run.id, type="human.requested")
              .order_by("-seq").values("node", "payload").first())
-    return None if event is None else {"node": event["node"], **(event["payload"] or {})}
+    if event is None:
+        return None
+    payload = event["payload"] or {}
+    return {"node": event["node"], **payload,
+            "context_text": pretty(payload["context"]) if payload.get("context") else ""}
 
 
 @login_required
@@ -81,7 +86,7 @@ def cancel(request: HttpRequest, run_id: str) -> HttpResponse:
     try:
         run = forking.cancel(user=request.user, run_id=run_id)
     except ForklabError as exc:
-        if exc.code == "not_found":
+        if exc.code in ("not_found", "permission_denied"):
             raise
         run, error = queries.get_run(run_id, user=request.user), exc.message
     return _panel_or_page(request, run, error)
@@ -103,7 +108,7 @@ def answer(request: HttpRequest, run_id: str) -> HttpResponse:
     except json.JSONDecodeError as exc:
         run, error = queries.get_run(run_id, user=request.user), f"not valid JSON: {exc.msg}"
     except ForklabError as exc:
-        if exc.code == "not_found":
+        if exc.code in ("not_found", "permission_denied"):
             raise
         run, error = queries.get_run(run_id, user=request.user), exc.message
     return _panel_or_page(request, run, error, answered=not error)

@@ -50,7 +50,8 @@ def run_context(request: HttpRequest, run: Run, *, readonly: bool,
     point = _point(tl, at)
     context: dict[str, Any] = {
         "run": run, "readonly": readonly, **access, "at": at, "timeline": tl,
-        "point": point, "lineage": chain, "tree": queries.fork_tree(chain[0]),
+        "point": point, "lineage": chain,
+        "tree": [] if readonly else queries.fork_tree(chain[0]),
         "inspector": inspector(run, at, point, graph), "events": event_table(request, run, at),
         "picture": _picture(run, graph, tl, point), "forked": queries.forked_event(run.id)
         if run.parent_run_id else None,

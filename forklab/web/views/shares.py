@@ -47,7 +47,9 @@ def shares(request: HttpRequest) -> HttpResponse:
     if not admin_of:
         return render(request, "403.html", {"message": "managing share links needs the admin "
                                                        "role in a project"}, status=403)
-    slug = request.GET.get("project") or request.session.get("project") or admin_of[0].slug
+    newest = (ShareLink.objects.filter(project__in=admin_of).order_by("-created_at")
+              .values_list("project__slug", flat=True).first())
+    slug = request.GET.get("project") or request.session.get("project") or newest
     project = next((p for p in admin_of if p.slug == slug), admin_of[0])
     links = [{"link": link, "url": share_url(request, link)}
              for link in sharing.shares_for(user=request.user, project=project)[:200]]

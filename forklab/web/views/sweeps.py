@@ -57,14 +57,18 @@ def _launcher(run: Run, at: int | None, target_name: str | None) -> Launcher:
 
 def _variants(launcher: Launcher, data: QueryDict, count: int
               ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str], list[dict[str, Any]]]:
-    """Named change lists from the form, field errors, and the rows to show again."""
+    """Named change lists from the form, field errors, and the rows to show again.
+
+    A fresh form names its rows ``variant-1`` …; a submitted one keeps what was sent (an
+    emptied name leaves that row out)."""
+    fresh = not any(key.endswith("-name") for key in data)
     variants: dict[str, list[dict[str, Any]]] = {}
     errors: dict[str, str] = {}
     rows = []
     t = launcher.target
     for i in range(1, count + 1):
         p = f"v{i}"
-        row = {"i": i, "name": data.get(f"{p}-name", f"variant-{i}").strip(),
+        row = {"i": i, "name": data.get(f"{p}-name", f"variant-{i}" if fresh else "").strip(),
                "model": data.get(f"{p}-model", t.model if t else ""),
                "temperature": data.get(f"{p}-temperature", t.temperature if t else ""),
                "prompt": data.get(f"{p}-prompt", t.system_prompt if t else "").replace("\r\n",
