@@ -1,0 +1,67 @@
+"""The live fork view: an approval gate answered in the browser, and a cancelled slow tail."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import Server, run_id, shot
+from tests.browser.test_fork_flow import frames_of
+
+pytestmark = pytest.mark.browser
+
+
+def test_an_order_fulfilment_fork_pauses_at_the_gate_and_approving_it_finishes_it(
+        server: Server, new_page: Any) -> None:
+    page: Page = new_page("demo")
+    base = run_id(server, "order-fulfilment")
+    page.goto(f"/runs/{base}/")
+    page.get_by_role("link", name=re.compile(r"^Fork point before approve")).click()
+    expect(page.locator("#composer")).to_contain_text("before 'approve' execution 1")
+    expect(page.get_by_label("Decision")).to_have_value("")  # pause and ask me
+    expect(page.locator("#preflight")).to_contain_text("Live calls")
+    frames = frames_of(page)
+    page.get_by_role("button", name="Start fork").click()
+    page.wait_for_url(re.compile(r"/forks/\w+/$"))
+
+    panel = page.locator("#fork-panel")
+    expect(panel).to_contain_text("Waiting at an approval gate")
+    expect(panel).to_contain_text("Release the order and email the receipt?")
+    expect(page.locator("#live-status")).to_have_text("paused")
+    shot(page, "live-paused")
+    panel.get_by_role("button", name="Approve").click()
+
+    page.wait_for_url(re.compile(r"/compare/\w+/\w+/$"))
+    streamed = "".join(frames)
+    assert 'data-type="human.answered"' in streamed  # the tail after the gate streamed in
+    assert re.search(r'data-type="node.started">.*?send_email', streamed, re.S)
+    expect(page.locator(".stats")).to_contain_text("completed → completed")
+    expect(page.locator("#calls-h").locator("xpath=../..")).to_contain_text("human")
+
+
+def test_a_slow_fork_can_be_cancelled_from_its_live_page(
+        server: Server, new_page: Any) -> None:
+    page: Page = new_page("demo")
+    base = run_id(server, "slow-steps", label="slow")
+    page.goto(f"/runs/{base}/")
+    page.get_by_role("link", name=re.compile(r"^Fork point before outline")).click()
+    page.get_by_label("Temperature of outline").fill("1.1")
+    expect(page.locator("#preflight")).to_contain_text("temperature of 'outline'")
+    expect(page.locator("#preflight-calls")).to_have_text("3")  # memoize off: all three run
+    frames = frames_of(page)
+    page.get_by_role("button", name="Start fork").click()
+    page.wait_for_url(re.compile(r"/forks/\w+/$"))
+
+    started = page.locator('#live-events tr[data-type="node.started"]')
+    expect(started.first).to_be_visible()
+    expect(page.locator("#fork-panel")).to_contain_text("Running the tail")
+    shot(page, "live-running")
+    page.get_by_role("button", name="Cancel this fork").click()
+
+    page.wait_for_url(re.compile(r"/compare/\w+/\w+/$"), timeout=30_000)
+    expect(page.locator(".stats")).to_contain_text("completed → cancelled")
+    assert 'data-type="run.cancelled"' in "".join(frames)  # streamed in after the click
+    expect(page.locator("table.path")).to_contain_text("skipped")  # the tail was cut short

@@ -1,0 +1,141 @@
+"""The fork composer: the page and its partial, fork links, the live preflight with errors next
+to their fields, and submitting (``forking.start_fork`` → the live view)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from forklab.runs.models import Run
+from forklab.web.composer import decode_changes, encode_changes
+from tests.web.conftest import HTMX, World, htmx, page
+
+pytestmark = pytest.mark.django_db
+
+
+def form(world: World, **fields: Any) -> dict[str, Any]:
+    """A composer POST at ``before write`` of research-write, as the page renders it."""
+    data = {"at": "6", "agent-1-model": "scripted-large", "agent-1-temperature": "0.7",
+            "agent-1-prompt": "You are a science writer. Write a clear, friendly explanation.",
+            "agent-0-model": "scripted-small", "agent-0-temperature": "0.2",
+            "agent-0-prompt": "You are a careful researcher. List the key facts with sources.",
+            "side_effects": "replay", "max_live_calls": "50", "max_cost_usd": "1.00"}
+    data.update(fields)
+    return data
+
+
+def composer_url(world: World, suffix: str = "") -> str:
+    return f"/runs/{world.runs['research-write']}/fork/{suffix}"
+
+
+def test_the_composer_is_a_page_and_an_htmx_partial(world: World) -> None:
+    client = world.client("bob")
+    full = page(client.get(composer_url(world), {"at": 6}))
+    assert "<html" in full and 'id="composer"' in full and "State at seq 6" in full
+    partial = page(client.get(composer_url(world), {"at": 6}, headers=htmx("composer-slot")))
+    assert partial.lstrip().startswith('<section id="composer"') and "<html" not in partial
+
+
+def test_the_composer_fits_the_node_model_list_prompt_routes_and_gates(world: World) -> None:
+    client = world.client("bob")
+    html = page(client.get(composer_url(world), {"at": 6}))
+    assert '<option value="gpt-4o" >gpt-4o</option>' in html  # the price table's models
+    assert '<option value="scripted-large" selected>scripted-large (current)</option>' in html
+    loop = page(client.get(f"/runs/{world.runs['review-loop']}/fork/", {"at": 11}))
+    assert '<option value="gate|revise" >gate → revise</option>' in loop
+    assert '<option value="gate|end" >gate → end</option>' in loop
+    gate = page(client.get(f"/runs/{world.runs['order-fulfilment']}/fork/", {"at": 11}))
+    assert "Answer approval gates" in gate and '<option value="approved"' in gate
+    tool = page(client.get(f"/runs/{world.runs['order-fulfilment']}/fork/", {"at": 1}))
+    assert 'name="tool_result"' in tool and "&quot;total&quot;" in tool  # the recorded result
+
+
+def test_the_composer_refuses_viewers_and_hides_other_projects(world: World) -> None:
+    assert world.client("vera").get(composer_url(world), {"at": 6}).status_code == 403
+    assert world.client("eve").get(composer_url(world), {"at": 6}).status_code == 404
+    assert world.client("bob").get(composer_url(world), {"at": 8}).status_code == 404
+
+
+def test_a_fork_link_opens_the_composer_with_its_changes_filled_in(world: World) -> None:
+    changes = [{"kind": "prompt", "target": "write", "system_prompt": "Rhyme, please."},
+               {"kind": "memory", "set": {"notes": "none"}, "delete": []},
+               {"kind": "model", "target": "research", "model": "gpt-4o-mini"}]
+    assert decode_changes(encode_changes(changes)) == changes
+    html = page(world.client("bob").get(composer_url(world),
+                                        {"at": 6, "changes": encode_changes(changes)}))
+    assert "Opened from a fork link" in html
+    assert ">Rhyme, please.</textarea>" in html
+    assert "&quot;notes&quot;: &quot;none&quot;" in html
+    assert '<option value="gpt-4o-mini" selected>' in html
+    broken = page(world.client("bob").get(composer_url(world), {"at": 6, "changes": "@@"}))
+    assert "the link&#x27;s changes cannot be read" in broken
+
+
+def test_the_preflight_estimates_the_composed_change(world: World) -> None:
+    response = world.client("bob").post(
+        composer_url(world, "preflight/"), form(world, **{"agent-1-prompt": "Write a haiku."}),
+        headers=HTMX)
+    html = page(response)
+    assert '<dd id="preflight-calls">1</dd>' in html and "prompt of &#x27;write&#x27;" in html
+    assert "6 events replayed for free" in html
+    link = re.search(r'data-copy="(http://testserver/runs/\w+/fork/\?at=6&amp;changes=[\w-]+)"',
+                     html)
+    assert link, "the preflight refreshes the fork link"
+    slots = re.findall(r'<p class="field-error" id="err-([\w-]+)" hx-swap-oob="true"', html)
+    assert {"form", "memory_set", "agent-1-prompt", "max_live_calls"} <= set(slots)
+
+
+def test_an_untouched_composer_is_a_null_fork(world: World) -> None:
+    html = page(world.client("bob").post(composer_url(world, "preflight/"), form(world)))
+    assert "No change yet: this is a null fork" in html
+
+
+@pytest.mark.parametrize(("fields", "slot", "message"), [
+    ({"memory_set": "{oops"}, "memory_set", "not valid JSON"),
+    ({"memory_set": "[1]"}, "memory_set", "expected a JSON object"),
+    ({"agent-1-temperature": "hot"}, "agent-1-temperature", "expected a number"),
+    ({"agent-1-temperature": "3"}, "agent-1-temperature", "less than or equal to 2"),
+    ({"max_live_calls": "500"}, "max_live_calls", "needs the admin role"),
+    ({"agent-1-model": "no-such-model"}, "agent-1-model", "have no price"),
+    ({"max_live_calls": "0"}, "max_live_calls", "the budget is 0"),
+    ({"extra_changes": '[{"kind": "route", "from": "write", "to": "research"}]'},
+     "extra_changes", "route"),
+])
+def test_preflight_errors_appear_next_to_the_field_that_caused_them(
+        world: World, fields: dict[str, str], slot: str, message: str) -> None:
+    html = page(world.client("bob").post(composer_url(world, "preflight/"),
+                                         form(world, **fields), headers=HTMX))
+    error = re.search(rf'id="err-{slot}" hx-swap-oob="true" role="alert">([^<]*)</p>', html)
+    assert error and message in error.group(1), html[:400]
+    assert "Not ready" in html
+
+
+def test_starting_a_fork_goes_to_its_live_view(world: World) -> None:
+    client = world.client("bob")
+    response = client.post(composer_url(world), form(world, **{"agent-1-prompt": "Haiku!"},
+                                                     label="haiku", client_request_id="req-1"))
+    assert response.status_code == 302
+    fork = Run.objects.get(label="haiku")
+    assert response["Location"] == f"/forks/{fork.id}/"
+    assert fork.parent_run_id == world.runs["research-write"] and fork.fork_sequence_id == 6
+    assert fork.fork_mutations == [{"kind": "prompt", "target": "write",
+                                    "system_prompt": "Haiku!"}]
+    again = client.post(composer_url(world), form(world, **{"agent-1-prompt": "Haiku!"},
+                                                  label="haiku", client_request_id="req-1"),
+                        headers=HTMX)
+    assert again["HX-Redirect"] == f"/forks/{fork.id}/"  # the same request: the same fork
+    assert Run.objects.filter(label="haiku").count() == 1
+
+
+def test_a_refused_submit_shows_the_composer_again_with_the_error(world: World) -> None:
+    response = world.client("bob").post(composer_url(world),
+                                        form(world, memory_set='{"a": 1', label="bad"),
+                                        headers=HTMX)
+    assert response.status_code == 422
+    html = page(response)
+    assert html.lstrip().startswith('<section id="composer"')
+    assert re.search(r'id="err-memory_set" role="alert">not valid JSON', html)
+    assert 'value="bad"' in html and ">{&quot;a&quot;: 1</textarea>" in html
+    assert not Run.objects.filter(label="bad").exists()

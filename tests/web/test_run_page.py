@@ -1,0 +1,98 @@
+"""The run page: access, the timeline's fork points, the inspector, events, partials."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.web.conftest import World, htmx, page
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_member_sees_the_timeline_with_a_marker_before_each_execution(world: World) -> None:
+    run = world.runs["research-write"]
+    response = world.client("bob").get(f"/runs/{run}/")
+    assert response.status_code == 200
+    html = page(response)
+    markers = re.findall(r'data-point="(\d+)"(?: data-before="(\w+)")?', html)
+    assert markers == [("1", "research"), ("6", "write"), ("11", "")]
+    assert 'href="?at=6"' in html and 'hx-target="#workspace"' in html
+    assert "Fork…" in html and "Sweep…" in html
+    assert "Share read-only" not in html  # members do not manage shares
+
+
+def test_runs_of_other_projects_and_unknown_runs_are_404_pages(world: World) -> None:
+    for who, run in (("bob", world.other_run), ("eve", world.runs["research-write"]),
+                     ("bob", "no-such-run")):
+        response = world.client(who).get(f"/runs/{run}/")
+        assert response.status_code == 404
+        # the same answer whether the run exists elsewhere or not at all
+        assert "Nothing here" in page(response) and f"no run &#x27;{run}&#x27;" in page(response)
+
+
+def test_a_viewer_can_inspect_points_but_gets_no_fork_controls(world: World) -> None:
+    html = page(world.client("vera").get(f"/runs/{world.runs['research-write']}/?at=6"))
+    assert "State at seq 6" in html
+    assert "Fork…" not in html and 'id="composer"' not in html and "Sweep…" not in html
+    assert "forking it needs the member role" in html
+    assert ">inspect before write · seq 6<" in html
+
+
+def test_choosing_a_point_opens_the_composer_and_the_state_there(world: World) -> None:
+    html = page(world.client("bob").get(f"/runs/{world.runs['research-write']}/?at=6"))
+    assert 'id="composer"' in html and "before &#x27;write&#x27; execution 1" in html
+    assert "You are a science writer." in html  # the prompt, pre-filled
+    inspector = html.split('id="inspector"')[1].split("</section>")[0]
+    assert "State at seq 6" in inspector and "notes" in inspector and "draft" not in inspector
+    assert 'class="chip next">read next' in inspector
+
+
+def test_htmx_asks_for_the_workspace_partial_only(world: World) -> None:
+    response = world.client("bob").get(f"/runs/{world.runs['research-write']}/?at=6",
+                                       headers=htmx("workspace"))
+    html = page(response)
+    assert html.lstrip().startswith('<div id="workspace"') and "<html" not in html
+    assert 'id="composer"' in html and 'id="events"' not in html
+
+
+def test_the_event_table_filters_by_type_and_pages_in_sql(world: World,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    from forklab.web.views import runs
+
+    run = world.runs["review-loop"]
+    client = world.client("bob")
+    html = page(client.get(f"/runs/{run}/", {"type": "agent.responded"}, headers=htmx("events")))
+    assert html.lstrip().startswith('<section id="events"')
+    types = set(re.findall(r'data-type="([\w.]+)"', html))
+    assert types == {"agent.responded"}
+    monkeypatch.setattr(runs, "EVENTS_PER_PAGE", 5)
+    second = page(client.get(f"/runs/{run}/", {"epage": 2}, headers=htmx("events")))
+    assert re.findall(r'<tr data-seq="(\d+)"', second) == ["6", "7", "8", "9", "10"]
+    at = page(client.get(f"/runs/{run}/", {"at": 12}))
+    assert '<tr data-seq="12" data-type="node.started" class="selected">' in at
+
+
+def test_a_seq_inside_a_node_is_inspected_with_a_warning(world: World) -> None:
+    html = page(world.client("bob").get(f"/runs/{world.runs['research-write']}/?at=8"))
+    assert "is inside a node, not a fork point" in html and 'id="composer"' not in html
+
+
+def test_a_fork_shows_its_lineage_inherited_prefix_and_its_changes(world: World) -> None:
+    html = page(world.client("bob").get(f"/runs/{world.fork}/"))
+    base = world.runs["research-write"]
+    assert f'href="/runs/{base}/"' in html and "base \u203a" in html  # the lineage breadcrumb
+    assert "1 execution inherited from" in html
+    assert "<code>prompt write</code>" in html
+    assert f'href="/compare/{base}/{world.fork}/"' in html
+    tree = html.split('id="lineage-h"')[1]
+    assert world.fork[:8] in tree and "poem" in tree
+
+
+def test_the_graph_picture_counts_executions_and_links_to_points(world: World) -> None:
+    html = page(world.client("bob").get(f"/runs/{world.runs['review-loop']}/"))
+    svg = html.split('<svg class="graphpic"')[1].split("</svg>")[0]
+    assert re.search(r"<title>review · agent · \d+ executions?</title>", svg)
+    assert 'class="edge loop"' in svg and 'href="?at=' in svg
