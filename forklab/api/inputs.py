@@ -14,7 +14,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from rest_framework import serializers as s
 
-from forklab.engine.graph import GraphSpec
 from forklab.runs.models import RunKind, RunStatus
 from forklab.runs.specs import parse
 
@@ -30,18 +29,6 @@ class GraphRegistration(BaseModel):
         default=None, max_length=100,
         description="project slug; may be omitted when you are admin of exactly one project")
     spec: dict[str, Any] = Field(description="the graph (GraphSpec: id, start, nodes, edges…)")
-
-
-class GraphRegistrationDoc(GraphRegistration):
-    """The documented form of :class:`GraphRegistration` (the spec as a full GraphSpec).
-
-    Validation takes ``spec`` as a plain object so a bad graph is reported by the engine's
-    own validator (``invalid_graph`` naming the node and field), not as a body error.
-    """
-
-    model_config = ConfigDict(extra="forbid", title="GraphRegistration")
-
-    spec: GraphSpec  # type: ignore[assignment]
 
 
 class CasesRunSpec(BaseModel):

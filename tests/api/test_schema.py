@@ -77,3 +77,34 @@ def test_the_docs_page_renders_with_bundled_assets() -> None:
     assert "/api/schema/" in page
     assert "cdn." not in page  # nothing to fetch from the internet
     assert finders.find("drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
+
+
+@pytest.mark.parametrize(("documented", "validating"), [
+    ("ForkSpec", "forklab.runs.specs.ForkSpec"),
+    ("SweepSpec", "forklab.runs.specs.SweepSpec"),
+    ("GraphRegistration", "forklab.api.inputs.GraphRegistration"),
+])
+def test_documented_bodies_have_the_fields_the_views_validate(
+    documented: str, validating: str,
+) -> None:
+    from django.utils.module_loading import import_string
+
+    from forklab.api import documented as docs
+
+    assert set(getattr(docs, documented).model_fields) == set(
+        import_string(validating).model_fields)
+
+
+def test_fork_points_and_changes_are_spelled_out(tmp_path: Path) -> None:
+    out = tmp_path / "schema.yaml"
+    call_command("spectacular", "--file", str(out))
+    fork_spec = yaml.safe_load(out.read_text())["components"]["schemas"]["ForkSpec"]
+    points = fork_spec["properties"]["at"]["anyOf"]
+    assert {next(iter(p["required"])) for p in points if p.get("type") == "object"} == {
+        "sequence", "before_node", "after_node", "before_iteration", "before_human_input",
+        "before_first_write_of", "before_first_read_of", "version"}
+    kinds = [c["properties"]["kind"]["const"]
+             for c in fork_spec["properties"]["changes"]["items"]["oneOf"]]
+    assert sorted(kinds) == sorted(["model", "prompt", "temperature", "memory", "config",
+                                    "route", "output", "tool", "human_response",
+                                    "input_patch"])
