@@ -38,7 +38,13 @@ from forklab.engine.events import (
 from forklab.engine.fork.apply import effective_graph
 from forklab.engine.fork.changes import Change, InputPatchChange, MemoryChange, parse_changes, wire
 from forklab.engine.fork.estimate import Estimate, changed_input_keys, estimate_tail
-from forklab.engine.fork.points import ForkPoint, RunIndex, parse_point, resolve_point
+from forklab.engine.fork.points import (
+    ForkPoint,
+    RunIndex,
+    parse_point,
+    point_number,
+    resolve_point,
+)
 from forklab.engine.fork.tail import Budget, ForkOracle, Policy, Recording, SharedMemo
 from forklab.engine.graph import GraphSpec, parse_graph
 from forklab.engine.oracle import HumanAnswer, LiveOracle
@@ -192,7 +198,7 @@ def prepare_fork(
     if (isinstance(at, dict) and "version" in at) or source == "snapshot":
         if not (isinstance(at, dict) and "version" in at):
             raise ForkPointNotFound("source 'snapshot' forks a snapshot: pass at={'version': N}")
-        point, prefix = _snapshot_point(base, int(at["version"]))
+        point, prefix = _snapshot_point(base, point_number(at, "version"))
         source = "snapshot"
     else:
         point = _where_point(base, where) if where else resolve_point(

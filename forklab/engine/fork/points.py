@@ -232,7 +232,7 @@ def resolve_point(index: RunIndex, at: Any, *, status: str,
 
 def _resolve_dict(index: RunIndex, at: dict[str, Any]) -> ForkPoint:
     if "sequence" in at:
-        return _check_sequence(index, _integer(at, "sequence"))
+        return _check_sequence(index, point_number(at, "sequence"))
     if "before_node" in at:
         ex = _occurrence(index, at["before_node"], at.get("occurrence"))
         return _check_sequence(index, ex.start - 1)
@@ -245,7 +245,7 @@ def _resolve_dict(index: RunIndex, at: dict[str, Any]) -> ForkPoint:
             )
         return _check_sequence(index, ex.end)
     if "before_iteration" in at:
-        n = _integer(at, "before_iteration")
+        n = point_number(at, "before_iteration")
         for ex in index.live_execs():
             if ex.iteration == n:
                 return _check_sequence(index, ex.start - 1)
@@ -275,7 +275,7 @@ def _resolve_dict(index: RunIndex, at: dict[str, Any]) -> ForkPoint:
     )
 
 
-def _integer(at: dict[str, Any], form: str) -> int:
+def point_number(at: dict[str, Any], form: str) -> int:
     """A point form's number: an int, or a string of digits (as the CLI form gives it)."""
     value = at[form]
     if isinstance(value, int) and not isinstance(value, bool):
