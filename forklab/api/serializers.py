@@ -138,8 +138,8 @@ class MemoryDeltaSerializer(Shape):
     op = s.ChoiceField(choices=["added", "removed", "changed"])
     bytes_delta = s.IntegerField()
     taint_moved = s.BooleanField()
-    base = s.JSONField(allow_null=True)
-    variant = s.JSONField(allow_null=True)
+    base = s.JSONField(help_text="any JSON value, null when the key is absent")
+    variant = s.JSONField(help_text="any JSON value, null when the key is absent")
 
 
 class TerminalSerializer(Shape):
@@ -164,7 +164,7 @@ class DiffCostSerializer(Shape):
 
 class SuppressedEffectSerializer(Shape):
     node = s.CharField()
-    inputs = s.JSONField(allow_null=True)
+    inputs = s.JSONField()
     reason = s.CharField()
 
 

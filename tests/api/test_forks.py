@@ -395,3 +395,10 @@ def test_a_fork_point_seq_may_be_a_string_of_digits(world: World) -> None:
     response = post(world, "member", "/forks/preflight/", fork_body(world, at={"sequence": "6"}))
     assert response.status_code == 200
     assert response.json()["fork_node_id"] == "left"
+
+
+@pytest.mark.parametrize("at", [{"version": {}}, {"version": "v1"}, "version:x"])
+def test_a_malformed_snapshot_version_is_refused_not_crashed(world: World, at: Any) -> None:
+    response = post(world, "member", "/forks/preflight/", fork_body(world, at=at))
+    assert response.status_code == 422, response.json()
+    assert response.json()["code"] == "fork_point_not_found"

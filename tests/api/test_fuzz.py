@@ -1,9 +1,9 @@
 """Schemathesis fuzzes every operation of the API against the API's own OpenAPI schema.
 
 Authenticated as a project admin, against the shared test world. Each operation gets a
-bounded number of generated requests (``MAX_EXAMPLES``); path parameters and the runs and
-graphs a body names are drawn partly from real ids, so requests get past "not found" into
-the fork machinery. Checks: no 5xx, every status documented, every body (success or error)
+bounded number of generated requests (``MAX_EXAMPLES`` in the fuzzing phase, plus
+schemathesis' example and coverage phases). The schema gets examples naming the test world's
+runs, graphs and sweep, so generated requests get past "not found" into the fork machinery. Checks: no 5xx, every status documented, every body (success or error)
 valid against the documented schema, and schema-violating requests rejected with a 4xx.
 
 The WSGI app is Django's own handler, called in the test's thread so it shares the test's
@@ -23,9 +23,8 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
-from schemathesis.core.parameters import CONTAINER_TO_LOCATION
+from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     negative_data_rejection,
@@ -33,7 +32,6 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from forklab.runs.models import Graph
 from tests.api.conftest import World
 
 pytestmark = pytest.mark.django_db
@@ -42,7 +40,7 @@ MAX_EXAMPLES = 25
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance, negative_data_rejection]
 
-KNOWN: dict[str, list[Any]] = {}  # path parameter / body field -> real values
+KNOWN: dict[str, str] = {}  # example token -> the test world's id
 
 
 def generated_schema() -> dict[str, Any]:
@@ -55,13 +53,54 @@ def generated_schema() -> dict[str, Any]:
     return json.loads(json.dumps(generator.get_schema(request=None, public=True)))
 
 
-schema = schemathesis.openapi.from_dict(generated_schema())
+RUN_TOKENS = ["real-run-completed", "real-run-paused", "real-fork-queued", "real-run-elsewhere"]
+
+
+def with_real_examples(raw: dict[str, Any]) -> dict[str, Any]:
+    """Examples that name the test world's runs, graphs and sweep (as tokens: the ids exist
+    only once the world is built; ``before_call`` swaps them in), so generated requests get
+    past "not found" into the fork machinery. Only examples are added: the schema's types and
+    constraints are the served ones."""
+    comps = raw["components"]["schemas"]
+    for name in ("ForkSpec", "SweepSpec"):
+        props = comps[name]["properties"]
+        props["base_run"]["examples"] = ["real-run-completed"]
+        props["at"]["examples"] = ["start", {"before_node": "left"}, {"after_node": "plan"},
+                                   {"before_human_input": True}, "before:join#last"]
+    comps["ForkSpec"]["properties"]["changes"]["examples"] = [
+        [{"kind": "prompt", "target": "left", "system_prompt": "Brief."}],
+        [{"kind": "memory", "set": {"plan": "one step"}, "delete": ["left"]}],
+        [{"kind": "human_response", "decision": "approved"}],
+        [{"kind": "input_patch", "patch": {"task": None}}],
+        [{"kind": "output", "node": "right", "memory": {"right": "stub"}}],
+        [{"kind": "route", "from": "plan", "to": "join"}],
+        [{"kind": "config", "node": "left", "patch": {"prompt": "Other {plan}"}}]]
+    comps["RunSpec"]["properties"]["graph"]["examples"] = ["diamond", "order-fulfilment"]
+    names = {"run_id": RUN_TOKENS, "base": RUN_TOKENS, "variant": RUN_TOKENS,
+             "group_id": ["real-sweep"], "key": ["diamond", "order-fulfilment"]}
+    for operations in raw["paths"].values():
+        for operation in operations.values():
+            for param in operation.get("parameters", []):
+                if param["name"] in names:
+                    param["schema"]["examples"] = names[param["name"]]
+    return raw
+
+
+# The coverage phase enumerates every boundary of every property: for a sweep's variants
+# (ten change kinds, each way) and a full graph spec that is ~1,000 requests an operation.
+# Those operations get the examples and fuzzing phases only, to keep this test near a minute.
+CONFIG = SchemathesisConfig.from_dict({"operations": [{
+    "include-operation-id": ["sweeps_create", "sweeps_estimate", "graphs_create"],
+    "phases": {"coverage": {"enabled": False}},
+}]})
+schema = schemathesis.openapi.from_dict(with_real_examples(generated_schema()), config=CONFIG)
 schema.app = WSGIHandler()
 
 
 @pytest.fixture
 def known_ids(world: World) -> Iterator[None]:
-    """Real ids for the hooks below, and Django's test-client treatment of connections."""
+    """The ids behind the example tokens, and Django's test-client treatment of
+    connections (not closed between requests, so the test's transaction survives)."""
     from forklab.runs import forking
     from forklab.runs.specs import ForkSpec, SweepSpec
 
@@ -70,11 +109,9 @@ def known_ids(world: World) -> Iterator[None]:
     group = forking.start_sweep(user=admin, spec=SweepSpec.model_validate({
         "base_run": world.lab_diamond, "at": "start",
         "variants": {"a": {"kind": "temperature", "target": "left", "temperature": 0.9}}}))
-    runs = [world.lab_diamond, world.lab_paused, fork.run.id, world.demo_runs["diamond"]]
-    KNOWN.update(run_id=runs, base_run=runs, base=runs, variant=runs, group_id=[group],
-                 key=[*Graph.objects.values_list("graph_id", flat=True).distinct(),
-                      *(str(pk) for pk in Graph.objects.values_list("pk", flat=True))],
-                 graph=["diamond", "order-fulfilment"])
+    KNOWN.update({"real-run-completed": world.lab_diamond, "real-run-paused": world.lab_paused,
+                  "real-fork-queued": fork.run.id,
+                  "real-run-elsewhere": world.demo_runs["diamond"], "real-sweep": group})
     request_started.disconnect(close_old_connections)
     request_finished.disconnect(close_old_connections)
     try:
@@ -85,26 +122,16 @@ def known_ids(world: World) -> Iterator[None]:
         KNOWN.clear()
 
 
-def _with_real(case: Any, container: str, name: str, value: Any) -> Any:
-    setattr(case, container, {**getattr(case, container), name: value})
-    return case
+def _swap(value: Any) -> Any:
+    return KNOWN.get(value, value) if isinstance(value, str) else value
 
 
 @schemathesis.hook
-def flatmap_case(context: Any, case: Any) -> Any:
-    """The generated case, or the same with one field of a positive (schema-valid) component
-    replaced by a real id; negative components stay as generated, so they stay invalid."""
-    options = [st.just(case)]
-    for container, location in CONTAINER_TO_LOCATION.items():
+def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
+    for container in ("path_parameters", "query", "body"):
         values = getattr(case, container, None)
-        if not isinstance(values, dict) or (case._meta is not None
-                                            and case._meta.is_negative_at(location)):
-            continue
-        for name in values:
-            if KNOWN.get(name):
-                options.append(st.sampled_from(KNOWN[name]).map(
-                    lambda real, c=container, n=name: _with_real(case, c, n, real)))
-    return st.one_of(options)
+        if isinstance(values, dict) and any(_swap(v) is not v for v in values.values()):
+            setattr(case, container, {k: _swap(v) for k, v in values.items()})
 
 
 @schema.parametrize()
