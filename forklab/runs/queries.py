@@ -150,6 +150,24 @@ def action_results(run_id: str, first: int, last: int) -> list[tuple[int, str, s
                 .order_by("seq").values_list("seq", "type", "node", "payload"))
 
 
+def execution_outputs(run_id: str, first: int, last: int) -> tuple[dict[str, Any], list[Any]]:
+    """What one node execution (its events ``first..last``) wrote to memory, as its
+    ``writes`` are folded (a deleted key is absent), and the results its tool calls returned."""
+    writes: dict[str, Any] = {}
+    results: list[Any] = []
+    rows = (Event.objects.filter(run_id=run_id, seq__gte=first, seq__lte=last,
+                                 type__in=("memory.written", "tool.returned"))
+            .order_by("seq").values_list("type", "payload"))
+    for type_, payload in rows:
+        if type_ == "tool.returned":
+            results.append(payload.get("result"))
+        elif payload.get("deleted"):
+            writes.pop(payload.get("key"), None)
+        else:
+            writes[payload.get("key")] = payload.get("value")
+    return writes, results
+
+
 def event_types(run_id: str) -> list[str]:
     return list(Event.objects.filter(run_id=run_id).order_by("type")
                 .values_list("type", flat=True).distinct())
@@ -204,29 +222,61 @@ _EVENTS_LOCK = threading.Lock()
 EVENT_CACHE_RUNS = 8
 
 
-def run_events(run: Run) -> list[Any]:
-    """The engine events of a run; a finished run's are kept (LRU) since they never change."""
+def run_events(run: Run, *, upto: int | None = None) -> list[Any]:
+    """The run's engine events (those with ``seq <= upto`` when given).
+
+    A finished run's log never changes, so what was read of it is kept (LRU over runs) and
+    extended on demand: a page that needs the first half of a long log reads only that half.
+    """
     from forklab.runs.store import DjangoStore
 
     key = (run.id, run.last_seq)
     with _EVENTS_LOCK:
-        if key in _EVENTS:
+        cached = _EVENTS.get(key)
+        if cached is not None:
             _EVENTS.move_to_end(key)
-            return _EVENTS[key]
-    events = DjangoStore(run.project).read(run.id)
-    if run.finished:
-        with _EVENTS_LOCK:
-            _EVENTS[key] = events
-            while len(_EVENTS) > EVENT_CACHE_RUNS:
-                _EVENTS.popitem(last=False)
-    return events
+    known = cached[-1].seq if cached else 0
+    if cached is None or (known < run.last_seq and (upto is None or upto > known)):
+        more = DjangoStore(run.project).read(run.id, after=known, upto=upto)
+        cached = (cached or []) + more
+        if run.finished:
+            with _EVENTS_LOCK:
+                _EVENTS[key] = cached
+                while len(_EVENTS) > EVENT_CACHE_RUNS:
+                    _EVENTS.popitem(last=False)
+    if upto is None:
+        return cached
+    return [e for e in cached if e.seq <= upto] if cached and cached[0].seq != 1 else cached[:upto]
+
+
+_STATES: OrderedDict[tuple[str, int, int | None], Any] = OrderedDict()
+STATE_CACHE_SIZE = 6
 
 
 def state_at(run: Run, seq: int | None = None) -> Any:
-    """The run's folded state after event ``seq`` (its final state when None)."""
+    """The run's folded state after event ``seq`` (its final state when None).
+
+    A finished run's states are cached (LRU) and shared between callers: treat the returned
+    state as read-only.
+    """
+    key = (run.id, run.last_seq, seq)
+    with _EVENTS_LOCK:
+        if key in _STATES:
+            _STATES.move_to_end(key)
+            return _STATES[key]
+    state = _fold_at(run, seq)
+    if run.finished:
+        with _EVENTS_LOCK:
+            _STATES[key] = state
+            while len(_STATES) > STATE_CACHE_SIZE:
+                _STATES.popitem(last=False)
+    return state
+
+
+def _fold_at(run: Run, seq: int | None) -> Any:
     from forklab.engine.reducers import fold
 
-    events = run_events(run)
+    events = run_events(run, upto=seq)
     if not events:
         raise NotFound(f"run {run.id!r} has no events (archived?)", run_id=run.id)
     if events[0].seq != 1:
@@ -237,13 +287,40 @@ def state_at(run: Run, seq: int | None = None) -> Any:
             raise NotFound(f"run {run.id!r} was compacted; seq {seq} is gone", run_id=run.id)
         return fold([e for e in events if e.seq > snapshot.version and
                      (seq is None or e.seq <= seq)], snapshot)
-    return fold(events if seq is None else events[:seq])
+    return fold(events)
+
+
+def clear_caches() -> None:
+    """Forget every cached log and state (benchmarks measure cold renders with it)."""
+    with _EVENTS_LOCK:
+        _EVENTS.clear()
+        _STATES.clear()
+        _COMPARISONS.clear()
+
+
+_COMPARISONS: OrderedDict[tuple[str, int, str, int], dict[str, Any]] = OrderedDict()
 
 
 def compare_runs(base: Run, variant: Run) -> dict[str, Any]:
     """The RunDiff of two runs plus what the diff page shows with it: the variant's tail
     calls with their provenance labels and the ``explain()`` block. No access check: callers
-    (``forking.compare``, a resolved share link) have done it."""
+    (the dashboard's views, a resolved share link) have done it. Two finished runs' comparison
+    is cached (LRU): treat it as read-only."""
+    key = (base.id, base.last_seq, variant.id, variant.last_seq)
+    with _EVENTS_LOCK:
+        if key in _COMPARISONS:
+            _COMPARISONS.move_to_end(key)
+            return _COMPARISONS[key]
+    result = _compare(base, variant)
+    if base.finished and variant.finished:
+        with _EVENTS_LOCK:
+            _COMPARISONS[key] = result
+            while len(_COMPARISONS) > STATE_CACHE_SIZE:
+                _COMPARISONS.popitem(last=False)
+    return result
+
+
+def _compare(base: Run, variant: Run) -> dict[str, Any]:
     from forklab.engine.fork.changes import parse_change
     from forklab.engine.fork.diff import diff_runs, format_run_diff
 

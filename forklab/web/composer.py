@@ -21,7 +21,7 @@ from forklab.engine.graph import (
     RouterNode,
     ToolNode,
 )
-from forklab.engine.state import Execution, RunState
+from forklab.engine.state import RunState
 from forklab.runs.models import Run
 
 HUMAN_DECISIONS = ("approved", "rejected", "edited")
@@ -57,6 +57,14 @@ class AgentTarget:
         return f"{self.prefix}-prompt"
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """What the node after the point wrote and its tool calls returned, in the run."""
+
+    writes: dict[str, Any]
+    tool_results: list[Any]
+
+
 @dataclass
 class Composer:
     """Everything the composer shows for one run at one fork point."""
@@ -67,7 +75,7 @@ class Composer:
     node: str | None  # the node that starts after the point (None at the end boundary)
     label: str
     state: RunState  # the state at the point
-    recorded: Execution | None  # the execution of ``node`` right after the point
+    recorded: Recorded | None  # what ``node`` did right after the point, when it completed
     targets: list[AgentTarget] = field(default_factory=list)
     models: list[str] = field(default_factory=list)
 
@@ -113,7 +121,7 @@ class Composer:
     def recorded_tool_result(self) -> str:
         if self.recorded is None or not isinstance(self.node_spec, ToolNode):
             return ""
-        results = [a["result"] for a in self.recorded.actions if a.get("type") == "tool_result"]
+        results = self.recorded.tool_results
         return pretty(results[-1]) if results else ""
 
     def field_names(self) -> list[str]:
@@ -219,10 +227,9 @@ def build_composer(run: Run, seq: int, *, graph: GraphSpec, after: Any,
 
     state = queries.state_at(run, seq)
     recorded = None
-    if after is not None and after.end_seq:
-        done = queries.state_at(run, after.end_seq)
-        last = done.executions[-1] if done.executions else None
-        recorded = last if last is not None and last.start_seq == after.start_seq else None
+    if after is not None and after.end_seq and after.status == "completed":
+        writes, results = queries.execution_outputs(run.id, after.start_seq, after.end_seq)
+        recorded = Recorded(writes=writes, tool_results=results)
     node = after.node if after is not None else None
     label = (f"before '{node}' execution {after.occurrence}, iteration {after.iteration}"
              if after is not None else "end of the run (after the last node)")

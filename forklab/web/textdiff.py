@@ -8,6 +8,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
 TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
 MAX_TOKENS = 20_000
 """Beyond this many tokens a side, values are compared line by line (difflib is quadratic)."""
@@ -55,3 +58,10 @@ def similarity(before: Any, after: Any) -> float:
     if max(len(a), len(b)) > MAX_TOKENS:
         return 0.0
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def pieces_html(pieces: list[Piece]) -> SafeString:
+    """The pieces as HTML: ``<del>`` and ``<ins>`` around what changed, text escaped."""
+    tags = {"del": ("<del>", "</del>"), "ins": ("<ins>", "</ins>"), "same": ("", "")}
+    return mark_safe("".join(f"{tags[p.op][0]}{escape(p.text)}{tags[p.op][1]}"
+                             for p in pieces))

@@ -12,12 +12,12 @@ from django.views.decorators.http import require_GET
 
 from forklab.runs import queries
 from forklab.runs.models import Run
-from forklab.web.textdiff import as_text, similarity, word_diff
+from forklab.web.textdiff import as_text, pieces_html, similarity, word_diff
 from forklab.web.views.common import int_param, page_errors, page_or_partial, roles
 
 CONTEXT_STEPS = 2
 """Unchanged steps shown on each side of a change; longer unchanged stretches fold."""
-STEPS_PER_PAGE = 300
+STEPS_PER_PAGE = 120
 
 
 @login_required
@@ -49,10 +49,33 @@ def compare_context(request: HttpRequest, base: Run, variant: Run, *,
                  "incurred_pct": round(100 * incurred / total, 1),
                  "inherited_pct": round(100 * inherited / total, 1),
                  "per_node": sorted(diff["cost"]["per_node"].items())},
-        "calls": result["calls"], "explain": result["explain"],
+        "calls": _calls(result["calls"], every=request.GET.get("calls") == "all"),
+        "explain": result["explain"],
         "forked": queries.forked_event(variant.id) if variant.parent_run_id == base.id else None,
         "is_fork": variant.parent_run_id == base.id,
     }
+
+
+CALLS_LISTED = 40
+"""Up to this many tail calls are listed one by one; more are grouped by node and label."""
+
+
+def _calls(calls: list[dict[str, Any]], *, every: bool) -> dict[str, Any]:
+    if every or len(calls) <= CALLS_LISTED:
+        return {"rows": calls, "grouped": False, "total": len(calls)}
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for call in calls:
+        key = (call["node"], call["role"], call["kind"], call["label"], call["model"])
+        group = groups.setdefault(key, {**call, "count": 0, "input_tokens": 0,
+                                        "output_tokens": 0, "cost_usd": 0.0})
+        group["count"] += 1
+        group["input_tokens"] += call["input_tokens"]
+        group["output_tokens"] += call["output_tokens"]
+        if call["cost_usd"] is None or group["cost_usd"] is None:
+            group["cost_usd"] = None
+        else:
+            group["cost_usd"] += call["cost_usd"]
+    return {"rows": list(groups.values()), "grouped": True, "total": len(calls)}
 
 
 def _counts(aligned: list[dict[str, Any]]) -> dict[str, int]:
@@ -94,6 +117,6 @@ def _memory_row(key: str, delta: dict[str, Any]) -> dict[str, Any]:
     row = {"key": key, **delta, "base_text": as_text(delta.get("base")),
            "variant_text": as_text(delta.get("variant"))}
     if delta["op"] == "changed":
-        row["pieces"] = word_diff(delta.get("base"), delta.get("variant"))
+        row["diff_html"] = pieces_html(word_diff(delta.get("base"), delta.get("variant")))
         row["similarity"] = round(100 * similarity(delta.get("base"), delta.get("variant")))
     return row
