@@ -152,3 +152,16 @@ def test_an_unexpected_exception_is_a_logged_json_500(
     assert response.json() == {"code": "internal_error",
                                "detail": "an unexpected error occurred; it has been logged"}
     assert "unhandled error in run_detail" in caplog.text
+
+
+def test_drf_create_token_issues_a_working_token(world: World) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.test import Client
+
+    out = StringIO()
+    call_command("drf_create_token", "member", "--reset", stdout=out)
+    key = out.getvalue().split()[2]
+    response = Client(headers={"Authorization": f"Token {key}"}).get(f"{API}/runs/")
+    assert response.status_code == 200 and response.json()["count"] == 2

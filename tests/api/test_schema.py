@@ -108,3 +108,12 @@ def test_fork_points_and_changes_are_spelled_out(tmp_path: Path) -> None:
     assert sorted(kinds) == sorted(["model", "prompt", "temperature", "memory", "config",
                                     "route", "output", "tool", "human_response",
                                     "input_patch"])
+
+
+@pytest.mark.django_db
+def test_the_redoc_page_renders_with_bundled_assets() -> None:
+    response = Client().get("/api/redoc/")
+    assert response.status_code == 200
+    assert "/static/drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js" in (
+        response.content.decode())
+    assert finders.find("drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js")
