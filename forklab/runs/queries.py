@@ -377,7 +377,8 @@ def get_graph(user: AbstractBaseUser | AnonymousUser, key: str, *,
               project: str | None = None) -> Graph:
     """A readable graph by numeric id, or by graph id (``project`` disambiguates)."""
     graphs = list_graphs(user, project=project)
-    found = graphs.filter(pk=int(key)).first() if key.isdigit() else None
+    numeric = key.isascii() and key.isdigit()  # not '²': str.isdigit takes any digit
+    found = graphs.filter(pk=int(key)).first() if numeric else None
     if found is None:
         matches = list(graphs.filter(graph_id=key)[:2])
         if len(matches) > 1:

@@ -152,3 +152,10 @@ def test_bad_graph_registrations(world: World, body: Any, status: int, code: str
     response = register(world, "admin", body)
     assert response.status_code == status, response.json()
     assert response.json()["code"] == code
+
+
+@pytest.mark.parametrize("key", ["²", "100000000000000000000", "0"])
+def test_odd_graph_keys_are_not_found(world: World, key: str) -> None:
+    response = world.client("viewer").get(f"{API}/graphs/{key}/")
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
