@@ -39,6 +39,7 @@ class AgentTarget:
     model: str
     system_prompt: str
     temperature: float
+    instance: bool = False  # one instance of a role that runs several
 
     @property
     def prefix(self) -> str:
@@ -89,7 +90,11 @@ class Composer:
 
     @property
     def point_targets(self) -> list[AgentTarget]:
-        return [t for t in self.targets if t.node == self.node]
+        return [t for t in self.targets if t.node == self.node and not t.instance]
+
+    @property
+    def point_instances(self) -> list[AgentTarget]:
+        return [t for t in self.targets if t.node == self.node and t.instance]
 
     @property
     def other_targets(self) -> list[AgentTarget]:
@@ -196,23 +201,25 @@ def pretty(value: Any) -> str:
 
 
 def agent_targets(graph: GraphSpec) -> list[AgentTarget]:
-    """Every agent of every node that drives one, in graph order."""
-    found: list[tuple[str, str, Any]] = []
+    """Every agent a change can address, in graph order: a node's agent, each role, and each
+    instance of a role that runs several (``vote.voters`` and ``vote.voters[2]``)."""
+    found: list[tuple[str, str, Any, bool]] = []
     for node in graph.nodes:
         if isinstance(node, AgentNode) and node.roles:
             for name, role in node.ordered_roles():
-                for i in range(role.count):
-                    suffix = f"[{i}]" if role.count > 1 else ""
-                    found.append((f"{node.id}.{name}{suffix}", node.id, role.agent_for(i)))
+                found.append((f"{node.id}.{name}", node.id, role.agent, False))
+                if role.count > 1:
+                    found += [(f"{node.id}.{name}[{i}]", node.id, role.agent_for(i), True)
+                              for i in range(role.count)]
         elif isinstance(node, (AgentNode, RouterNode)) and node.agent is not None:
-            found.append((node.id, node.id, node.agent))
+            found.append((node.id, node.id, node.agent, False))
     out = []
-    for index, (target, node_id, ref) in enumerate(found):
+    for index, (target, node_id, ref, instance) in enumerate(found):
         agent = graph.resolve_agent(ref)
         out.append(AgentTarget(index=index, target=target, node=node_id,
                                provider=agent.provider, model=agent.model,
                                system_prompt=agent.system_prompt,
-                               temperature=agent.temperature))
+                               temperature=agent.temperature, instance=instance))
     return out
 
 

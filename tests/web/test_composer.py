@@ -139,3 +139,18 @@ def test_a_refused_submit_shows_the_composer_again_with_the_error(world: World) 
     assert re.search(r'id="err-memory_set" role="alert">not valid JSON', html)
     assert 'value="bad"' in html and ">{&quot;a&quot;: 1</textarea>" in html
     assert not Run.objects.filter(label="bad").exists()
+
+
+def test_a_node_with_roles_offers_each_role_and_each_instance_of_a_repeated_one(
+        world: World) -> None:
+    url = f"/runs/{world.runs['panel-vote']}/fork/"
+    html = page(world.client("bob").get(url, {"at": 1}))
+    assert ">vote.voters <span" in html and ">vote.judge <span" in html
+    assert "Single instances" in html and ">vote.voters[2] <span" in html
+    legends = re.findall(r'<legend>(?:Agent of )?([\w.\[\]]+) <span', html)
+    assert legends[:5] == ["vote.voters", "vote.judge", "vote.voters[0]", "vote.voters[1]",
+                           "vote.voters[2]"]
+    prefix = re.search(r'name="(agent-\d+)-prompt"[^>]*>Vote yes or no', html).group(1)  # type: ignore[union-attr]
+    fields = {"at": "1", f"{prefix}-prompt": "Vote no unless it is Monday."}
+    preflight = page(world.client("bob").post(f"{url}preflight/", fields, headers=HTMX))
+    assert "prompt of &#x27;vote.voters&#x27;" in preflight

@@ -96,3 +96,15 @@ def test_the_graph_picture_counts_executions_and_links_to_points(world: World) -
     svg = html.split('<svg class="graphpic"')[1].split("</svg>")[0]
     assert re.search(r"<title>review · agent · \d+ executions?</title>", svg)
     assert 'class="edge loop"' in svg and 'href="?at=' in svg
+
+
+def test_a_fork_that_has_not_started_still_has_a_page(world: World) -> None:
+    from forklab.runs import forking
+    from forklab.runs.specs import ForkSpec
+
+    queued = forking.start_fork(user=world.users["bob"], spec=ForkSpec(
+        base_run=world.runs["diamond"], at="start", label="waiting"))  # on_commit: never runs
+    html = page(world.client("bob").get(f"/runs/{queued.run.id}/"))
+    assert "No node has started yet." in html and "Watch live" in html
+    live = page(world.client("bob").get(f"/forks/{queued.run.id}/"))
+    assert "Queued" in live and "Cancel this fork" in live

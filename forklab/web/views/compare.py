@@ -115,7 +115,9 @@ def fold_steps(aligned: list[dict[str, Any]], *, start: int | None = None) -> di
 
 def _memory_row(key: str, delta: dict[str, Any]) -> dict[str, Any]:
     row = {"key": key, **delta, "base_text": as_text(delta.get("base")),
-           "variant_text": as_text(delta.get("variant"))}
+           "variant_text": as_text(delta.get("variant")),
+           "json": not isinstance(delta.get("base") if delta["op"] == "removed"
+                                  else delta.get("variant"), str)}
     if delta["op"] == "changed":
         row["diff_html"] = pieces_html(word_diff(delta.get("base"), delta.get("variant")))
         row["similarity"] = round(100 * similarity(delta.get("base"), delta.get("variant")))

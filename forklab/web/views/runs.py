@@ -81,7 +81,7 @@ def _point(tl: timeline.Timeline, at: int | None) -> dict[str, Any] | None:
 def inspector(run: Run, at: int | None, point: dict[str, Any] | None,
               graph: GraphSpec | None) -> dict[str, Any]:
     """Memory (and taint) at the chosen point, or the final memory."""
-    if at is None and run.last_seq > FOLD_FINAL_STATE_UPTO:
+    if run.last_seq == 0 or (at is None and run.last_seq > FOLD_FINAL_STATE_UPTO):
         memory, taint, exact = dict(run.memory or {}), set(), False
     else:
         state = queries.state_at(run, at)
