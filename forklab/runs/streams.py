@@ -79,8 +79,11 @@ aread_page = database_sync_to_async(read_page)
 class RunTail:
     """The position of one stream in one run's log.
 
-    ``pump()`` yields every event after the last one yielded, in seq order, then (once per
-    status change) the run's status when it is paused or finished.
+    ``pump()`` yields every event after the last one yielded, in seq order, then a
+    ``stream.status`` message when the run's status changed since the last one reported: a
+    paused or finished status at once, an active one (queued, running) only once it differs
+    from what the stream first saw — so a stream opened on a queued fork hears ``running``
+    when its tail starts, and ``running`` again when an answered gate lets it go on.
     """
 
     def __init__(self, run_id: str, *, after: int = 0) -> None:
@@ -100,8 +103,9 @@ class RunTail:
                 yield event
             if page.complete:
                 break
-        if page.status in REPORTED_STATUSES and page.status != self.reported:
-            self.reported = page.status
+        if page.status == self.reported:
+            return
+        quiet = self.reported is None and page.status not in REPORTED_STATUSES
+        self.reported = page.status
+        if not quiet:
             yield {"type": "stream.status", "status": page.status, "last_seq": page.last_seq}
-        elif page.status not in REPORTED_STATUSES:
-            self.reported = None  # resumed (an answered gate): report the next stop again

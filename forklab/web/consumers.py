@@ -4,7 +4,8 @@ Backlog first (the log after ``after``), then live: every ``run.wakeup`` on the 
 makes the consumer read the log after the last seq it sent (``forklab.runs.streams``). The
 messages are the Event JSON shape, or HTML fragments for the dashboard's htmx websocket
 extension; a ``stream.status`` message follows when the run pauses or finishes (the socket
-stays open — a paused fork continues once answered).
+stays open — a paused fork continues once answered), and when a run the stream saw queued or
+paused starts running.
 
 Close codes: 4401 not authenticated, 4404 no such run among the user's projects,
 4400 malformed query (``after`` not a non-negative integer, unknown ``format``).

@@ -108,7 +108,11 @@ async def test_reconnecting_with_the_last_seq_gets_every_event_exactly_once(
     first = await connect(run_id, "", token_header(world.token))
     held_fork["enqueue"]()
     try:
-        received = [await receive(first) for _ in range(8)]
+        received: list[dict[str, Any]] = []
+        while len(received) < 8:
+            message = await receive(first)
+            if message["type"] != "stream.status":  # 'running', once the tail starts
+                received.append(message)
         await first.disconnect()
     finally:
         gate.set()
@@ -250,3 +254,27 @@ async def test_cancelling_a_paused_fork_wakes_its_stream(world: World) -> None:
     await ws.disconnect()
     assert status == "cancelled" and [e["type"] for e in after] == ["run.cancelled"]
 
+
+
+async def test_a_stream_opened_on_a_queued_fork_hears_running_then_the_final_status(
+        world: World, held_fork: dict[str, Any]) -> None:
+    run_id = await start(world)
+    ws = await connect(run_id, "", token_header(world.token))
+    held_fork["enqueue"]()
+    statuses = []
+    while not statuses or statuses[-1]["status"] == "running":
+        message = await receive(ws)
+        if message["type"] == "stream.status":
+            statuses.append(message)
+    await ws.disconnect()
+    assert [s["status"] for s in statuses] == ["running", "completed"]
+    assert statuses[-1]["last_seq"] == (await log_seqs(run_id))[-1]
+
+
+async def test_a_stream_opened_on_a_running_or_finished_run_reports_only_a_stop(
+        world: World) -> None:
+    ws = await connect(world.base.id, f"after={world.base.last_seq}", token_header(world.token))
+    assert await receive(ws) == {"type": "stream.status", "status": "completed",
+                                 "last_seq": world.base.last_seq}
+    assert await ws.receive_nothing(timeout=0.05)
+    await ws.disconnect()
