@@ -123,10 +123,15 @@ def execute_recording(run_id: str, project_id: int, graph_id: str, version: int,
     if run.status != RunStatus.QUEUED:
         return run.status
     store = DjangoStore(run.project)
-    graph = store.load_graph(graph_id, version)
-    runner = Runner(graph, store=store, run_id=run_id, env=build_environment(),
-                    on_event=_on_event, cancel=DbCancelToken([run_id]), graph_version=version)
-    return runner.start(input, label=label).status
+    try:
+        graph = store.load_graph(graph_id, version)
+        runner = Runner(graph, store=store, run_id=run_id, env=build_environment(),
+                        on_event=_on_event, cancel=DbCancelToken([run_id]),
+                        graph_version=version)
+        return runner.start(input, label=label).status
+    except ForklabError as exc:  # e.g. the graph version vanished: never leave it queued
+        _not_run(run_id, exc)
+        return "not_run"
 
 
 def enqueue_fork(run_id: str, spec: dict[str, Any]) -> None:
