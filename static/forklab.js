@@ -20,13 +20,31 @@
     };
   }
 
-  // A frame the server sent twice (an overlapping reconnect) keeps its first row only.
+  // A frame the server sent twice (an overlapping reconnect) keeps its first row only; the
+  // tail's running sums (server-rendered for the rows the page came with) follow the rows.
   document.addEventListener("htmx:wsAfterMessage", function () {
-    var seen = {};
+    var seen = {}, sums = {nodes: 0, calls: 0, tokens: 0, incurred: 0};
     document.querySelectorAll("#live-events tr[data-seq]").forEach(function (row) {
       var seq = row.getAttribute("data-seq");
-      if (seen[seq]) row.remove(); else seen[seq] = true;
+      if (seen[seq]) { row.remove(); return; }
+      seen[seq] = true;
+      var type = row.getAttribute("data-type");
+      if (type === "node.completed") sums.nodes += 1;
+      if (type !== "agent.responded") return;
+      var label = row.getAttribute("data-label");
+      sums.calls += 1;
+      sums.tokens += parseInt(row.getAttribute("data-tokens") || "0", 10);
+      if (label === "live" || label === "changed") {
+        sums.incurred += parseFloat(row.getAttribute("data-cost") || "0");
+      }
     });
+    var box = document.getElementById("tail-summary");
+    if (!box) return;
+    box.querySelector('[data-sum="nodes"]').textContent = sums.nodes;
+    box.querySelector('[data-sum="calls"]').textContent = sums.calls;
+    box.querySelector('[data-sum="tokens"]').textContent = sums.tokens.toLocaleString("en-US");
+    box.querySelector('[data-sum="incurred"]').textContent =
+      sums.incurred === 0 ? "$0" : "$" + sums.incurred.toFixed(sums.incurred < 0.0001 ? 6 : 4);
   });
 
   function copy(text, button) {

@@ -58,7 +58,20 @@ def test_a_slow_fork_can_be_cancelled_from_its_live_page(
     started = page.locator('#live-events tr[data-type="node.started"]')
     expect(started.first).to_be_visible()
     expect(page.locator("#fork-panel")).to_contain_text("Running the tail")
+    expect(page.locator('#tail-summary [data-sum="calls"]')).to_have_text("1")  # outline's call
+    expect(page.locator('#tail-summary [data-sum="nodes"]')).to_have_text("1")
     shot(page, "live-running")
+
+    # A reconnect resumes after the last row received: no event lost, none repeated.
+    fork_id = page.url.rstrip("/").split("/")[-1]
+    with page.expect_websocket() as reconnect:
+        last = page.evaluate("""url => {
+            const rows = document.querySelectorAll("#live-events tr[data-seq]");
+            htmx.createWebSocket(url).close();  // what the ws extension calls to reconnect
+            return rows[rows.length - 1].dataset.seq;
+        }""", f"{server.url.replace('http', 'ws')}/ws/runs/{fork_id}/?after=0&format=html")
+    assert f"after={last}&" in reconnect.value.url
+
     page.get_by_role("button", name="Cancel this fork").click()
 
     page.wait_for_url(re.compile(r"/compare/\w+/\w+/$"), timeout=30_000)

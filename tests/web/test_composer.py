@@ -154,3 +154,9 @@ def test_a_node_with_roles_offers_each_role_and_each_instance_of_a_repeated_one(
     fields = {"at": "1", f"{prefix}-prompt": "Vote no unless it is Monday."}
     preflight = page(world.client("bob").post(f"{url}preflight/", fields, headers=HTMX))
     assert "prompt of &#x27;vote.voters&#x27;" in preflight
+
+
+def test_a_post_at_a_seq_that_is_not_a_fork_point_is_a_404_not_an_error(world: World) -> None:
+    client = world.client("bob")
+    assert client.post(composer_url(world), form(world, at="8")).status_code == 404
+    assert client.post(composer_url(world, "preflight/"), form(world, at="8")).status_code == 404

@@ -38,6 +38,10 @@ def test_the_panel_of_a_finished_fork_turns_the_page_into_its_diff(world: World)
     assert response["HX-Redirect"] == f"/compare/{base}/{world.fork}/"
     full = page(world.client("bob").get(f"/forks/{world.fork}/"))
     assert "Finished: completed" in full and f'href="/compare/{base}/{world.fork}/"' in full
+    sums = dict(re.findall(r'<dd data-sum="(\w+)">([^<]*)</dd>', full))
+    assert sums["nodes"] == "1" and sums["calls"] == "1" and sums["incurred"].startswith("$0.0")
+    assert re.search(r'data-type="agent.responded" data-tokens="\d+" data-cost="[\d.e-]+" '
+                     r'data-label="live"', full)
 
 
 def test_the_stream_template_appends_rows_and_asks_for_the_panel_on_status(world: World
@@ -48,7 +52,7 @@ def test_the_stream_template_appends_rows_and_asks_for_the_panel_on_status(world
             "model": "scripted-large", "input_tokens": 10, "output_tokens": 20,
             "cost_usd": 0.0021, "label": "live", "text": "hello"}}})
     assert row.startswith('<tbody hx-swap-oob="beforeend:#live-events">')
-    assert '<tr data-seq="9" data-type="agent.responded">' in row
+    assert '<tr data-seq="9" data-type="agent.responded" data-tokens="30" data-cost="0.0021"' in row
     assert "10+20 tok" in row and "$0.0021" in row and 'class="label label-live"' in row
     status = render_to_string("web/stream/event.html", {"run_id": "r1", "status": "paused",
                                                         "last_seq": 9})

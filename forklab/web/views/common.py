@@ -9,10 +9,11 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from forklab.engine.errors import ForklabError, RunNotFound
+from forklab.engine.errors import RunNotFound
+from forklab.runs import queries
 from forklab.runs.access import PermissionDenied, role_in
 from forklab.runs.errors import NotFound
-from forklab.runs.models import Project, Role
+from forklab.runs.models import Project, Role, Run
 
 View = Callable[..., HttpResponse]
 
@@ -64,5 +65,11 @@ def roles(request: HttpRequest, project: Project) -> dict[str, bool]:
             "role": role}
 
 
-def error_message(exc: ForklabError) -> str:
-    return f"{exc.message} ({exc.code})"
+def forkable_run(request: HttpRequest, run_id: str) -> Run:
+    """A run the user may fork: readable (else ``not_found``) and their role at least member
+    (else ``permission_denied``)."""
+    run = queries.get_run(run_id, user=request.user)
+    if not roles(request, run.project)["can_fork"]:
+        raise PermissionDenied(f"forking needs the member role in project {run.project.slug!r};"
+                               " you can read this run but not fork it")
+    return run

@@ -17,13 +17,13 @@ from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import parse_change
 from forklab.engine.providers import PriceTable
 from forklab.runs import forking, queries
-from forklab.runs.access import PermissionDenied
+from forklab.runs.errors import NotFound
 from forklab.runs.models import Run
 from forklab.runs.specs import ForkSpec, parse
 from forklab.web import timeline
 from forklab.web.composer import Composer, build_composer, decode_changes, encode_changes
 from forklab.web.forkform import ForkForm, field_for, read_fork_form
-from forklab.web.views.common import htmx_target, int_param, page_errors, roles
+from forklab.web.views.common import forkable_run, htmx_target, int_param, page_errors, roles
 
 
 def _composer(run: Run, at: int | None, *, graph: Any = None,
@@ -32,10 +32,8 @@ def _composer(run: Run, at: int | None, *, graph: Any = None,
     if at is None:  # no point given: before the first node
         at = tl.points[0] if tl.points else 0
     if at not in tl.points:
-        from forklab.engine.errors import ForkPointNotFound
-
-        raise ForkPointNotFound(f"seq {at} is not a fork point of this run; choose a marker on "
-                                "the timeline (a boundary before a node starts)", seq=at)
+        raise NotFound(f"seq {at} is not a fork point of this run; choose a marker on the "
+                       "timeline (a boundary before a node starts)", seq=at)
     graph = graph or queries.graph_of(run)
     models = PriceTable(settings.FORKLAB_PRICES).models()
     return build_composer(run, at, graph=graph, after=tl.after(at), models=models)
@@ -59,20 +57,12 @@ def _fork_link(request: HttpRequest, run: Run, seq: int, changes: list[dict[str,
     return request.build_absolute_uri(url)
 
 
-def _forkable_run(request: HttpRequest, run_id: str) -> Run:
-    run = queries.get_run(run_id, user=request.user)
-    if not roles(request, run.project)["can_fork"]:
-        raise PermissionDenied(f"forking needs the member role in project {run.project.slug!r};"
-                               " you can read this run but not fork it")
-    return run
-
-
 @login_required
 @require_http_methods(["GET", "POST"])
 @page_errors
 def compose(request: HttpRequest, run_id: str) -> HttpResponse:
     """GET: the composer (a page, or the partial for htmx). POST: start the fork."""
-    run = _forkable_run(request, run_id)
+    run = forkable_run(request, run_id)
     if request.method == "POST":
         return _submit(request, run)
     at = int_param(request.GET.get("at"))
@@ -84,7 +74,7 @@ def compose(request: HttpRequest, run_id: str) -> HttpResponse:
             link_error = str(exc)
     try:
         context = composer_context(request, run, at, changes=changes)
-    except ForklabError as exc:
+    except NotFound as exc:
         return render(request, "web/fork_page.html", {"run": run, "point_error": exc.message},
                       status=404)
     context.update(run=run, link_error=link_error, from_link=bool(changes))
@@ -132,7 +122,7 @@ def preflight(request: HttpRequest, run_id: str) -> HttpResponse:
     The answer carries the estimate and, out of band, every field's error slot, so an error
     appears next to the field that caused it and disappears once fixed.
     """
-    run = _forkable_run(request, run_id)
+    run = forkable_run(request, run_id)
     composer = _composer(run, int_param(request.POST.get("at")))
     form = read_fork_form(composer, request.POST)
     result: dict[str, Any] | None = None

@@ -59,10 +59,25 @@ def _context(request: HttpRequest, run: Run, *, backlog: bool = False,
                                "pending": _pending_gate(run)}
     if backlog:
         rows = list(Event.objects.filter(run_id=run.id).order_by("-seq")[:BACKLOG_ROWS])[::-1]
-        context.update(backlog=[event_to_json(e) for e in rows],
-                       after=rows[-1].seq if rows else 0,
-                       skipped=max(0, (rows[0].seq - 1) if rows else 0))
+        backlog = [event_to_json(e) for e in rows]
+        context.update(backlog=backlog, after=rows[-1].seq if rows else 0,
+                       skipped=max(0, (rows[0].seq - 1) if rows else 0),
+                       summary=tail_summary(backlog))
     return context
+
+
+def tail_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Nodes finished, model calls, tokens and incurred cost of the events shown; the page's
+    script keeps the same sums as rows stream in (``static/forklab.js``)."""
+    calls = [e["payload"] for e in events if e["type"] == "agent.responded"]
+    return {
+        "nodes": sum(1 for e in events if e["type"] == "node.completed"),
+        "calls": len(calls),
+        "tokens": sum(int(c.get("input_tokens", 0)) + int(c.get("output_tokens", 0))
+                      for c in calls),
+        "incurred": sum(float(c.get("cost_usd") or 0) for c in calls
+                        if c.get("label") in ("live", "changed")),
+    }
 
 
 def _pending_gate(run: Run) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from forklab.runs.serializers_json import event_to_json
 from forklab.web import graphpic, timeline
 from forklab.web.composer import pretty
 from forklab.web.views.common import int_param, page_errors, page_or_partial, roles
+from forklab.web.views.forks import composer_context
 
 EVENTS_PER_PAGE = 50
 FOLD_FINAL_STATE_UPTO = 2000
@@ -58,8 +59,6 @@ def run_context(request: HttpRequest, run: Run, *, readonly: bool,
         "forkable": run.finished and access["can_fork"] and not readonly,
     }
     if context["forkable"] and context["point"] is not None:
-        from forklab.web.views.forks import composer_context
-
         context.update(composer_context(request, run, at, graph=graph, tl=tl))
     return context
 

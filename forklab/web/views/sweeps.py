@@ -22,8 +22,7 @@ from forklab.runs.models import Run
 from forklab.runs.specs import SweepSpec, parse
 from forklab.web import timeline
 from forklab.web.composer import AgentTarget, agent_targets
-from forklab.web.views.common import htmx_target, int_param, page_errors, roles
-from forklab.web.views.forks import _forkable_run
+from forklab.web.views.common import forkable_run, htmx_target, int_param, page_errors, roles
 
 DEFAULT_VARIANTS = 3
 MAX_VARIANTS = 12
@@ -123,7 +122,7 @@ def _body(launcher: Launcher, variants: dict[str, Any], data: QueryDict) -> dict
 @require_http_methods(["GET", "POST"])
 @page_errors
 def launch(request: HttpRequest, run_id: str) -> HttpResponse:
-    run = _forkable_run(request, run_id)
+    run = forkable_run(request, run_id)
     data = request.POST if request.method == "POST" else request.GET
     count = min(max(int_param(data.get("variants")) or DEFAULT_VARIANTS, 1), MAX_VARIANTS)
     launcher = _launcher(run, int_param(data.get("at")), data.get("target"))
@@ -160,7 +159,7 @@ def _variant_field(exc: ForklabError, variants: dict[str, Any]) -> str:
 @page_errors
 def estimate(request: HttpRequest, run_id: str) -> HttpResponse:
     """What the sweep would spend (``forking.estimate_sweep``), refreshed as the form changes."""
-    run = _forkable_run(request, run_id)
+    run = forkable_run(request, run_id)
     count = min(max(int_param(request.POST.get("variants")) or DEFAULT_VARIANTS, 1),
                 MAX_VARIANTS)
     launcher = _launcher(run, int_param(request.POST.get("at")), request.POST.get("target"))
