@@ -78,7 +78,9 @@
     var button = event.target.closest("[data-copy], [data-copy-from]");
     if (!button) return;
     event.preventDefault();
-    var text = button.getAttribute("data-copy");
+    // data-copy-location: the page's own address as it is now (htmx may have moved it on)
+    var text = button.hasAttribute("data-copy-location") ? window.location.href
+                                                         : button.getAttribute("data-copy");
     if (text === null) {
       var source = document.getElementById(button.getAttribute("data-copy-from"));
       text = source ? (source.value !== undefined && source.tagName !== "PRE" ? source.value

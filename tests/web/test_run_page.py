@@ -53,8 +53,10 @@ def test_htmx_asks_for_the_workspace_partial_only(world: World) -> None:
     response = world.client("bob").get(f"/runs/{world.runs['research-write']}/?at=6",
                                        headers=htmx("workspace"))
     html = page(response)
-    assert html.lstrip().startswith('<div id="workspace"') and "<html" not in html
+    assert '<div id="workspace"' in html and "<html" not in html
     assert 'id="composer"' in html and 'id="events"' not in html
+    actions = html.split('id="run-actions" hx-swap-oob="true">')[1].split("</div>")[0]
+    assert "fork/?at=6" in actions and "sweep/?at=6" in actions  # refreshed for the point
 
 
 def test_the_event_table_filters_by_type_and_pages_in_sql(world: World,

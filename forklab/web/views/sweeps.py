@@ -171,8 +171,10 @@ def estimate(request: HttpRequest, run_id: str) -> HttpResponse:
                 user=request.user, spec=parse(SweepSpec, _body(launcher, variants, request.POST)))
         except ForklabError as exc:
             errors["form"] = exc.message
+    live_calls = sum(v["live_calls"] for v in (result or {}).get("variants", {}).values())
     return render(request, "web/sweep_launch.html#estimate",
-                  {"result": result, "errors": errors, "variants": variants})
+                  {"result": result, "errors": errors, "variants": variants,
+                   "live_calls": live_calls})
 
 
 @login_required
