@@ -61,7 +61,7 @@ def test_revoking_a_link_makes_it_404_at_once(world: World) -> None:
     token = url.split("/")[2]
     assert world.client(None).get(url).status_code == 200
     response = world.client("demo").post(f"/shares/{token}/revoke/", headers=HTMX)
-    assert "revoked" in page(response)
+    assert '<span class="status status-cancelled">revoked</span>' in page(response)  # its row
     assert world.client(None).get(url).status_code == 404
     assert world.client("demo").post(f"/shares/{token}/revoke/").status_code == 302  # again: ok
 

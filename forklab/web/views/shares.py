@@ -16,7 +16,7 @@ from forklab.runs import queries, sharing
 from forklab.runs.access import role_in
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Role, Run, ShareLink
-from forklab.web.views.common import page_errors, page_or_partial
+from forklab.web.views.common import htmx_target, page_errors, page_or_partial
 from forklab.web.views.compare import compare_context
 from forklab.web.views.runs import run_context
 from forklab.web.views.sweeps import sweep_context
@@ -63,6 +63,8 @@ def shares(request: HttpRequest) -> HttpResponse:
 @page_errors
 def revoke(request: HttpRequest, token: str) -> HttpResponse:
     link = sharing.revoke_share(user=request.user, token=token)
+    if (htmx_target(request) or "").startswith("share-box"):
+        return render(request, "web/shares.html#share-revoked", {"link": link})
     if request.htmx:
         return render(request, "web/shares.html#share-row",
                       {"item": {"link": link, "url": share_url(request, link)}})
