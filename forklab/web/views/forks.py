@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -15,8 +14,8 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import parse_change
-from forklab.engine.providers import PriceTable
 from forklab.runs import forking, queries
+from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Run
 from forklab.runs.specs import ForkSpec, parse
@@ -35,18 +34,17 @@ def _composer(run: Run, at: int | None, *, graph: Any = None,
         raise NotFound(f"seq {at} is not a fork point of this run; choose a marker on the "
                        "timeline (a boundary before a node starts)", seq=at)
     graph = graph or queries.graph_of(run)
-    models = PriceTable(settings.FORKLAB_PRICES).models()
+    models = build_environment().prices.models()
     return build_composer(run, at, graph=graph, after=tl.after(at), models=models)
 
 
 def composer_context(request: HttpRequest, run: Run, at: int | None, *, graph: Any = None,
                      tl: timeline.Timeline | None = None,
-                     changes: list[dict[str, Any]] | None = None,
-                     values: dict[str, Any] | None = None,
-                     errors: dict[str, str] | None = None) -> dict[str, Any]:
+                     changes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The composer at ``at``, its fields as the run had them overlaid with ``changes``."""
     composer = _composer(run, at, graph=graph, tl=tl)
-    return {"composer": composer, "values": values or composer.initial(changes),
-            "errors": errors or {}, **roles(request, run.project),
+    return {"composer": composer, "values": composer.initial(changes), "errors": {},
+            **roles(request, run.project),
             "fork_link": _fork_link(request, run, composer.seq, changes or [])}
 
 

@@ -7,7 +7,6 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
@@ -16,8 +15,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 
 from forklab.engine.errors import ForklabError
-from forklab.engine.providers import PriceTable
 from forklab.runs import forking, queries
+from forklab.runs.engine_env import build_environment
 from forklab.runs.models import Run
 from forklab.runs.specs import SweepSpec, parse
 from forklab.web import timeline
@@ -48,8 +47,7 @@ def _launcher(run: Run, at: int | None, target_name: str | None) -> Launcher:
                   (targets[0] if targets else None))
     label = (f"before '{after.node}' execution {after.occurrence}, iteration {after.iteration}"
              if after is not None else "end of the run")
-    models = sorted(set(PriceTable(settings.FORKLAB_PRICES).models())
-                    | {t.model for t in targets})
+    models = sorted(set(build_environment().prices.models()) | {t.model for t in targets})
     return Launcher(run=run, seq=seq, label=label, targets=targets, target=target,
                     models=models)
 
