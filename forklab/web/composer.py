@@ -22,6 +22,7 @@ from forklab.engine.graph import (
     ToolNode,
 )
 from forklab.engine.state import RunState
+from forklab.runs.access import DEFAULT_MAX_COST_USD, DEFAULT_MAX_LIVE_CALLS
 from forklab.runs.models import Run
 
 HUMAN_DECISIONS = ("approved", "rejected", "edited")
@@ -153,7 +154,8 @@ class Composer:
             "memory_set": "", "memory_delete": "", "output_memory": self.recorded_output,
             "tool_result": self.recorded_tool_result, "route": "", "route_once": False, "human_decision": "", "human_data": "", "input_patch": "",
             "config_patch": "", "side_effects": "replay", "allow_nodes": "", "memoize": False,
-            "max_live_calls": 50, "max_cost_usd": "1.00", "ignore_budget": False, "label": "",
+            "max_live_calls": DEFAULT_MAX_LIVE_CALLS, "max_cost_usd": f"{DEFAULT_MAX_COST_USD:.2f}",
+            "ignore_budget": False, "label": "",
             "client_request_id": uuid.uuid4().hex,
         }
         for t in self.targets:

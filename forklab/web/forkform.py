@@ -15,10 +15,8 @@ from typing import Any
 from django.http import QueryDict
 
 from forklab.engine.errors import ForklabError
+from forklab.runs.access import DEFAULT_MAX_COST_USD, DEFAULT_MAX_LIVE_CALLS
 from forklab.web.composer import HUMAN_DECISIONS, Composer, same
-
-DEFAULT_LIVE_CALLS = 50
-DEFAULT_COST = 1.00
 
 
 @dataclass
@@ -123,8 +121,8 @@ def _policy_budget(form: ForkForm, data: QueryDict) -> dict[str, Any]:
     return {
         "policy": {"side_effects": side_effects, "memoize": data.get("memoize") == "on"},
         "budget": {
-            "max_live_calls": _number(form, data, "max_live_calls", int, DEFAULT_LIVE_CALLS),
-            "max_cost_usd": _number(form, data, "max_cost_usd", float, DEFAULT_COST),
+            "max_live_calls": _number(form, data, "max_live_calls", int, DEFAULT_MAX_LIVE_CALLS),
+            "max_cost_usd": _number(form, data, "max_cost_usd", float, DEFAULT_MAX_COST_USD),
         },
         "ignore_budget": data.get("ignore_budget") == "on",
     }
