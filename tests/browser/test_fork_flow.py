@@ -56,7 +56,7 @@ def test_a_prompt_change_before_write_streams_its_tail_and_ends_in_the_diff(
 
     frames, pages = frames_of(page), capture(page, re.compile(r"/forks/\w+/$"))
     page.get_by_role("button", name="Start fork").click()
-    page.wait_for_url(re.compile(r"/compare/\w+/\w+/$"))  # the live view turned into the diff
+    expect(page).to_have_url(re.compile(r"/compare/\w+/\w+/$"), timeout=30_000)  # the live view turned into the diff
     tail = "".join(pages) + "".join(frames)
     assert re.search(r'<tr data-seq="\d+" data-type="node.started">(?:(?!</tr>).)*?'
                      r'<td class="nowrap">write', tail, re.S)  # the row of write starting

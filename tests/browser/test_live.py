@@ -25,7 +25,7 @@ def test_an_order_fulfilment_fork_pauses_at_the_gate_and_approving_it_finishes_i
     expect(page.locator("#preflight")).to_contain_text("Live calls")
     frames = frames_of(page)
     page.get_by_role("button", name="Start fork").click()
-    page.wait_for_url(re.compile(r"/forks/\w+/$"))
+    expect(page).to_have_url(re.compile(r"/forks/\w+/$"), timeout=30_000)
 
     panel = page.locator("#fork-panel")
     expect(panel).to_contain_text("Waiting at an approval gate")
@@ -34,7 +34,7 @@ def test_an_order_fulfilment_fork_pauses_at_the_gate_and_approving_it_finishes_i
     shot(page, "live-paused")
     panel.get_by_role("button", name="Approve").click()
 
-    page.wait_for_url(re.compile(r"/compare/\w+/\w+/$"))
+    expect(page).to_have_url(re.compile(r"/compare/\w+/\w+/$"), timeout=30_000)
     streamed = "".join(frames)
     assert 'data-type="human.answered"' in streamed  # the tail after the gate streamed in
     assert re.search(r'data-type="node.started">.*?send_email', streamed, re.S)
@@ -53,7 +53,7 @@ def test_a_slow_fork_can_be_cancelled_from_its_live_page(
     expect(page.locator("#preflight-calls")).to_have_text("3")  # memoize off: all three run
     frames = frames_of(page)
     page.get_by_role("button", name="Start fork").click()
-    page.wait_for_url(re.compile(r"/forks/\w+/$"))
+    expect(page).to_have_url(re.compile(r"/forks/\w+/$"), timeout=30_000)
 
     started = page.locator('#live-events tr[data-type="node.started"]')
     expect(started.first).to_be_visible()
@@ -74,7 +74,7 @@ def test_a_slow_fork_can_be_cancelled_from_its_live_page(
 
     page.get_by_role("button", name="Cancel this fork").click()
 
-    page.wait_for_url(re.compile(r"/compare/\w+/\w+/$"), timeout=30_000)
+    expect(page).to_have_url(re.compile(r"/compare/\w+/\w+/$"), timeout=30_000)
     expect(page.locator(".stats")).to_contain_text("completed → cancelled")
     assert 'data-type="run.cancelled"' in "".join(frames)  # streamed in after the click
     expect(page.locator("table.path")).to_contain_text("skipped")  # the tail was cut short

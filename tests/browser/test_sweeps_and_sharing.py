@@ -26,7 +26,7 @@ def test_a_sweep_of_three_variants_shows_three_finished_cells_linking_to_diffs(
     page.get_by_label("Variant 1 name").fill("control")
     expect(page.locator("#sweep-estimate")).to_contain_text("style-3: 1 live calls")
     page.get_by_role("button", name="Start sweep").click()
-    page.wait_for_url(re.compile(r"/sweeps/\w+/$"))
+    expect(page).to_have_url(re.compile(r"/sweeps/\w+/$"), timeout=30_000)
 
     rows = page.locator("#matrix tbody tr")
     expect(rows).to_have_count(3)
