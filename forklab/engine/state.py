@@ -206,11 +206,11 @@ class RunState:
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> RunState:
-        data = copy.deepcopy(data)
+        data = copy.deepcopy(data)  # one deep copy; the parts below are already private
         data["taint"] = set(data.get("taint", ()))
-        data["executions"] = [Execution.from_wire(e) for e in data.get("executions", ())]
-        data["current"] = Execution.from_wire(data["current"]) if data.get("current") else None
-        data["interrupted"] = [Execution.from_wire(e) for e in data.get("interrupted", ())]
+        data["executions"] = [Execution(**e) for e in data.get("executions", ())]
+        data["current"] = Execution(**data["current"]) if data.get("current") else None
+        data["interrupted"] = [Execution(**e) for e in data.get("interrupted", ())]
         data["calls"] = [Call(**c) for c in data.get("calls", ())]
         return cls(**data)
 
