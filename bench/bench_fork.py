@@ -43,6 +43,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_engine import TOOL, loop_graph, tick  # one looping graph for every bench
 
 from forklab.engine import change, diff_runs, fork, fork_each
 from forklab.engine.environment import Environment, FixedClock
@@ -52,14 +55,12 @@ from forklab.engine.oracle import HumanAnswer
 from forklab.engine.recording import RecordedRun, run_recorded
 from forklab.engine.scenarios import SCENARIOS
 from forklab.engine.state import Execution, RunState
-from forklab.engine.tools import ToolContext
 
 SETUP_TARGET = 200_000.0  # events/s folded
 NULL_FORK_TARGET = 0.05  # share of the recording's wall time
 DIFF_TARGET_MS = 200.0
 LATENCY_MS = 20
 EVENTS_PER_ITERATION = 13
-TOOL = "bench.tick"
 NO_BUDGET = {"max_live_calls": None, "max_cost_usd": None}
 LAST_NODE = {"before_node": "a", "occurrence": "last"}  # the whole log is the prefix
 
@@ -67,25 +68,6 @@ Row = list[str]
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-
-def tick(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-    return {"counter": int(args.get("counter", 0)) + 1}
-
-
-def loop_graph(iterations: int) -> GraphSpec:
-    """a -> b -> loop -> a ... until ``$iteration`` reaches ``iterations``."""
-    tool = {"kind": "tool", "tool": TOOL, "reads": ["counter"], "writes": ["counter"]}
-    return parse_graph({
-        "id": f"fork-bench-loop-{iterations}", "start": "a", "max_iterations": iterations,
-        "nodes": [
-            {"id": "a", **tool}, {"id": "b", **tool},
-            {"id": "loop", "kind": "router", "reads": ["counter"], "default": "a",
-             "rules": [{"when": [{"key": "$iteration", "op": "gte", "value": iterations}],
-                        "to": "end"}]},
-        ],
-        "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "loop"}],
-    })
 
 
 def loop_run(iterations: int) -> RecordedRun:

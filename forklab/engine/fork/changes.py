@@ -31,7 +31,8 @@ class _Change(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
     def describe(self) -> str:
-        raise NotImplementedError  # pragma: no cover - every subclass describes itself
+        """One human line; every kind overrides it with its target and value."""
+        return str(getattr(self, "kind", "change"))
 
 
 class ModelChange(_Change):
