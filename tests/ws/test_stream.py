@@ -278,3 +278,28 @@ async def test_a_stream_opened_on_a_running_or_finished_run_reports_only_a_stop(
                                  "last_seq": world.base.last_seq}
     assert await ws.receive_nothing(timeout=0.05)
     await ws.disconnect()
+
+
+@sync_to_async
+def post_fork_through_the_api(world: World) -> str:
+    import json
+
+    from django.test import Client
+
+    client = Client(HTTP_AUTHORIZATION=f"Token {world.token}")
+    body = fork_spec(world).model_dump(mode="json", exclude_none=True)
+    response = client.post("/api/v1/forks/", data=json.dumps(body),
+                           content_type="application/json")
+    assert response.status_code == 202, response.content
+    return str(response.json()["id"])
+
+
+async def test_a_fork_started_through_the_api_streams_its_tail_in_seq_order(
+        world: World, held_fork: dict[str, Any]) -> None:
+    run_id = await post_fork_through_the_api(world)
+    ws = await connect(run_id, "after=0", token_header(world.token))
+    held_fork["enqueue"]()  # the background tail starts once the client is listening
+    events, status = await until_status(ws)
+    await ws.disconnect()
+    assert status == await run_status(run_id) == "completed"
+    assert seqs(events) == await log_seqs(run_id) == list(range(1, len(events) + 1))
