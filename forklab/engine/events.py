@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from forklab.engine.errors import EventGapError
+
 REPLAY_VERSION = 1
 """Reducer semantics version. Bump when a reducer changes meaning; forks refuse skew."""
 
@@ -323,9 +325,7 @@ def upcast(type_: str, version: int, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def from_wire(data: dict[str, Any], *, run_id: str | None = None) -> AnyEvent:
-    """Rebuild an event from its wire form; unknown types raise ``KeyError``-free errors."""
-    from forklab.engine.errors import EventGapError
-
+    """Rebuild an event from its wire form; an unknown type raises EventGapError."""
     cls = EVENT_TYPES.get(data["type"])
     if cls is None:
         raise EventGapError(f"unknown event type {data['type']!r} at seq {data.get('seq')}")

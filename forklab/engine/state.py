@@ -13,8 +13,14 @@ interrupted by a crash leaves no half-applied writes.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any
+
+
+def _private(data: Any) -> Any:
+    """A private copy of JSON data (a JSON round trip: several times faster than deepcopy)."""
+    return json.loads(json.dumps(data))
 
 ACTIVE_STATUSES = frozenset({"queued", "running", "paused"})
 FINISHED_STATUSES = frozenset({"completed", "failed", "blocked", "cancelled"})
@@ -105,7 +111,7 @@ class Execution:
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Execution:
-        return cls(**copy.deepcopy(data))
+        return cls(**_private(data))
 
 
 @dataclass(slots=True)
@@ -206,7 +212,7 @@ class RunState:
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> RunState:
-        data = copy.deepcopy(data)  # one deep copy; the parts below are already private
+        data = _private(data)  # one copy; the parts below are already private
         data["taint"] = set(data.get("taint", ()))
         data["executions"] = [Execution(**e) for e in data.get("executions", ())]
         data["current"] = Execution(**data["current"]) if data.get("current") else None
