@@ -275,6 +275,13 @@ def state_at(run: Run, seq: int | None = None) -> Any:
 
 def _fold_at(run: Run, seq: int | None) -> Any:
     from forklab.engine.reducers import fold
+    from forklab.engine.state import RunState
+    from forklab.runs.models import FinalState
+
+    if run.finished and (seq is None or seq >= run.last_seq):
+        final = FinalState.objects.filter(run_id=run.id, version=run.last_seq).first()
+        if final is not None:  # written with the finishing event: no fold needed
+            return RunState.from_wire(final.state)
 
     events = run_events(run, upto=seq)
     if not events:

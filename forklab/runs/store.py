@@ -30,7 +30,15 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Min
 
 from forklab.engine.errors import EventGapError, GraphNotFound, RunNotFound, SeqConflictError
-from forklab.engine.events import AgentResponded, AnyEvent, Event, RunForked, RunStarted, from_wire
+from forklab.engine.events import (
+    TERMINAL_TYPES,
+    AgentResponded,
+    AnyEvent,
+    Event,
+    RunForked,
+    RunStarted,
+    from_wire,
+)
 from forklab.engine.fork.diff import incurred_usd
 from forklab.engine.graph import GraphSpec, parse_graph
 from forklab.engine.reducers import check_next, evolve
@@ -105,6 +113,10 @@ class DjangoStore:
                 project_id = locked[0][1] if locked else self._new_run(run_id, state).project_id
                 self._insert(run_id, events)
                 self._update_row(run_id, project_id, state, events)
+                if state.finished and any(e.type in TERMINAL_TYPES for e in events):
+                    m.FinalState.objects.using(self.using).update_or_create(
+                        run_id=run_id,
+                        defaults={"version": state.version, "state": state.to_wire()})
                 counted = metrics.observations(events, state)
                 transaction.on_commit(lambda: self._committed(state, counted), using=self.using)
         except IntegrityError:

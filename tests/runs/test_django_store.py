@@ -18,7 +18,7 @@ from forklab.engine.recording import answer_run, run_recorded
 from forklab.engine.reducers import fold
 from forklab.engine.scenarios import SCENARIOS
 from forklab.engine.store import Store
-from forklab.runs.models import Event, Project, Run, UsageRecord
+from forklab.runs.models import Event, FinalState, Project, Run, UsageRecord
 from forklab.runs.store import DjangoStore
 from tests.engine.store_contract import StoreContract, started, written
 
@@ -70,6 +70,16 @@ def test_every_append_keeps_the_run_row_equal_to_the_folded_log(name: str) -> No
     assert run.graph_version is not None
     assert run.graph_version.version == recorded.state.graph_version
     assert (run.finished_at is not None) == recorded.state.finished
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_a_finished_runs_final_state_row_equals_its_folded_log(name: str) -> None:
+    store = DjangoStore()
+    recorded = record(name, store)
+    final = FinalState.objects.get(run_id=recorded.run_id)
+    assert final.version == recorded.state.version
+    assert canonical_equals(final.state, fold(store.read(recorded.run_id)).to_wire())
 
 
 @pytest.mark.django_db

@@ -4,9 +4,17 @@ cache of the folded state, maintained by :class:`forklab.runs.store.DjangoStore`
 from forklab.runs.models.access import Membership, Project, Role, ShareLink
 from forklab.runs.models.cases import Case, ForkRequest
 from forklab.runs.models.graphs import Graph, GraphVersion
-from forklab.runs.models.runs import Event, Run, RunKind, RunStatus, Snapshot, UsageRecord
+from forklab.runs.models.runs import (
+    Event,
+    FinalState,
+    Run,
+    RunKind,
+    RunStatus,
+    Snapshot,
+    UsageRecord,
+)
 
 __all__ = [
     "Case", "Event", "ForkRequest", "Graph", "GraphVersion", "Membership", "Project", "Role",
-    "Run", "RunKind", "RunStatus", "ShareLink", "Snapshot", "UsageRecord",
+    "FinalState", "Run", "RunKind", "RunStatus", "ShareLink", "Snapshot", "UsageRecord",
 ]

@@ -124,6 +124,23 @@ class Event(models.Model):
         return f"{self.run_id}#{self.seq} {self.type}"
 
 
+class FinalState(models.Model):
+    """A finished run's folded final state, written with the event that finished it.
+
+    A projection cache like the run row's columns (the log stays the truth): pages that show
+    a finished run — a diff above all — read one row instead of folding thousands of events.
+    Kept out of ``Snapshot`` because snapshots are fork points users choose.
+    """
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True,
+                               related_name="final_state")
+    version = models.PositiveIntegerField()  # the run's last seq when it finished
+    state = models.JSONField()  # RunState.to_wire()
+
+    def __str__(self) -> str:
+        return f"{self.run_id} final@{self.version}"
+
+
 class Snapshot(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="snapshots")
     version = models.PositiveIntegerField()  # seq of the last event folded into ``state``
