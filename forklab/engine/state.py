@@ -211,8 +211,10 @@ class RunState:
         }
 
     @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> RunState:
-        data = _private(data)  # one copy; the parts below are already private
+    def from_wire(cls, data: dict[str, Any], *, owned: bool = False) -> RunState:
+        """Rebuild a state; ``owned=True`` means ``data`` is the caller's to give away
+        (freshly decoded JSON), so it is used without a copy."""
+        data = dict(data) if owned else _private(data)
         data["taint"] = set(data.get("taint", ()))
         data["executions"] = [Execution(**e) for e in data.get("executions", ())]
         data["current"] = Execution(**data["current"]) if data.get("current") else None

@@ -281,7 +281,7 @@ def _fold_at(run: Run, seq: int | None) -> Any:
     if run.finished and (seq is None or seq >= run.last_seq):
         final = FinalState.objects.filter(run_id=run.id, version=run.last_seq).first()
         if final is not None:  # written with the finishing event: no fold needed
-            return RunState.from_wire(final.state)
+            return RunState.from_wire(final.state, owned=True)  # just decoded: ours
 
     events = run_events(run, upto=seq)
     if not events:
