@@ -341,7 +341,3 @@ def from_wire(data: dict[str, Any], *, run_id: str | None = None) -> AnyEvent:
     )
     return event  # type: ignore[return-value]
 
-
-def renumber(event: Event, *, run_id: str, seq: int) -> Event:
-    """The same fact under another run id / seq (used to copy action records)."""
-    return dataclasses.replace(event, run_id=run_id, seq=seq)
