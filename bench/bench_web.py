@@ -31,11 +31,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_engine import tick  # the benches' one counting tool
+
+ROOT = Path(__file__).resolve().parents[1]
 
 TARGET_MS = 300.0
 EVENTS_PER_ITERATION = 13
