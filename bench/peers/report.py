@@ -110,12 +110,14 @@ def environment_line(load_before: tuple[float, ...], load_after: tuple[float, ..
 
 
 def _commit() -> str:
+    """The last commit that changed ``forklab/``: the engine version measured."""
     try:
-        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=False, cwd=Path(__file__).parent)
+        done = subprocess.run(["git", "log", "-1", "--format=%h", "--", "forklab"],
+                              capture_output=True, text=True, check=False,
+                              cwd=Path(__file__).parent)
     except OSError:
-        return "(unknown commit)"
-    return done.stdout.strip() or "(unknown commit)"
+        return "at an unknown commit"
+    return f"at {done.stdout.strip()}" if done.stdout.strip() else "at an unknown commit"
 
 
 def problems(results: Results) -> list[str]:
