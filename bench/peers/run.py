@@ -12,6 +12,7 @@ touches all of them. Medians over the repeats are printed as markdown tables.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -142,6 +143,12 @@ def run_all(options: Options) -> Results:
     return results
 
 
+def installed(system: str) -> bool:
+    package = {"activegraph": "activegraph", "langgraph": "langgraph",
+               "langgraph-cache": "langgraph"}.get(system)
+    return package is None or importlib.util.find_spec(package) is not None
+
+
 def parse(argv: list[str] | None) -> Options:
     parser = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -159,6 +166,10 @@ def parse(argv: list[str] | None) -> Options:
     if args.n < 2 or args.repeat < 1:
         parser.error("--n must be at least 2 and --repeat at least 1")
     systems = [s for s in SYSTEMS if s in args.only]  # forklab first: the ratios' base
+    missing = [s for s in systems if not installed(s)]
+    if missing:
+        parser.error(f"{', '.join(missing)} not installed: .venv/bin/pip install -e '.[bench]' "
+                     "(the bench extra), or leave them out with --only")
     return Options(n=args.n, repeat=args.repeat, systems=systems, shapes=args.shapes,
                    fanout_latency_ms=args.fanout_latency_ms, timeout_s=args.timeout,
                    workdir=args.workdir)

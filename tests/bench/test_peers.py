@@ -9,7 +9,6 @@ is absent (CI installs ``[dev,scale]``).
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import sqlite3
 from pathlib import Path
@@ -23,8 +22,6 @@ from bench.peers.worker import runners
 from bench.peers.workloads import FORK_LAST, NULL_FORK
 
 N = 4
-PEER_PACKAGES = {"forklab": None, "activegraph": "activegraph", "langgraph": "langgraph",
-                 "langgraph-cache": "langgraph"}
 
 # calls each fork makes on each system at N nodes: (null fork at N/2, before the last, worker 0)
 EXPECTED_FORK_CALLS = {
@@ -36,10 +33,9 @@ EXPECTED_FORK_CALLS = {
 
 
 def system_param(system: str) -> object:
-    package = PEER_PACKAGES[system]
-    missing = package is not None and importlib.util.find_spec(package) is None
-    reason = f"{package} is not installed (pip install -e '.[bench]')"
-    return pytest.param(system, marks=pytest.mark.skipif(missing, reason=reason), id=system)
+    reason = f"{system} is not installed (pip install -e '.[bench]')"
+    skip = pytest.mark.skipif(not run.installed(system), reason=reason)
+    return pytest.param(system, marks=skip, id=system)
 
 
 SYSTEMS = [system_param(s) for s in EXPECTED_FORK_CALLS]
@@ -129,3 +125,13 @@ def test_store_size_includes_writes_still_in_the_write_ahead_log(tmp_path: Path)
     assert not (tmp_path / "db.sqlite3-wal").exists() or \
         (tmp_path / "db.sqlite3-wal").stat().st_size == 0
     conn.close()
+
+
+def test_a_peer_that_is_not_installed_is_refused_up_front_with_the_install_command(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(run, "installed", lambda system: system == "forklab")
+    with pytest.raises(SystemExit) as refused:
+        run.main(["--only", "forklab", "activegraph"])
+    assert refused.value.code == 2
+    assert "activegraph not installed: .venv/bin/pip install -e '.[bench]'" in \
+        capsys.readouterr().err
