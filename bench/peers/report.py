@@ -112,7 +112,7 @@ def environment_line(load_before: tuple[float, ...], load_after: tuple[float, ..
 def _commit() -> str:
     """The last commit that changed ``forklab/``: the engine version measured."""
     try:
-        done = subprocess.run(["git", "log", "-1", "--format=%h", "--", "forklab"],
+        done = subprocess.run(["git", "log", "-1", "--format=%h", "--", ":/forklab"],
                               capture_output=True, text=True, check=False,
                               cwd=Path(__file__).parent)
     except OSError:

@@ -72,7 +72,10 @@ def run_worker(system: str, measurement: Measurement, directory: Path,
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
         raise RuntimeError(tail[0][:200])
-    return Outcome(**json.loads(done.stdout.strip().splitlines()[-1]))
+    try:
+        return Outcome(**json.loads(done.stdout.strip().splitlines()[-1]))
+    except (IndexError, ValueError, TypeError):
+        raise RuntimeError(f"unreadable output: {done.stdout[-200:]!r}") from None
 
 
 def expected_record_calls(shape: str, n: int) -> int:
@@ -99,8 +102,6 @@ def measure(system: str, measurement: Measurement, directory: Path, options: Opt
         outcome = run_worker(system, measurement, directory, options)
     except RuntimeError as exc:
         return Sample(error=str(exc))
-    if measurement.fork is None:
-        base_final = outcome.final
     return Sample(seconds=outcome.seconds, calls=outcome.calls,
                   size_bytes=store_bytes(directory) - before,
                   checks=check(measurement, outcome, base_final, options.n))
@@ -165,6 +166,8 @@ def parse(argv: list[str] | None) -> Options:
     args = parser.parse_args(argv)
     if args.n < 2 or args.repeat < 1:
         parser.error("--n must be at least 2 and --repeat at least 1")
+    if args.workdir is not None and not args.workdir.is_dir():
+        parser.error(f"--workdir {args.workdir} is not a directory")
     systems = [s for s in SYSTEMS if s in args.only]  # forklab first: the ratios' base
     missing = [s for s in systems if not installed(s)]
     if missing:
