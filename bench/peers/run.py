@@ -144,10 +144,21 @@ def run_all(options: Options) -> Results:
     return results
 
 
+PEER_MODULES = {"activegraph": ("activegraph",),
+                "langgraph": ("langgraph.graph", "langgraph.checkpoint.sqlite"),
+                "langgraph-cache": ("langgraph.graph", "langgraph.checkpoint.sqlite")}
+
+
 def installed(system: str) -> bool:
-    package = {"activegraph": "activegraph", "langgraph": "langgraph",
-               "langgraph-cache": "langgraph"}.get(system)
-    return package is None or importlib.util.find_spec(package) is not None
+    """Whether the modules a system's worker imports are there (forklab's always are).
+
+    Submodules, not ``langgraph``: that is a namespace package which the checkpoint
+    packages provide even when LangGraph itself is absent.
+    """
+    try:
+        return all(importlib.util.find_spec(m) is not None for m in PEER_MODULES.get(system, ()))
+    except ModuleNotFoundError:  # a parent package is missing altogether
+        return False
 
 
 def parse(argv: list[str] | None) -> Options:

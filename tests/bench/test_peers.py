@@ -135,3 +135,14 @@ def test_a_peer_that_is_not_installed_is_refused_up_front_with_the_install_comma
     assert refused.value.code == 2
     assert "activegraph not installed: .venv/bin/pip install -e '.[bench]'" in \
         capsys.readouterr().err
+
+
+def test_a_peer_counts_as_installed_only_when_every_module_it_imports_is_there(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run, "PEER_MODULES", {
+        "present": ("json", "sqlite3"),
+        "namespace-only": ("json", "json.no_such_submodule"),  # a parent without the module
+        "absent": ("no_such_package_for_forklab.graph",)})
+    assert run.installed("present") and run.installed("forklab")
+    assert not run.installed("namespace-only")
+    assert not run.installed("absent")
