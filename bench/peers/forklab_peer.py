@@ -21,7 +21,6 @@ from bench.peers.outcome import Outcome, load_meta, save_meta, timed
 from forklab.engine import Environment, GraphSpec, change, fork, parse_graph, run_recorded
 from forklab.engine.providers import ChatRequest, ChatResponse
 from forklab.engine.sqlite_store import SqliteStore
-from forklab.engine.tools import ToolContext
 
 STORE = "forklab.sqlite3"
 PROVIDER = "fake"
@@ -44,7 +43,8 @@ class FakeProvider:
                             latency_ms=self.model.latency_s * 1000)
 
 
-def dispatch(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+def dispatch(args: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """The fan-out's start: no model call, it hands the task to the workers."""
     return {"brief": args["task"]}
 
 
