@@ -207,7 +207,7 @@ def _router_node(runner: Runner, node: RouterNode, call: NodeCall) -> str | None
                               f"expected one of {choices}")
         target, reason, label = (node.choices or {})[answer], f"agent answered {answer!r}", "live"
     else:
-        target, reason = route_by_rules(node, runner.state.memory, call.iteration)
+        target, reason = route_by_rules(node, call.reads, call.iteration)
         label = "live"
     runner._envelope_emit(RouteDecided, call, to=target, reason=reason, label=label)
     for key in node.writes:
@@ -246,7 +246,7 @@ def finish_approval(runner: Runner, node: ApprovalNode, call: NodeCall,
 def _subgraph_node(runner: Runner, node: SubgraphNode, call: NodeCall) -> str | None:
     from forklab.engine.runner import Runner as ChildRunner
 
-    child_input = {child: runner.state.memory.get(key) for child, key in node.input.items()}
+    child_input = {child: call.reads.get(key) for child, key in node.input.items()}
     child_id = runner.env.ids()
     try:
         child_graph = runner.store.load_graph(node.graph)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from forklab.engine.canonical import fingerprint
-from forklab.engine.graph import END, AgentNode, Condition, GraphSpec, RouterNode
+from forklab.engine.graph import END, ITERATION_KEY, AgentNode, Condition, GraphSpec, RouterNode
 from forklab.engine.state import RunState
 
 
@@ -92,8 +92,8 @@ _OPS: dict[str, Callable[[Any, Any], Any]] = {
 
 
 def _holds(cond: Condition, memory: dict[str, Any], iteration: int) -> bool:
-    present = cond.key == "$iteration" or cond.key in memory
-    value = iteration if cond.key == "$iteration" else memory.get(cond.key)
+    present = cond.key == ITERATION_KEY or cond.key in memory
+    value = iteration if cond.key == ITERATION_KEY else memory.get(cond.key)
     if cond.op == "exists":
         return present
     if cond.op == "truthy":
@@ -113,7 +113,10 @@ def _holds(cond: Condition, memory: dict[str, Any], iteration: int) -> bool:
 
 
 def route_by_rules(router: RouterNode, memory: dict[str, Any], iteration: int) -> tuple[str, str]:
-    """(target, reason) of the first rule whose conditions all hold, else the default."""
+    """(target, reason) of the first rule whose conditions all hold, else the default.
+
+    ``memory`` is the router's read slice at runtime: a key outside it is absent.
+    """
     for i, rule in enumerate(router.rules):
         if all(_holds(c, memory, iteration) for c in rule.when):
             return rule.to, f"rule {i}"
