@@ -296,6 +296,11 @@ def _forkable(index: RunIndex, entry: Entry, what: str) -> ForkPoint:
     if entry.missing is None:
         return entry.point()
     earliest = index.earliest()
+    if earliest is None:
+        raise SourceMissing(
+            f"{what} is in a log that is gone and no boundary of this run is left to fork from "
+            "its events; fork a snapshot instead (source='snapshot', at={'version': N})",
+            run_id=entry.run_id)
     if entry.missing == "archived":
         raise SourceMissing(
             f"{what} is in the log of run {entry.run_id!r}, which was archived (its events are "
