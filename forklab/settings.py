@@ -135,6 +135,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "forklab.web.middleware.PlainErrorPages",  # no debug page for anonymous / share readers
 ]
 
 ROOT_URLCONF = "forklab.urls"

@@ -69,8 +69,9 @@ def test_a_fork_link_opens_the_composer_with_its_changes_filled_in(world: World)
     assert ">Rhyme, please.</textarea>" in html
     assert "&quot;notes&quot;: &quot;none&quot;" in html
     assert '<option value="gpt-4o-mini" selected>' in html
-    broken = page(world.client("bob").get(composer_url(world), {"at": 6, "changes": "@@"}))
-    assert "the link&#x27;s changes cannot be read" in broken
+    broken = world.client("bob").get(composer_url(world), {"at": 6, "changes": "@@"})
+    assert broken.status_code == 400
+    assert "This fork link is damaged: the link&#x27;s changes cannot be read" in page(broken)
 
 
 def test_the_preflight_estimates_the_composed_change(world: World) -> None:

@@ -90,7 +90,7 @@ def status(value: str) -> SafeString:
 def label(value: str | None) -> SafeString:
     """A provenance label chip (reused | live | simulated | changed)."""
     if not value:
-        return format_html("")
+        return SafeString("")  # format_html refuses a call without arguments
     return format_html('<span class="label label-{}" title="{}">{}</span>', value,
                        LABEL_HELP.get(value, value), value)
 

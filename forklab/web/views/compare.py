@@ -32,13 +32,17 @@ def compare(request: HttpRequest, base_id: str, variant_id: str) -> HttpResponse
 
 def compare_context(request: HttpRequest, base: Run, variant: Run, *,
                     readonly: bool) -> dict[str, Any]:
+    access = {"can_fork": False, "is_admin": False} if readonly else roles(request,
+                                                                           base.project)
+    unstarted = [run for run in (base, variant) if run.last_seq == 0]
+    if unstarted:  # a queued run (or one that never ran) has no state to compare yet
+        return {"base": base, "variant": variant, "readonly": readonly, **access,
+                "unstarted": unstarted, "is_fork": variant.parent_run_id == base.id}
     result = queries.compare_runs(base, variant)
     diff = result["diff"]
     incurred = diff["cost"]["incurred_usd"]
     inherited = max(0.0, float(variant.cost_usd) - incurred)
     total = max(incurred + inherited, 1e-12)
-    access = {"can_fork": False, "is_admin": False} if readonly else roles(request,
-                                                                           base.project)
     return {
         "base": base, "variant": variant, "diff": diff, "readonly": readonly, **access,
         "steps": fold_steps(diff["path"]["aligned"], start=int_param(request.GET.get("from"))),
