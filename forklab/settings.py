@@ -316,6 +316,9 @@ FORKLAB_TOOL_MODULES = envlist("FORKLAB_TOOL_MODULES")
 FORKLAB_OPENAI_BASE_URL = os.environ.get("FORKLAB_OPENAI_BASE_URL", "")
 FORKLAB_OPENAI_API_KEY = os.environ.get("FORKLAB_OPENAI_API_KEY", "")
 FORKLAB_OPENAI_TIMEOUT_S = envint("FORKLAB_OPENAI_TIMEOUT_S", 60, minimum=1)
+# key names whose values action records keep only as [REDACTED]#n, on top of the engine's
+# defaults (api_key, authorization, password, token, secret, … — forklab.engine.redaction)
+FORKLAB_REDACT_KEYS = envlist("FORKLAB_REDACT_KEYS")
 
 # -- observability (SPEC §3.11) ---------------------------------------------------------------
 # Logs: structured, one JSON object per line on stderr (so command output on stdout stays

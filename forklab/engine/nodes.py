@@ -100,9 +100,10 @@ def ask(runner: Runner, call: NodeCall, agent: AgentSpec, messages: list[dict[st
                           latency_ms=agent.latency_ms)
     runner._envelope_emit(AgentRequested, call, role=role, index=index,
                           provider=request.provider, model=request.model,
-                          system_prompt=request.system_prompt,
-                          temperature=request.temperature, messages=list(messages),
-                          params=params, request_hash=request.request_hash)
+                          temperature=request.temperature, request_hash=request.request_hash,
+                          **runner.env.redactor.redact_fields(  # hash above: unredacted
+                              system_prompt=request.system_prompt, messages=list(messages),
+                              params=params))
     served = runner.oracle.agent(call, request, role, index)
     if served.recorded:
         cost = served.cost_usd  # what the recording paid (prices may have changed since)
@@ -173,15 +174,16 @@ def _tool_writes(node: ToolNode, result: Any) -> dict[str, Any]:
 def _tool_node(runner: Runner, node: ToolNode, call: NodeCall) -> str | None:
     runner.check_cancel()
     args = {**node.params, **call.reads}
-    runner._envelope_emit(ToolCalled, call, tool=node.tool, effect=node.effect, args=args,
-                          args_hash=fingerprint(args))
+    runner._envelope_emit(ToolCalled, call, tool=node.tool, effect=node.effect,
+                          args=runner.env.redactor.redact(args), args_hash=fingerprint(args))
     ctx = ToolContext(run_id=runner.run_id, node=node.id, occurrence=call.occurrence,
                       reflections=runner.env.reflections,
                       capture_reflections=runner.oracle.captures_reflections)
     result, label = runner.oracle.tool(call, node, args, ctx)
     for captured in ctx.captured:
         runner._envelope_emit(ReflectionDiscarded, call, **captured)
-    runner._envelope_emit(ToolReturned, call, result=result, label=label)
+    runner._envelope_emit(ToolReturned, call, result=runner.env.redactor.redact(result),
+                          label=label)
     tainted = _tainted(runner, call, untrusted=not node.trusted)
     for key, value in _tool_writes(node, result).items():
         _write(runner, call, key, value, tainted)
