@@ -1,7 +1,8 @@
 /* forklab's few lines of JavaScript; every page works without them.
    - websocket reconnects resume after the last event row received (no gap, no repeat);
    - "copy" buttons put a link or a text block on the clipboard;
-   - selects marked data-autosubmit submit their form when changed. */
+   - selects marked data-autosubmit submit their form when changed;
+   - the step drawer takes focus when it opens and gives it back when it closes. */
 (function () {
   "use strict";
 
@@ -87,6 +88,36 @@
                                                                            : source.textContent) : "";
     }
     copy(text, button);
+  });
+
+  // The step drawer: focus moves into it when it opens and back to the link that opened it
+  // when it closes (Close or Escape).
+  var opener = null;
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var target = event.detail && event.detail.target;
+    if (target && target.id === "drawer") opener = event.detail.elt;
+  });
+  document.addEventListener("htmx:afterSwap", function (event) {
+    if (event.detail.target && event.detail.target.id === "drawer") {
+      var detail = document.getElementById("step-detail");
+      if (detail) detail.focus();
+    }
+  });
+  function closeDrawer() {
+    var drawer = document.getElementById("drawer");
+    if (!drawer || !drawer.firstElementChild) return false;
+    drawer.innerHTML = "";
+    if (opener && document.body.contains(opener)) opener.focus();
+    return true;
+  }
+  document.addEventListener("click", function (event) {
+    if (event.target.closest("[data-drawer-close]")) {
+      event.preventDefault();
+      if (!closeDrawer()) history.back();
+    }
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape" && closeDrawer()) event.preventDefault();
   });
 
   document.addEventListener("change", function (event) {

@@ -131,3 +131,28 @@ def test_share_pages_render_for_an_anonymous_reader(matrix: MatrixWorld, kind: s
     response = Client().get(f"/s/{case.shares[share]}/")
     assert response.status_code == 200, page(response)[:400]
     assert "Read-only shared view" in page(response)
+
+
+@pytest.mark.parametrize(("kind", "status"), CASES)
+def test_step_drawers_render_for_every_execution(matrix: MatrixWorld, kind: str,
+                                                 status: str) -> None:
+    case = matrix.case(kind, status)
+    run = Run.objects.get(pk=case.run)
+    client = admin(matrix)
+    for entry in run.path or []:
+        url = f"/runs/{run.id}/steps/{entry['node']}/{entry['occurrence']}/"
+        response = client.get(url, headers=htmx("drawer"))
+        assert response.status_code == 200, (url, page(response)[:300])
+        shared = Client().get(f"/s/{case.shares['run']}/runs/{run.id}/steps/"
+                              f"{entry['node']}/{entry['occurrence']}/")
+        assert shared.status_code == 200
+    if run.last_seq:
+        base = Run.objects.get(pk=case.compare_to)
+        aligned = max(len(base.path or []), len(run.path or []))
+        for index in range(aligned):
+            url = f"/compare/{base.id}/{run.id}/steps/{index}/"
+            response = client.get(url)
+            if response.status_code == 404:  # a shorter alignment ends before max(len)
+                assert "the diff has no step" in page(response)
+                break
+            assert response.status_code == 200, (url, page(response)[:300])

@@ -97,8 +97,40 @@ def label(value: str | None) -> SafeString:
 
 LABEL_HELP = {
     "reused": "served from the recording: the inputs matched",
-    "live": "ran for real, with no recording to compare",
-    "simulated": "supplied by a change",
-    "changed": "ran for real because its inputs differed from the recording",
+    "live": "ran for real (a primary run, a node a change targets, or no recording to compare)",
+    "simulated": "supplied by a change: nothing ran",
+    "changed": "ran for real because its inputs or its configuration differ from the recording",
+    "blocked": "a side effect the guard stopped",
     "memo": "served from the recording by memoization",
 }
+LABELS = ("live", "reused", "changed", "simulated", "blocked", "memo")
+
+
+@register.inclusion_tag("web/_legend.html")
+def legend() -> dict[str, Any]:
+    """Every provenance label with what it means."""
+    return {"labels": [(name, LABEL_HELP[name]) for name in LABELS]}
+
+
+@register.simple_tag(takes_context=True)
+def step_url(context: Any, run: Any, node: str, occurrence: int) -> str:
+    """The step drawer's address for ``node#occurrence`` of ``run`` (through the share link
+    when the page is a shared one)."""
+    from django.urls import reverse
+
+    share = context.get("share")
+    run_id = getattr(run, "id", run)
+    if share is not None:
+        return reverse("shared-step", args=[share.token, run_id, node, occurrence or 1])
+    return reverse("step", args=[run_id, node, occurrence or 1])
+
+
+@register.simple_tag(takes_context=True)
+def pair_url(context: Any, base: Any, variant: Any, index: int) -> str:
+    """The diff's side-by-side view of aligned step ``index``."""
+    from django.urls import reverse
+
+    share = context.get("share")
+    if share is not None:
+        return reverse("shared-compare-step", args=[share.token, base.id, variant.id, index])
+    return reverse("compare-step", args=[base.id, variant.id, index])
