@@ -15,6 +15,7 @@ urlpatterns = [
     path("forks/<str:run_id>/", live.live, name="live"),
     path("forks/<str:run_id>/cancel/", live.cancel, name="cancel"),
     path("forks/<str:run_id>/answer/", live.answer, name="answer"),
+    path("compare/", home.compare_pick, name="compare-pick"),
     path("compare/<str:base_id>/<str:variant_id>/", compare.compare, name="compare"),
     path("compare/<str:base_id>/<str:variant_id>/steps/<int:index>/", steps.compare_step,
          name="compare-step"),
