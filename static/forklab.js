@@ -2,7 +2,8 @@
    - websocket reconnects resume after the last event row received (no gap, no repeat);
    - "copy" buttons put a link or a text block on the clipboard;
    - selects marked data-autosubmit submit their form when changed;
-   - the step drawer takes focus when it opens and gives it back when it closes. */
+   - the step drawer takes focus when it opens and gives it back when it closes;
+   - after a timeline swap, focus stays on the chosen point (or the execution a jump found). */
 (function () {
   "use strict";
 
@@ -90,12 +91,28 @@
     copy(text, button);
   });
 
+  // After the workspace is swapped (a point chosen, a filter, a jump, a page) focus stays on
+  // what was chosen: the execution a jump found, else the selected fork point.
+  function settleFocus(scrollOnly) {
+    var el = document.querySelector(".exec.jumped .steplink") ||
+             document.querySelector('.fp.selected a[aria-current="location"]');
+    if (!el) return;
+    el.scrollIntoView({block: "center"});
+    if (!scrollOnly) el.focus({preventScroll: true});
+  }
+  var workspaceSwap = false;
+  document.addEventListener("htmx:afterSettle", function () {
+    if (workspaceSwap) { workspaceSwap = false; settleFocus(false); }
+  });
+  document.addEventListener("DOMContentLoaded", function () { settleFocus(true); });
+
   // The step drawer: focus moves into it when it opens and back to the link that opened it
   // when it closes (Close or Escape).
   var opener = null;
   document.addEventListener("htmx:beforeRequest", function (event) {
     var target = event.detail && event.detail.target;
     if (target && target.id === "drawer") opener = event.detail.elt;
+    if (target && target.id === "workspace") workspaceSwap = true;
   });
   document.addEventListener("htmx:afterSwap", function (event) {
     if (event.detail.target && event.detail.target.id === "drawer") {

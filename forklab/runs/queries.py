@@ -154,6 +154,48 @@ def action_results(run_id: str, first: int, last: int) -> list[tuple[int, str, s
                 .order_by("seq").values_list("seq", "type", "node", "payload"))
 
 
+LABELLED = ("agent.responded", "tool.returned", "human.answered", "route.decided",
+            "subgraph.completed", "node.completed", "effect.suppressed")
+
+
+def label_rows(run_id: str) -> list[tuple[int, str, Any, Any]]:
+    """``(seq, type, label, memo)`` of every labelled event: the JSON fields are extracted in
+    SQL, so a 10,000-event run reads no payload whole."""
+    from django.db.models import F
+
+    return list(Event.objects.filter(run_id=run_id, type__in=LABELLED).order_by("seq")
+                .values_list("seq", "type", F("payload__label"), F("payload__memo")))
+
+
+def matching_seqs(run_id: str, text: str, *, limit: int = 20_000) -> list[int]:
+    """Seqs of the run's events whose payload holds ``text`` (case-insensitive; JSON escapes
+    of non-ASCII text are matched too, as SQLite stores them)."""
+    import json
+
+    from django.db.models import Q
+
+    escaped = json.dumps(text)[1:-1]
+    match = Q(payload__icontains=text) | (Q(payload__icontains=escaped) if escaped != text
+                                          else Q())
+    return list(Event.objects.filter(match, run_id=run_id).order_by("seq")
+                .values_list("seq", flat=True)[:limit])
+
+
+def action_results_in(run_id: str, ranges: list[tuple[int, int]]
+                      ) -> list[tuple[int, str, str, dict[str, Any]]]:
+    """``action_results`` for several seq ranges at once (the executions a filtered timeline
+    page shows, scattered over the log)."""
+    from django.db.models import Q
+
+    if not ranges:
+        return []
+    within = Q()
+    for first, last in ranges:
+        within |= Q(seq__gte=first, seq__lte=last)
+    return list(Event.objects.filter(within, run_id=run_id, type__in=ACTION_RESULTS)
+                .order_by("seq").values_list("seq", "type", "node", "payload"))
+
+
 def execution_outputs(run_id: str, first: int, last: int) -> tuple[dict[str, Any], list[Any]]:
     """What one node execution (its events ``first..last``) wrote to memory, as its
     ``writes`` are folded (a deleted key is absent), and the results its tool calls returned."""

@@ -16,6 +16,7 @@ from forklab.runs.models import Run
 from forklab.runs.serializers_json import event_to_json
 from forklab.web import graphpic, timeline
 from forklab.web.composer import pretty
+from forklab.web.timeline_filters import LABELS, STATUSES, Filters
 from forklab.web.views.common import int_param, page_errors, page_or_partial, roles
 from forklab.web.views.forks import composer_context
 
@@ -40,23 +41,30 @@ def run_context(request: HttpRequest, run: Run, *, readonly: bool,
     """Everything the run page shows; ``readonly`` drops fork, sweep and share controls."""
     if at is None:
         at = int_param(request.GET.get("at"))
+    past_end = at if at is not None and at > run.last_seq else None
     if at is not None:
         at = min(max(at, 0), run.last_seq)
     graph = _graph(run)
     kinds = {node.id: node.kind for node in graph.nodes} if graph else {}
-    tl = timeline.build(run, page=int_param(request.GET.get("tl")), at=at, kinds=kinds)
+    tl = timeline.build(run, page=int_param(request.GET.get("tl")), at=at, kinds=kinds,
+                        filters=Filters.from_query(request.GET), jump=request.GET.get("jump"),
+                        compact=request.GET.get("compact") == "1")
+    if tl.jumped is not None:  # a jump selects the point before the execution it found
+        at, past_end = tl.jumped.before_point, None
     access = {"can_fork": False, "is_admin": False, "role": None} if readonly else roles(
         request, run.project)
     chain = queries.lineage(run)
     point = _point(tl, at)
     context: dict[str, Any] = {
         "run": run, "readonly": readonly, **access, "at": at, "timeline": tl,
+        "past_end": past_end, "kinds": sorted(set(kinds.values())),
         "point": point, "lineage": chain,
         "tree": [] if readonly else queries.fork_tree(chain[0]),
         "inspector": inspector(run, at, point, graph), "events": event_table(request, run, at),
         "picture": _picture(run, graph, tl, point), "forked": queries.forked_event(run.id)
         if run.parent_run_id else None,
         "forkable": run.finished and access["can_fork"] and not readonly,
+        "filter_labels": LABELS, "filter_statuses": STATUSES,
     }
     if context["forkable"] and context["point"] is not None:
         context.update(composer_context(request, run, at, graph=graph, tl=tl))
