@@ -10,6 +10,8 @@ no network and no browser:
 | --- | --- |
 | `run page` | ``/runs/<id>/``: header, the timeline's first page (SQL: node starts/ends, calls of the page), graph picture, event page 1 (SQL-paged), lineage |
 | `run page at a point` | ``/runs/<id>/?at=<midpoint>``: the same plus the state inspector and the fork composer there (folds the log up to the point) |
+| `filtered timeline` | ``/runs/<id>/?node=think&label=live&q=count&tl=2``: every execution's labels (one SQL read of label fields), a SQL text search of the payloads, page 2 of what is kept (its calls read by seq ranges) |
+| `jump to first changed` | ``/runs/<fork>/?jump=changed``: the fork's labels, the page holding its first changed execution, the state and composer before it |
 | `diff page` | ``/compare/<base>/<fork>/``: both final states, diff_runs, the folded path page, memory word diffs, calls, explain() |
 
 Each is measured *cold* (the per-process caches of finished runs' logs and folded states
@@ -148,6 +150,8 @@ def main() -> None:
         client.force_login(user)
         rows = [("run page", f"/runs/{base}/"),
                 ("run page at a point", f"/runs/{base}/?at={middle}"),
+                ("filtered timeline", f"/runs/{base}/?node=think&label=live&q=count&tl=2"),
+                ("jump to first changed", f"/runs/{variant}/?jump=changed"),
                 ("diff page", f"/compare/{base}/{variant}/")]
         for _, url in rows:  # compile the templates and warm the code paths once
             render(client, url)

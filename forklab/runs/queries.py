@@ -160,11 +160,13 @@ LABELLED = ("agent.responded", "tool.returned", "human.answered", "route.decided
 
 def label_rows(run_id: str) -> list[tuple[int, str, Any, Any]]:
     """``(seq, type, label, memo)`` of every labelled event: the JSON fields are extracted in
-    SQL, so a 10,000-event run reads no payload whole."""
-    from django.db.models import F
+    SQL as text, so a 10,000-event run decodes no payload at all. ``memo`` is True/False."""
+    from django.db.models.fields.json import KT
 
-    return list(Event.objects.filter(run_id=run_id, type__in=LABELLED).order_by("seq")
-                .values_list("seq", "type", F("payload__label"), F("payload__memo")))
+    rows = (Event.objects.filter(run_id=run_id, type__in=LABELLED).order_by("seq")
+            .values_list("seq", "type", KT("payload__label"), KT("payload__memo")))
+    return [(seq, type_, label, memo in (1, "1", True, "true")) for seq, type_, label, memo
+            in rows]
 
 
 def matching_seqs(run_id: str, text: str, *, limit: int = 20_000) -> list[int]:
@@ -236,14 +238,13 @@ def events_before(run_id: str, seq: int, *, type: str | None = None) -> int:
 
 
 def forked_event(run_id: str) -> dict[str, Any] | None:
-    """The small fields of a fork's ``run.forked`` event (not its prefix state)."""
+    """The seq and resolved point (its label) of a fork's ``run.forked`` event."""
     from django.db.models import F
 
+    # one small field: the payload also holds the whole prefix state, which SQLite parses
+    # again for every field extracted
     row = (Event.objects.filter(run_id=run_id, type="run.forked")
-           .values("seq", point=F("payload__point"), changes=F("payload__changes"),
-                   policy=F("payload__policy"), budget=F("payload__budget"),
-                   estimate=F("payload__estimate"), base_run_id=F("payload__base_run_id"))
-           .first())
+           .values("seq", point=F("payload__point")).first())
     return row
 
 

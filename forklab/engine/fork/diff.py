@@ -172,10 +172,26 @@ def _same_json(x: Any, y: Any) -> bool:
     return bool(x == y)
 
 
+def _loose(x: Any) -> bool:
+    """True when ``x`` holds a value canonical JSON may equate with another (None, a float)."""
+    if x is None or isinstance(x, float):
+        return True
+    if isinstance(x, dict):
+        return any(_loose(v) for v in x.values())
+    if isinstance(x, list):
+        return any(_loose(v) for v in x)
+    return False
+
+
 def _same_output(a: Execution, b: Execution) -> bool:
     left, right = [a.writes, a.deletes, a.route, a.status], [b.writes, b.deletes, b.route, b.status]
-    # the fast exact check settles most pairs; canonical JSON decides the rest (None = absent)
-    return _same_json(left, right) or canonical_json(left) == canonical_json(right)
+    # the fast exact check settles most pairs; canonical JSON decides the rest (None-valued
+    # keys count as absent, 1 and 1.0 may compare equal) — only where a None or a float is
+    if _same_json(left, right):
+        return True
+    if not (_loose(left) or _loose(right)):
+        return False
+    return canonical_json(left) == canonical_json(right)
 
 
 def _skipped(ex: Execution, unreached: list[Execution] | None) -> dict[str, Any]:

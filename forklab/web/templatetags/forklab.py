@@ -126,6 +126,18 @@ def step_url(context: Any, run: Any, node: str, occurrence: int) -> str:
 
 
 @register.simple_tag(takes_context=True)
+def step_prefix(context: Any, run: Any) -> str:
+    """``step_url`` without node and occurrence (long pages build each link from it)."""
+    return step_url(context, run, "NODE", 1).removesuffix("NODE/1/")
+
+
+@register.simple_tag(takes_context=True)
+def pair_prefix(context: Any, base: Any, variant: Any) -> str:
+    """``pair_url`` without the index."""
+    return pair_url(context, base, variant, 0).removesuffix("0/")
+
+
+@register.simple_tag(takes_context=True)
 def pair_url(context: Any, base: Any, variant: Any, index: int) -> str:
     """The diff's side-by-side view of aligned step ``index``."""
     from django.urls import reverse

@@ -65,10 +65,21 @@ def run_context(request: HttpRequest, run: Run, *, readonly: bool,
         if run.parent_run_id else None,
         "forkable": run.finished and access["can_fork"] and not readonly,
         "filter_labels": LABELS, "filter_statuses": STATUSES,
+        "point_query": point_query(request),
     }
     if context["forkable"] and context["point"] is not None:
         context.update(composer_context(request, run, at, graph=graph, tl=tl))
     return context
+
+
+def point_query(request: HttpRequest) -> str:
+    """The query a fork-point link keeps (filters, compact), ending in ``&`` when not empty:
+    a marker links to ``?<this>at=SEQ`` (built once, not once per marker)."""
+    query = request.GET.copy()
+    for name in ("at", "tl", "epage", "jump"):
+        query.pop(name, None)
+    encoded = query.urlencode()
+    return f"{encoded}&" if encoded else ""
 
 
 def _graph(run: Run) -> GraphSpec | None:

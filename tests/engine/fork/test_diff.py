@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forklab.engine import MemoryStore, change, diff_runs, fork, format_run_diff
+from forklab.engine import MemoryStore, canonical_json, change, diff_runs, fork, format_run_diff
 from forklab.engine.fork import diff as diff_module
 from forklab.engine.fork.diff import lcs_pairs
 from forklab.engine.state import Execution, RunState
@@ -45,7 +45,7 @@ def test_a_shorter_loop_skips_the_iterations_the_variant_never_ran() -> None:
                   policy={"memoize": True})
 
     assert _ops(result.diff) == [
-        ("same", "draft", "draft"), ("changed", "review", "review"), ("same", "gate", "gate"),
+        ("same", "draft", "draft"), ("changed", "review", "review"), ("changed", "gate", "gate"),
         ("skipped", "revise", None), ("skipped", "review", None), ("skipped", "gate", None),
         ("skipped", "revise", None), ("skipped", "review", None), ("skipped", "gate", None)]
     assert result.diff.path["skipped"] == ["revise", "review", "gate"] * 2
@@ -56,7 +56,7 @@ def test_a_shorter_loop_skips_the_iterations_the_variant_never_ran() -> None:
     assert result.diff.cost["incurred_usd"] == 0
     assert result.diff.cost["tokens_delta"] < 0
     assert result.diff.cost["per_node"]["revise"]["variant_usd"] == 0.0
-    assert "draft → review@fork → gate → -revise → -review → -gate" in result.explain()
+    assert "draft → review@fork → gate@fork → -revise → -review → -gate" in result.explain()
 
 
 def test_memory_deltas_carry_op_byte_delta_and_values() -> None:
@@ -70,10 +70,11 @@ def test_memory_deltas_carry_op_byte_delta_and_values() -> None:
     assert memory["note"] == {"op": "added", "bytes_delta": 5, "taint_moved": False,
                               "base": None, "variant": "vip"}
     assert memory["ticket"]["op"] == "removed"
-    assert memory["ticket"]["bytes_delta"] == -len(f'"{base.state.memory["ticket"]}"'.encode())
+    assert memory["ticket"]["bytes_delta"] == -len(
+        canonical_json(base.state.memory["ticket"]).encode())
     assert memory["reply"]["op"] == "changed"
     assert memory["reply"]["bytes_delta"] == len(b'"ok"') - len(
-        f'"{base.state.memory["reply"]}"'.encode())
+        canonical_json(base.state.memory["reply"]).encode())  # the reply has newlines
     assert "category" not in memory
 
 
