@@ -18,6 +18,9 @@
     htmx.createWebSocket = function (url) {
       var seq = lastSeq();
       if (seq !== null && !isNaN(seq)) url = url.replace(/([?&]after=)\d+/, "$1" + seq);
+      // the status the chip shows now, so a change while disconnected is reported
+      var chip = document.getElementById("live-status");
+      if (chip) url = url.replace(/([?&]seen=)\w*/, "$1" + chip.getAttribute("data-status"));
       return open(url);
     };
   }

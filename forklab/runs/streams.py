@@ -86,10 +86,12 @@ class RunTail:
     when its tail starts, and ``running`` again when an answered gate lets it go on.
     """
 
-    def __init__(self, run_id: str, *, after: int = 0) -> None:
+    def __init__(self, run_id: str, *, after: int = 0, seen: str | None = None) -> None:
+        """``seen``: the status the client already shows (a page rendered while the run was
+        queued); any other status is reported at once, even an active one."""
         self.run_id = run_id
         self.sent = max(0, after)
-        self.reported: str | None = None
+        self.reported: str | None = seen if seen in RunStatus.values else None
 
     def stale(self, seq: int | None) -> bool:
         """True when a wake-up for ``seq`` announces nothing this tail has not sent."""

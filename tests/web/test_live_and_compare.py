@@ -17,7 +17,8 @@ pytestmark = pytest.mark.django_db
 def test_the_live_view_connects_after_the_last_event_it_rendered(world: World) -> None:
     run = world.run(world.paused_fork)
     html = page(world.client("bob").get(f"/forks/{run.id}/"))
-    assert f'ws-connect="/ws/runs/{run.id}/?after={run.last_seq}&format=html"' in html
+    assert (f'ws-connect="/ws/runs/{run.id}/?after={run.last_seq}&format=html'
+            f'&seen={run.status}"') in html
     assert 'hx-ext="ws"' in html
     assert re.findall(r'<tr data-seq="(\d+)"', html) == [str(s) for s in
                                                          range(1, run.last_seq + 1)]

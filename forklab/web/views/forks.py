@@ -22,6 +22,7 @@ from forklab.runs.specs import ForkSpec, parse
 from forklab.web import timeline
 from forklab.web.composer import Composer, build_composer, decode_changes, encode_changes
 from forklab.web.forkform import ForkForm, field_for, read_fork_form
+from forklab.web.inspector import inspector
 from forklab.web.views.common import forkable_run, htmx_target, int_param, page_errors, roles
 
 
@@ -89,11 +90,16 @@ def compose(request: HttpRequest, run_id: str) -> HttpResponse:
         except ValueError as exc:
             return _refused(request, run, 400, f"This fork link is damaged: {exc}. Ask for the "
                             "link again, or open the composer without its changes.", at=at)
+    tl = timeline.build(run, at=at)
     try:
-        context = composer_context(request, run, at, changes=changes)
+        context = composer_context(request, run, at, changes=changes, tl=tl)
     except NotFound as exc:
         return _refused(request, run, 404, exc.message)
-    context.update(run=run, from_link=bool(changes))
+    composer = context["composer"]
+    point = {"seq": composer.seq, "after": tl.after(composer.seq),
+             "before": tl.before(composer.seq)}
+    context.update(run=run, from_link=bool(changes), point=point,
+                   inspector=inspector(run, composer.seq, point, composer.graph))
     template = "web/composer.html#composer" if htmx_target(request) else "web/fork_page.html"
     return render(request, template, context)
 
@@ -158,7 +164,16 @@ def preflight(request: HttpRequest, run_id: str) -> HttpResponse:
         "run": run, "composer": composer, "result": result, "errors": form.errors,
         "described": _described(form), "fork_link": _fork_link(request, run, composer.seq,
                                                                 form.changes),
+        "notices": empty_prompts(form),
     })
+
+
+def empty_prompts(form: ForkForm) -> list[str]:
+    """A prompt emptied in the form is allowed, but almost never meant: say so."""
+    return [f"The system prompt of {c['target']!r} is empty: the agent gets no "
+            "instructions at all. Undo the edit if that was not intended."
+            for c in form.changes if c.get("kind") == "prompt" and
+            not str(c.get("system_prompt", "")).strip()]
 
 
 def _described(form: ForkForm) -> list[str]:

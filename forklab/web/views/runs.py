@@ -15,15 +15,12 @@ from forklab.runs import queries
 from forklab.runs.models import Run
 from forklab.runs.serializers_json import event_to_json
 from forklab.web import graphpic, timeline
-from forklab.web.composer import pretty
+from forklab.web.inspector import inspector
 from forklab.web.timeline_filters import LABELS, STATUSES, Filters
 from forklab.web.views.common import int_param, page_errors, page_or_partial, roles
 from forklab.web.views.forks import composer_context
 
 EVENTS_PER_PAGE = 50
-FOLD_FINAL_STATE_UPTO = 2000
-"""Runs up to this many events show taint in the final state (a fold); longer runs show the
-projected final memory and fold only when a point is chosen."""
 PARTIALS = ("workspace", "events")
 
 
@@ -94,25 +91,6 @@ def _point(tl: timeline.Timeline, at: int | None) -> dict[str, Any] | None:
     if at is None or at not in tl.points:
         return None
     return {"seq": at, "after": tl.after(at), "before": tl.before(at)}
-
-
-def inspector(run: Run, at: int | None, point: dict[str, Any] | None,
-              graph: GraphSpec | None) -> dict[str, Any]:
-    """Memory (and taint) at the chosen point, or the final memory."""
-    if run.last_seq == 0 or (at is None and run.last_seq > FOLD_FINAL_STATE_UPTO):
-        memory, taint, exact = dict(run.memory or {}), set(), False
-    else:
-        state = queries.state_at(run, at)
-        memory, taint, exact = state.memory, state.taint, True
-    reads: set[str] = set()
-    if point and point["after"] is not None and graph is not None:
-        reads = set(graph.node(point["after"].node).reads)
-    rows = []
-    for key, value in sorted(memory.items()):
-        text = value if isinstance(value, str) else pretty(value)
-        rows.append({"key": key, "text": text, "json": not isinstance(value, str),
-                     "tainted": key in taint, "read_next": key in reads, "long": len(text) > 280})
-    return {"rows": rows, "at": at, "exact": exact, "tainted": sorted(taint)}
 
 
 def event_table(request: HttpRequest, run: Run, at: int | None) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from forklab.runs.engine_env import build_environment
 from forklab.runs.models import Run
 from forklab.runs.specs import SweepSpec, parse
 from forklab.web import timeline
-from forklab.web.composer import AgentTarget, agent_targets
+from forklab.web.composer import AgentTarget, agent_targets, models_for
 from forklab.web.views.common import forkable_run, htmx_target, int_param, page_errors, roles
 
 DEFAULT_VARIANTS = 3
@@ -47,7 +47,8 @@ def _launcher(run: Run, at: int | None, target_name: str | None) -> Launcher:
                   (targets[0] if targets else None))
     label = (f"before '{after.node}' execution {after.occurrence}, iteration {after.iteration}"
              if after is not None else "end of the run")
-    models = sorted(set(build_environment().prices.models()) | {t.model for t in targets})
+    known = sorted(set(build_environment().prices.models()) | {t.model for t in targets})
+    models = list(models_for(target.provider, known, target.model)) if target else known
     return Launcher(run=run, seq=seq, label=label, targets=targets, target=target,
                     models=models)
 
