@@ -265,8 +265,16 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
-# daphne serves no static files itself; the embedded mode serves them from the ASGI app.
+# daphne serves no static files itself: WhiteNoise does, under content-hashed names written by
+# `collectstatic` (forklab.web.staticfiles); 0 when a proxy serves STATIC_ROOT instead.
 FORKLAB_SERVE_STATIC = envbool("FORKLAB_SERVE_STATIC", True)
+if FORKLAB_SERVE_STATIC:
+    MIDDLEWARE.insert(MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
+                      "whitenoise.middleware.WhiteNoiseMiddleware")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "forklab.web.staticfiles.HashedStaticFiles"},
+}
 
 # -- REST API --------------------------------------------------------------------------------
 
