@@ -87,11 +87,13 @@ class RunTail:
     """
 
     def __init__(self, run_id: str, *, after: int = 0, seen: str | None = None) -> None:
-        """``seen``: the status the client already shows (a page rendered while the run was
-        queued); any other status is reported at once, even an active one."""
+        """``seen``: the active status the client already shows (a page rendered while the
+        run was queued); any other status is reported at once, even an active one. A finished
+        status is always reported (the client turns to the result on it)."""
         self.run_id = run_id
         self.sent = max(0, after)
-        self.reported: str | None = seen if seen in RunStatus.values else None
+        active = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.PAUSED)
+        self.reported: str | None = seen if seen in active else None
 
     def stale(self, seq: int | None) -> bool:
         """True when a wake-up for ``seq`` announces nothing this tail has not sent."""

@@ -47,3 +47,13 @@ async def test_an_unknown_seen_status_is_ignored(world: World) -> None:
     ws = await connect(run_id, f"after={last}&seen=bogus", token_header(world.token))
     assert await ws.receive_nothing(timeout=0.1)  # as without seen: an active run is quiet
     await ws.disconnect()
+
+
+async def test_a_finished_run_is_reported_even_to_a_page_that_shows_it_finished(
+        world: World) -> None:
+    base = world.base
+    ws = await connect(base.id, f"after={base.last_seq}&seen=completed",
+                       token_header(world.token))
+    assert await receive(ws) == {"type": "stream.status", "status": "completed",
+                                 "last_seq": base.last_seq}  # the page turns into the result
+    await ws.disconnect()
