@@ -8,9 +8,14 @@ cold renders with it).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from typing import Any
+
+import orjson
+from django.db.models import TextField
+from django.db.models.functions import Cast
 
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Run
@@ -77,9 +82,10 @@ def _fold_at(run: Run, seq: int | None) -> Any:
     from forklab.runs.models import FinalState
 
     if run.finished and (seq is None or seq >= run.last_seq):
-        final = FinalState.objects.filter(run_id=run.id, version=run.last_seq).first()
-        if final is not None:  # written with the finishing event: no fold needed
-            return RunState.from_wire(final.state, owned=True)  # just decoded: ours
+        text = (FinalState.objects.filter(run_id=run.id, version=run.last_seq)
+                .values_list(Cast("state", TextField()), flat=True).first())
+        if text is not None:  # written with the finishing event: no fold needed
+            return RunState.from_wire(_decode(text), owned=True)  # just decoded: ours
 
     events = run_events(run, upto=seq)
     if not events:
@@ -93,6 +99,16 @@ def _fold_at(run: Run, seq: int | None) -> Any:
         return fold([e for e in events if e.seq > snapshot.version and
                      (seq is None or e.seq <= seq)], snapshot)
     return fold(events)
+
+
+def _decode(text: str) -> Any:
+    """A stored state's JSON text, decoded by orjson (a 10,000-event run's final state is
+    megabytes: several times faster than the json module); json for what orjson refuses
+    (integers beyond 64 bits)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def clear_caches() -> None:

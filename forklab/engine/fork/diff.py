@@ -184,10 +184,14 @@ def _loose(x: Any) -> bool:
 
 
 def _same_output(a: Execution, b: Execution) -> bool:
-    left, right = [a.writes, a.deletes, a.route, a.status], [b.writes, b.deletes, b.route, b.status]
-    # the fast exact check settles most pairs; canonical JSON decides the rest (None-valued
-    # keys count as absent, 1 and 1.0 may compare equal) — only where a None or a float is
-    if _same_json(left, right):
+    """Same writes, deletes, route and status, as canonical JSON compares them."""
+    if a.route != b.route or a.status != b.status or a.deletes != b.deletes:
+        return False
+    left, right = a.writes, b.writes
+    # Python's == is looser than JSON (True == 1), so it can only rule a pair out; the exact
+    # check settles the rest, and canonical JSON only where a None-valued key (absent) or a
+    # float (1.0 vs 1) can make unequal-looking values equal
+    if left == right and _same_json(left, right):
         return True
     if not (_loose(left) or _loose(right)):
         return False
