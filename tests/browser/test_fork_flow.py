@@ -83,6 +83,7 @@ def test_pages_read_on_a_narrow_screen_and_markers_work_from_the_keyboard(
     wide.keyboard.press("Enter")
     expect(wide.locator("#composer")).to_contain_text("before 'review' execution 2")
     expect(wide.locator("#workspace .fp.selected")).to_have_count(1)
+    expect(wide.locator("#workspace .fp.selected a")).to_be_focused()  # focus stays on it
 
     narrow: Page = new_page("demo", width=390, height=844)
     for path, name in ((f"/runs/{base}/?at={wide.url.split('at=')[1]}", "run-page-narrow"),

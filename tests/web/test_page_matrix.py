@@ -80,6 +80,10 @@ def test_run_page_state_panel_and_timeline_render(matrix: MatrixWorld, kind: str
         assert response.status_code == 200, (at, page(response)[:400])
     events = client.get(f"/runs/{run.id}/", {"type": "node.started"}, headers=htmx("events"))
     assert events.status_code == 200
+    for filters in ({"node": "fetch", "jump": "failed"}, {"label": "reused", "compact": "1"},
+                    {"status": "blocked", "q": "stock", "jump": "changed"}):
+        response = client.get(f"/runs/{run.id}/", filters, headers=htmx("workspace"))
+        assert response.status_code == 200, (filters, page(response)[:400])
 
 
 @pytest.mark.parametrize(("kind", "status"), CASES)
