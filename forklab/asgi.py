@@ -12,8 +12,6 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
-from django.conf import settings  # noqa: E402
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import URLPattern, path  # noqa: E402
 
 from forklab.web.consumers import RunStreamConsumer, TokenAuthMiddleware  # noqa: E402
@@ -22,7 +20,8 @@ websocket_urlpatterns: list[URLPattern] = [
     path("ws/runs/<str:run_id>/", RunStreamConsumer.as_asgi(), name="ws-run-stream"),
 ]
 
-http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.FORKLAB_SERVE_STATIC else django_asgi_app
+# static files are served by WhiteNoise's middleware (settings: FORKLAB_SERVE_STATIC)
+http_app = django_asgi_app
 
 application = ProtocolTypeRouter({
     "http": http_app,

@@ -135,6 +135,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "forklab.web.middleware.PlainErrorPages",  # no debug page for anonymous / share readers
 ]
 
 ROOT_URLCONF = "forklab.urls"
@@ -264,8 +265,16 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
-# daphne serves no static files itself; the embedded mode serves them from the ASGI app.
+# daphne serves no static files itself: WhiteNoise does, under content-hashed names written by
+# `collectstatic` (forklab.web.staticfiles); 0 when a proxy serves STATIC_ROOT instead.
 FORKLAB_SERVE_STATIC = envbool("FORKLAB_SERVE_STATIC", True)
+if FORKLAB_SERVE_STATIC:
+    MIDDLEWARE.insert(MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
+                      "whitenoise.middleware.WhiteNoiseMiddleware")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "forklab.web.staticfiles.HashedStaticFiles"},
+}
 
 # -- REST API --------------------------------------------------------------------------------
 
@@ -315,6 +324,9 @@ FORKLAB_TOOL_MODULES = envlist("FORKLAB_TOOL_MODULES")
 FORKLAB_OPENAI_BASE_URL = os.environ.get("FORKLAB_OPENAI_BASE_URL", "")
 FORKLAB_OPENAI_API_KEY = os.environ.get("FORKLAB_OPENAI_API_KEY", "")
 FORKLAB_OPENAI_TIMEOUT_S = envint("FORKLAB_OPENAI_TIMEOUT_S", 60, minimum=1)
+# key names whose values action records keep only as [REDACTED]#n, on top of the engine's
+# defaults (api_key, authorization, password, token, secret, … — forklab.engine.redaction)
+FORKLAB_REDACT_KEYS = envlist("FORKLAB_REDACT_KEYS")
 
 # -- observability (SPEC §3.11) ---------------------------------------------------------------
 # Logs: structured, one JSON object per line on stderr (so command output on stdout stays

@@ -12,3 +12,8 @@ urlpatterns = [
     path("api/", include("forklab.api.urls")),
     path("metrics", metrics.metrics, name="metrics"),
 ]
+
+handler400 = "forklab.web.views.errors.bad_request"
+handler403 = "forklab.web.views.errors.permission_denied"
+handler404 = "forklab.web.views.errors.page_not_found"
+handler500 = "forklab.web.views.errors.server_error"

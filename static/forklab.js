@@ -1,7 +1,9 @@
 /* forklab's few lines of JavaScript; every page works without them.
    - websocket reconnects resume after the last event row received (no gap, no repeat);
    - "copy" buttons put a link or a text block on the clipboard;
-   - selects marked data-autosubmit submit their form when changed. */
+   - selects marked data-autosubmit submit their form when changed;
+   - the step drawer takes focus when it opens and gives it back when it closes;
+   - after a timeline swap, focus stays on the chosen point (or the execution a jump found). */
 (function () {
   "use strict";
 
@@ -16,6 +18,9 @@
     htmx.createWebSocket = function (url) {
       var seq = lastSeq();
       if (seq !== null && !isNaN(seq)) url = url.replace(/([?&]after=)\d+/, "$1" + seq);
+      // the status the chip shows now, so a change while disconnected is reported
+      var chip = document.getElementById("live-status");
+      if (chip) url = url.replace(/([?&]seen=)\w*/, "$1" + chip.getAttribute("data-status"));
       return open(url);
     };
   }
@@ -87,6 +92,52 @@
                                                                            : source.textContent) : "";
     }
     copy(text, button);
+  });
+
+  // After the workspace is swapped (a point chosen, a filter, a jump, a page) focus stays on
+  // what was chosen: the execution a jump found, else the selected fork point.
+  function settleFocus(scrollOnly) {
+    var el = document.querySelector(".exec.jumped .steplink") ||
+             document.querySelector('.fp.selected a[aria-current="location"]');
+    if (!el) return;
+    el.scrollIntoView({block: "center"});
+    if (!scrollOnly) el.focus({preventScroll: true});
+  }
+  var workspaceSwap = false;
+  document.addEventListener("htmx:afterSettle", function () {
+    if (workspaceSwap) { workspaceSwap = false; settleFocus(false); }
+  });
+  document.addEventListener("DOMContentLoaded", function () { settleFocus(true); });
+
+  // The step drawer: focus moves into it when it opens and back to the link that opened it
+  // when it closes (Close or Escape).
+  var opener = null;
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var target = event.detail && event.detail.target;
+    if (target && target.id === "drawer") opener = event.detail.elt;
+    if (target && target.id === "workspace") workspaceSwap = true;
+  });
+  document.addEventListener("htmx:afterSwap", function (event) {
+    if (event.detail.target && event.detail.target.id === "drawer") {
+      var detail = document.getElementById("step-detail");
+      if (detail) detail.focus();
+    }
+  });
+  function closeDrawer() {
+    var drawer = document.getElementById("drawer");
+    if (!drawer || !drawer.firstElementChild) return false;
+    drawer.innerHTML = "";
+    if (opener && document.body.contains(opener)) opener.focus();
+    return true;
+  }
+  document.addEventListener("click", function (event) {
+    if (event.target.closest("[data-drawer-close]")) {
+      event.preventDefault();
+      if (!closeDrawer()) history.back();
+    }
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape" && closeDrawer()) event.preventDefault();
   });
 
   document.addEventListener("change", function (event) {

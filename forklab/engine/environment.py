@@ -1,4 +1,5 @@
-"""The runtime environment a run executes in: providers, prices, tools, clock and ids.
+"""The runtime environment a run executes in: providers, prices, tools, clock, ids and the
+redactor applied to what action records keep (``forklab.engine.redaction``).
 
 Everything non-deterministic (the clock, id generation) is injected here so replays and
 tests are deterministic.
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from forklab.engine.providers import PriceTable, ProviderRegistry
+from forklab.engine.redaction import Redactor
 from forklab.engine.tools import ReflectionStore, ToolRegistry
 
 
@@ -46,3 +48,4 @@ class Environment:
     reflections: ReflectionStore = field(default_factory=ReflectionStore)
     clock: Callable[[], float] = time.time
     ids: Callable[[], str] = uuid_ids
+    redactor: Redactor = field(default_factory=Redactor)  # applied to recorded requests/tools

@@ -100,9 +100,10 @@ def ask(runner: Runner, call: NodeCall, agent: AgentSpec, messages: list[dict[st
                           latency_ms=agent.latency_ms)
     runner._envelope_emit(AgentRequested, call, role=role, index=index,
                           provider=request.provider, model=request.model,
-                          system_prompt=request.system_prompt,
-                          temperature=request.temperature, messages=list(messages),
-                          params=params, request_hash=request.request_hash)
+                          temperature=request.temperature, request_hash=request.request_hash,
+                          **runner.env.redactor.redact_fields(  # hash above: unredacted
+                              system_prompt=request.system_prompt, messages=list(messages),
+                              params=params))
     try:
         served = runner.oracle.agent(call, request, role, index)
     except NodeFailure as failure:  # the call was made and failed: it is still a call
@@ -179,8 +180,8 @@ def _tool_writes(node: ToolNode, result: Any) -> dict[str, Any]:
 def _tool_node(runner: Runner, node: ToolNode, call: NodeCall) -> str | None:
     runner.check_cancel()
     args = {**node.params, **call.reads}
-    runner._envelope_emit(ToolCalled, call, tool=node.tool, effect=node.effect, args=args,
-                          args_hash=fingerprint(args))
+    runner._envelope_emit(ToolCalled, call, tool=node.tool, effect=node.effect,
+                          args=runner.env.redactor.redact(args), args_hash=fingerprint(args))
     ctx = ToolContext(run_id=runner.run_id, node=node.id, occurrence=call.occurrence,
                       reflections=runner.env.reflections,
                       capture_reflections=runner.oracle.captures_reflections)
@@ -193,7 +194,8 @@ def _tool_node(runner: Runner, node: ToolNode, call: NodeCall) -> str | None:
                               request_hash=fingerprint(args))
         raise
     _discard_reflections(runner, call, ctx)
-    runner._envelope_emit(ToolReturned, call, result=result, label=label)
+    runner._envelope_emit(ToolReturned, call, result=runner.env.redactor.redact(result),
+                          label=label)
     tainted = reads_tainted(runner, call, untrusted=not node.trusted)
     for key, value in sorted(_tool_writes(node, result).items()):  # key order: not stored
         write_memory(runner, call, key, value, tainted)

@@ -6,12 +6,14 @@ from django.conf import settings
 
 from forklab.engine.environment import Environment
 from forklab.engine.providers import OpenAICompatibleProvider, PriceTable, ProviderRegistry
+from forklab.engine.redaction import Redactor
 from forklab.engine.tools import DEFAULT_TOOL_PREFIXES, ToolRegistry
 
 
 def build_environment() -> Environment:
     """Providers (scripted always; openai when FORKLAB_OPENAI_BASE_URL is set), the price
-    table extended by FORKLAB_PRICES, and tools allowed under FORKLAB_TOOL_MODULES."""
+    table extended by FORKLAB_PRICES, tools allowed under FORKLAB_TOOL_MODULES, and the
+    redactor with FORKLAB_REDACT_KEYS added to its secret key names."""
     providers = ProviderRegistry()
     if settings.FORKLAB_OPENAI_BASE_URL:
         providers.register(OpenAICompatibleProvider(
@@ -26,4 +28,5 @@ def build_environment() -> Environment:
         providers=providers,
         prices=PriceTable(settings.FORKLAB_PRICES),
         tools=ToolRegistry(dict.fromkeys(prefixes)),
+        redactor=Redactor().with_keys(settings.FORKLAB_REDACT_KEYS),
     )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -11,6 +9,12 @@ from django.db.models import Max, QuerySet
 
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Case, Event, Graph, Project, Run, RunKind, RunStatus
+from forklab.runs.readcache import (  # noqa: F401 - the cached reads, read through queries
+    clear_caches,
+    compare_runs,
+    run_events,
+    state_at,
+)
 
 
 def _check_choice(name: str, value: str | None, choices: list[str]) -> None:
@@ -150,6 +154,50 @@ def action_results(run_id: str, first: int, last: int) -> list[tuple[int, str, s
                 .order_by("seq").values_list("seq", "type", "node", "payload"))
 
 
+LABELLED = ("agent.responded", "tool.returned", "human.answered", "route.decided",
+            "subgraph.completed", "node.completed", "effect.suppressed")
+
+
+def label_rows(run_id: str) -> list[tuple[int, str, Any, Any]]:
+    """``(seq, type, label, memo)`` of every labelled event: the JSON fields are extracted in
+    SQL as text, so a 10,000-event run decodes no payload at all. ``memo`` is True/False."""
+    from django.db.models.fields.json import KT
+
+    rows = (Event.objects.filter(run_id=run_id, type__in=LABELLED).order_by("seq")
+            .values_list("seq", "type", KT("payload__label"), KT("payload__memo")))
+    return [(seq, type_, label, memo in (1, "1", True, "true")) for seq, type_, label, memo
+            in rows]
+
+
+def matching_seqs(run_id: str, text: str, *, limit: int = 20_000) -> list[int]:
+    """Seqs of the run's events whose payload holds ``text`` (case-insensitive; JSON escapes
+    of non-ASCII text are matched too, as SQLite stores them)."""
+    import json
+
+    from django.db.models import Q
+
+    escaped = json.dumps(text)[1:-1]
+    match = Q(payload__icontains=text) | (Q(payload__icontains=escaped) if escaped != text
+                                          else Q())
+    return list(Event.objects.filter(match, run_id=run_id).order_by("seq")
+                .values_list("seq", flat=True)[:limit])
+
+
+def action_results_in(run_id: str, ranges: list[tuple[int, int]]
+                      ) -> list[tuple[int, str, str, dict[str, Any]]]:
+    """``action_results`` for several seq ranges at once (the executions a filtered timeline
+    page shows, scattered over the log)."""
+    from django.db.models import Q
+
+    if not ranges:
+        return []
+    within = Q()
+    for first, last in ranges:
+        within |= Q(seq__gte=first, seq__lte=last)
+    return list(Event.objects.filter(within, run_id=run_id, type__in=ACTION_RESULTS)
+                .order_by("seq").values_list("seq", "type", "node", "payload"))
+
+
 def execution_outputs(run_id: str, first: int, last: int) -> tuple[dict[str, Any], list[Any]]:
     """What one node execution (its events ``first..last``) wrote to memory, as its
     ``writes`` are folded (a deleted key is absent), and the results its tool calls returned."""
@@ -190,15 +238,25 @@ def events_before(run_id: str, seq: int, *, type: str | None = None) -> int:
 
 
 def forked_event(run_id: str) -> dict[str, Any] | None:
-    """The small fields of a fork's ``run.forked`` event (not its prefix state)."""
+    """The seq and resolved point (its label) of a fork's ``run.forked`` event."""
+    from django.db.models import F
+
+    # one small field: the payload also holds the whole prefix state, which SQLite parses
+    # again for every field extracted
+    row = (Event.objects.filter(run_id=run_id, type="run.forked")
+           .values("seq", point=F("payload__point")).first())
+    return row
+
+
+def fork_prefix(run_id: str) -> dict[str, Any]:
+    """The memory and input a fork started from, before its changes (its ``run.forked``
+    prefix state, read without the rest of that state)."""
     from django.db.models import F
 
     row = (Event.objects.filter(run_id=run_id, type="run.forked")
-           .values("seq", point=F("payload__point"), changes=F("payload__changes"),
-                   policy=F("payload__policy"), budget=F("payload__budget"),
-                   estimate=F("payload__estimate"), base_run_id=F("payload__base_run_id"))
-           .first())
-    return row
+           .values(memory=F("payload__prefix_state__memory"),
+                   input=F("payload__prefix_state__input")).first())
+    return {"memory": (row or {}).get("memory") or {}, "input": (row or {}).get("input") or {}}
 
 
 def graph_of(run: Run) -> Any:
@@ -215,137 +273,6 @@ def graph_of(run: Run) -> Any:
     if run.graph_version is None:
         raise NotFound(f"run {run.id!r} has no stored graph version", run_id=run.id)
     return parse_graph(run.graph_version.spec)
-
-
-_EVENTS: OrderedDict[tuple[str, int], list[Any]] = OrderedDict()
-_EVENTS_LOCK = threading.Lock()
-EVENT_CACHE_RUNS = 8
-
-
-def run_events(run: Run, *, upto: int | None = None) -> list[Any]:
-    """The run's engine events (those with ``seq <= upto`` when given).
-
-    A finished run's log never changes, so what was read of it is kept (LRU over runs) and
-    extended on demand: a page that needs the first half of a long log reads only that half.
-    """
-    from forklab.runs.store import DjangoStore
-
-    key = (run.id, run.last_seq)
-    with _EVENTS_LOCK:
-        cached = _EVENTS.get(key)
-        if cached is not None:
-            _EVENTS.move_to_end(key)
-    known = cached[-1].seq if cached else 0
-    if cached is None or (known < run.last_seq and (upto is None or upto > known)):
-        more = DjangoStore(run.project).read(run.id, after=known, upto=upto)
-        cached = (cached or []) + more
-        if run.finished:
-            with _EVENTS_LOCK:
-                _EVENTS[key] = cached
-                while len(_EVENTS) > EVENT_CACHE_RUNS:
-                    _EVENTS.popitem(last=False)
-    if upto is None:
-        return cached
-    return [e for e in cached if e.seq <= upto] if cached and cached[0].seq != 1 else cached[:upto]
-
-
-_STATES: OrderedDict[tuple[str, int, int | None], Any] = OrderedDict()
-STATE_CACHE_SIZE = 6
-
-
-def state_at(run: Run, seq: int | None = None) -> Any:
-    """The run's folded state after event ``seq`` (its final state when None).
-
-    A finished run's states are cached (LRU) and shared between callers: treat the returned
-    state as read-only.
-    """
-    key = (run.id, run.last_seq, seq)
-    with _EVENTS_LOCK:
-        if key in _STATES:
-            _STATES.move_to_end(key)
-            return _STATES[key]
-    state = _fold_at(run, seq)
-    if run.finished:
-        with _EVENTS_LOCK:
-            _STATES[key] = state
-            while len(_STATES) > STATE_CACHE_SIZE:
-                _STATES.popitem(last=False)
-    return state
-
-
-def _fold_at(run: Run, seq: int | None) -> Any:
-    from forklab.engine.reducers import fold
-    from forklab.engine.state import RunState
-    from forklab.runs.models import FinalState
-
-    if run.finished and (seq is None or seq >= run.last_seq):
-        final = FinalState.objects.filter(run_id=run.id, version=run.last_seq).first()
-        if final is not None:  # written with the finishing event: no fold needed
-            return RunState.from_wire(final.state, owned=True)  # just decoded: ours
-
-    events = run_events(run, upto=seq)
-    if not events:
-        raise NotFound(f"run {run.id!r} has no events (archived?)", run_id=run.id)
-    if events[0].seq != 1:
-        from forklab.runs.store import DjangoStore
-
-        snapshot = DjangoStore(run.project).load_snapshot(run.id)
-        if snapshot is None or (seq is not None and seq < snapshot.version):
-            raise NotFound(f"run {run.id!r} was compacted; seq {seq} is gone", run_id=run.id)
-        return fold([e for e in events if e.seq > snapshot.version and
-                     (seq is None or e.seq <= seq)], snapshot)
-    return fold(events)
-
-
-def clear_caches() -> None:
-    """Forget every cached log and state (benchmarks measure cold renders with it)."""
-    with _EVENTS_LOCK:
-        _EVENTS.clear()
-        _STATES.clear()
-        _COMPARISONS.clear()
-
-
-_COMPARISONS: OrderedDict[tuple[str, int, str, int], dict[str, Any]] = OrderedDict()
-
-
-def compare_runs(base: Run, variant: Run) -> dict[str, Any]:
-    """The RunDiff of two runs plus what the diff page shows with it: the variant's tail
-    calls with their provenance labels and the ``explain()`` block. No access check: callers
-    (the dashboard's views, a resolved share link) have done it. Two finished runs' comparison
-    is cached (LRU): treat it as read-only."""
-    key = (base.id, base.last_seq, variant.id, variant.last_seq)
-    with _EVENTS_LOCK:
-        if key in _COMPARISONS:
-            _COMPARISONS.move_to_end(key)
-            return _COMPARISONS[key]
-    result = _compare(base, variant)
-    if base.finished and variant.finished:
-        with _EVENTS_LOCK:
-            _COMPARISONS[key] = result
-            while len(_COMPARISONS) > STATE_CACHE_SIZE:
-                _COMPARISONS.popitem(last=False)
-    return result
-
-
-def _compare(base: Run, variant: Run) -> dict[str, Any]:
-    from forklab.engine.fork.changes import parse_change
-    from forklab.engine.fork.diff import diff_runs, format_run_diff
-
-    base_state, variant_state = state_at(base), state_at(variant)
-    changes = [parse_change(c).describe() for c in variant.fork_mutations or []]
-    diff = diff_runs(base_state, variant_state, changes=changes)
-    fork = variant_state.fork or {}
-    if fork.get("base_run_id") == base.id:
-        point = (forked_event(variant.id) or {}).get("point") or {}
-        where = point.get("label") or f"seq {variant.fork_sequence_id}"
-        header = (f"fork {variant.id} of {base.id} at seq {variant.fork_sequence_id} "
-                  f"({where})")
-    else:
-        header = f"compare {variant.id} with {base.id}"
-    calls = [c.to_wire() for c in variant_state.calls[fork.get("tail_from_call", 0):]]
-    return {"diff": diff.wire(), "explain": format_run_diff(diff, header), "calls": calls,
-            "inherited_executions": fork.get("prefix_executions", 0),
-            "base_state": base_state, "variant_state": variant_state}
 
 
 # -- the API's reads ---------------------------------------------------------------------------

@@ -86,10 +86,14 @@ class RunTail:
     when its tail starts, and ``running`` again when an answered gate lets it go on.
     """
 
-    def __init__(self, run_id: str, *, after: int = 0) -> None:
+    def __init__(self, run_id: str, *, after: int = 0, seen: str | None = None) -> None:
+        """``seen``: the active status the client already shows (a page rendered while the
+        run was queued); any other status is reported at once, even an active one. A finished
+        status is always reported (the client turns to the result on it)."""
         self.run_id = run_id
         self.sent = max(0, after)
-        self.reported: str | None = None
+        active = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.PAUSED)
+        self.reported: str | None = seen if seen in active else None
 
     def stale(self, seq: int | None) -> bool:
         """True when a wake-up for ``seq`` announces nothing this tail has not sent."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from forklab.engine.canonical import canonical_json
@@ -41,6 +41,7 @@ class AgentTarget:
     system_prompt: str
     temperature: float
     instance: bool = False  # one instance of a role that runs several
+    models: tuple[str, ...] = ()  # what its provider serves (the model list it is offered)
 
     @property
     def prefix(self) -> str:
@@ -225,6 +226,22 @@ def agent_targets(graph: GraphSpec) -> list[AgentTarget]:
     return out
 
 
+SCRIPTED_PREFIX = "scripted-"
+
+
+def models_for(provider: str, known: list[str], current: str) -> tuple[str, ...]:
+    """The models an agent on ``provider`` may switch to: the scripted provider serves the
+    ``scripted-*`` models, a hosted (OpenAI-compatible) one every other model the price
+    table knows; the agent's current model is always there."""
+    scripted = provider == "scripted"
+    served = [m for m in known if m.startswith(SCRIPTED_PREFIX) == scripted]
+    return tuple(sorted(set(served) | {current}))
+
+
+def with_models(targets: list[AgentTarget], known: list[str]) -> list[AgentTarget]:
+    return [replace(t, models=models_for(t.provider, known, t.model)) for t in targets]
+
+
 def same(a: Any, b: Any) -> bool:
     return canonical_json(a) == canonical_json(b)
 
@@ -245,7 +262,7 @@ def build_composer(run: Run, seq: int, *, graph: GraphSpec, after: Any,
     targets = agent_targets(graph)
     known = sorted(set(models) | {t.model for t in targets})
     return Composer(run=run, graph=graph, seq=seq, node=node, label=label, state=state,
-                    recorded=recorded, targets=targets, models=known)
+                    recorded=recorded, targets=with_models(targets, known), models=known)
 
 
 def encode_changes(changes: list[dict[str, Any]]) -> str:

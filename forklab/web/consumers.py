@@ -1,11 +1,12 @@
-"""The run event stream over a websocket: ``/ws/runs/<id>/?after=SEQ[&format=html]``.
+"""The run event stream over a websocket: ``/ws/runs/<id>/?after=SEQ[&format=html][&seen=STATUS]``.
 
 Backlog first (the log after ``after``), then live: every ``run.wakeup`` on the run's group
 makes the consumer read the log after the last seq it sent (``forklab.runs.streams``). The
 messages are the Event JSON shape, or HTML fragments for the dashboard's htmx websocket
 extension; a ``stream.status`` message follows when the run pauses or finishes (the socket
 stays open — a paused fork continues once answered), and when a run the stream saw queued or
-paused starts running.
+paused starts running. ``seen`` is the status the client shows already (the live page's chip):
+a run whose status moved on between the page render and the connection is reported at once.
 
 Close codes: 4401 not authenticated, 4404 no such run among the user's projects,
 4400 malformed query (``after`` not a non-negative integer, unknown ``format``).
@@ -95,7 +96,8 @@ class RunStreamConsumer(AsyncWebsocketConsumer):
             return await self.refuse(CLOSE_NOT_FOUND)
         broadcast.remember_loop()
         self.lock = asyncio.Lock()
-        self.tail = RunTail(run_id, after=int(after_text))
+        # seen=STATUS: what the page's chip shows, so a change since it rendered is reported
+        self.tail = RunTail(run_id, after=int(after_text), seen=query.get("seen", [None])[0])
         self.group = broadcast.group_for(run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)  # before the backlog
         await self.accept()

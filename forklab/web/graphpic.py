@@ -2,7 +2,8 @@
 
 Layers come from the longest path from the start over the graph's forward edges (edges
 closing a cycle, found by a depth-first search from the start, are drawn as loops under the
-nodes). Router choices and approval rejections are edges too, drawn dashed. Pure Python; the
+nodes; a loop's ends sit lowest in their columns and ``end`` highest, so no loop crosses a
+node). Router choices and approval rejections are edges too, drawn dashed. Pure Python; the
 template draws the SVG from the coordinates computed here.
 """
 
@@ -119,6 +120,11 @@ def picture(graph: GraphSpec, path: list[dict[str, Any]], *,
     columns: dict[int, list[str]] = {}
     for node_id in layer:
         columns.setdefault(layer[node_id], []).append(node_id)
+    # loops are drawn under the nodes: their ends sit at the bottom of their columns and
+    # `end` at the top, so no loop passes through another node (`end` included)
+    looped = {n for edge in back for n in edge} | {s for s, t, _, _ in links if s == t}
+    for ids in columns.values():
+        ids.sort(key=lambda n: 0 if n == END else 2 if n in looped else 1)
     tallest = max(len(c) for c in columns.values())
     height = tallest * NODE_H + (tallest - 1) * GAP_Y + 2 * PAD + 34
     counts = Counter(step["node"] for step in path)

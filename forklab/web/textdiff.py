@@ -65,3 +65,12 @@ def pieces_html(pieces: list[Piece]) -> SafeString:
     tags = {"del": ("<del>", "</del>"), "ins": ("<ins>", "</ins>"), "same": ("", "")}
     return mark_safe("".join(f"{tags[p.op][0]}{escape(p.text)}{tags[p.op][1]}"
                              for p in pieces))
+
+
+def sides(before: Any, after: Any) -> tuple[SafeString, SafeString]:
+    """``before`` and ``after`` as two HTML columns: the left marks what was deleted, the
+    right what was inserted, the words they share unmarked on both."""
+    pieces = word_diff(before, after)
+    left = pieces_html([p for p in pieces if p.op != "ins"])
+    right = pieces_html([p for p in pieces if p.op != "del"])
+    return left, right

@@ -12,6 +12,7 @@ from typing import Any
 
 from forklab.runs import queries
 from forklab.runs.models import Run
+from forklab.web.timeline_filters import JUMPS, Filters, jump_target, load_labels, select
 
 PAGE_SIZE = 60
 ENDS = {"node.completed": "completed", "node.failed": "failed", "node.interrupted": "interrupted"}
@@ -61,6 +62,15 @@ class Bar:
 class Group:
     iteration: int
     bars: list[Bar]
+    open: bool = True  # drawn unfolded (many iterations on a page fold all but one)
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for bar in self.bars if bar.status == "failed")
+
+
+OPEN_GROUPS = 4
+"""A page with more iterations than this shows only the one holding the selection unfolded."""
 
 
 @dataclass
@@ -74,6 +84,12 @@ class Timeline:
     end_point: int | None
     inherited: int
     all_bars: list[Bar] = field(default_factory=list)  # every execution; details on the page's
+    filters: Filters = field(default_factory=Filters)
+    shown_total: int = 0  # executions the filters keep (all of them when unfiltered)
+    nodes: list[str] = field(default_factory=list)  # every node that ran, for the filter
+    jumped: Bar | None = None  # the execution a jump landed on
+    jump_missing: str = ""  # what a jump looked for and did not find
+    compact: bool = False
 
     def after(self, seq: int) -> Bar | None:
         """The execution that starts right after boundary ``seq``."""
@@ -125,45 +141,78 @@ def page_for(bars: list[Bar], seq: int | None) -> int:
 
 
 def build(run: Run, *, page: int | None = None, at: int | None = None,
-          kinds: dict[str, str] | None = None) -> Timeline:
-    """The timeline page holding ``at`` (or ``page``); ``kinds`` colours bars by node kind."""
+          kinds: dict[str, str] | None = None, filters: Filters | None = None,
+          jump: str | None = None, compact: bool = False) -> Timeline:
+    """The timeline page holding ``at`` (or ``page``, or the execution ``jump`` lands on),
+    of the executions ``filters`` keep; ``kinds`` colours bars by node kind."""
+    filters = filters or Filters()
     bars = executions(run.id)
     for bar in bars:
         bar.kind = (kinds or {}).get(bar.node, "")
+        if bar.end_seq is None and run.status == "paused":
+            bar.status = "paused"
     points = [b.before_point for b in bars]
-    end = end_point(run, bars)
-    boundaries = set(points) | ({end} if end is not None else set())
+    real_end = end_point(run, bars)
+    end = None if filters.active else real_end  # its marker only shows unfiltered
+    boundaries = set(points) | ({real_end} if real_end is not None else set())
     for bar in bars:
         bar.after_point = bar.end_seq if bar.end_seq in boundaries else None
-    pages = max(1, (len(bars) + PAGE_SIZE - 1) // PAGE_SIZE)
-    page = min(max(1, page or page_for(bars, at)), pages)
+    if filters.needs_labels or jump in JUMPS:
+        load_labels(run.id, bars)
+    kept = select(run.id, bars, filters)
+    jumped = jump_target(kept, jump, is_fork=bool(run.parent_run_id)) if jump else None
+    pages = max(1, (len(kept) + PAGE_SIZE - 1) // PAGE_SIZE)
+    target = jumped.start_seq if jumped is not None else at
+    page = min(max(1, page if page and jumped is None else page_for(kept, target)), pages)
     first = (page - 1) * PAGE_SIZE
-    shown = bars[first:first + PAGE_SIZE]
+    shown = kept[first:first + PAGE_SIZE]
     _details(run, shown)
     _scale(shown)
     inherited = max(0, len(run.path or []) - len(bars)) if run.parent_run_id else 0
-    return Timeline(groups=_groups(shown), page=page, pages=pages, total=len(bars),
+    return Timeline(groups=_groups(shown, target), page=page, pages=pages, total=len(bars),
                     first_index=first, points=sorted(boundaries), end_point=end,
-                    inherited=inherited, all_bars=bars)
+                    inherited=inherited, all_bars=bars, filters=filters,
+                    shown_total=len(kept), nodes=sorted({b.node for b in bars}),
+                    jumped=jumped, compact=compact,
+                    jump_missing=_missing(jump) if jump in JUMPS and jumped is None else "")
 
 
-def _groups(bars: list[Bar]) -> list[Group]:
+def _missing(jump: str | None) -> str:
+    return {"failed": "no execution failed or was blocked",
+            "changed": "no execution ran differently from its recording"}.get(jump or "", "")
+
+
+def _groups(bars: list[Bar], target: int | None = None) -> list[Group]:
+    """The page's executions by iteration; past ``OPEN_GROUPS`` only the iteration holding
+    ``target`` (a seq), or else the first, stays unfolded."""
     groups: list[Group] = []
     for bar in bars:
         if not groups or groups[-1].iteration != bar.iteration:
             groups.append(Group(iteration=bar.iteration, bars=[]))
         groups[-1].bars.append(bar)
+    if len(groups) > OPEN_GROUPS:
+        holding = next((g for g in groups if target is not None and any(
+            b.before_point <= target <= (b.end_seq or b.start_seq) for b in g.bars)), groups[0])
+        for group in groups:
+            group.open = group is holding
     return groups
 
 
 def _details(run: Run, bars: list[Bar]) -> None:
-    """Cost, tokens, labels and routes of the shown executions, from their events only."""
+    """Cost, tokens, labels and routes of the shown executions, from their events only (a
+    filtered page reads the ranges of its executions, not the log between them)."""
     if not bars:
         return
     by_seq = sorted(bars, key=lambda b: b.start_seq)
+    for bar in by_seq:
+        bar.labels, bar.memo, bar.blocked = [], False, False
     last = max((b.end_seq or run.last_seq) for b in bars)
+    ranges = [(b.start_seq, b.end_seq or run.last_seq) for b in by_seq]
+    contiguous = sum(b - a + 1 for a, b in ranges) * 2 >= last - by_seq[0].start_seq + 1
+    rows = (queries.action_results(run.id, by_seq[0].start_seq, last) if contiguous
+            else queries.action_results_in(run.id, ranges))
     index = 0
-    for seq, type_, _node, payload in queries.action_results(run.id, by_seq[0].start_seq, last):
+    for seq, type_, _node, payload in rows:
         while index + 1 < len(by_seq) and by_seq[index + 1].start_seq < seq:
             index += 1
         _apply(by_seq[index], type_, payload)

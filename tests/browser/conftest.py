@@ -100,6 +100,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv.manage("demo")
     srv.manage("record", str(ROOT / "tests" / "browser" / "slow.yaml"), "--project", "demo",
                "--label", "slow")
+    # a long run (~1,000 events) whose count fails deep inside, and a second research-write
+    # run with another goal (two arbitrary runs of one graph to compare)
+    srv.manage("record", str(ROOT / "tests" / "web" / "long.yaml"), "--project", "demo",
+               "--input", '{"counter": 0, "fail_at": 80}', "--label", "long")
+    srv.manage("record", "research-write", "--project", "demo", "--input",
+               '{"goal": "Explain how tides work"}', "--label", "tides")
     srv.manage("shell", "-c", SETUP)
     log = (var_dir / "daphne.log").open("wb")
     process = subprocess.Popen(

@@ -209,3 +209,56 @@ def test_an_agent_naming_an_unknown_provider_fails_its_node_not_the_engine() -> 
     failed = [e for e in recorded.event_log if e.type == "node.failed"]
     assert recorded.state.status == "failed"
     assert failed[0].error["type"] == "unknown_provider"
+
+
+# -- the scripted text follows its prompt ------------------------------------------------------
+
+
+def answer(system_prompt: str, user: str = "Explain how vaccines work", **changes: Any) -> str:
+    return complete(request(system_prompt=system_prompt,
+                            messages=({"role": "user", "content": user},), **changes)).text
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 10), st.sampled_from(["three", "bullet", "x"]), text)
+def test_n_bullet_points_come_back_as_n_bullets(count: int, noise: str, user: str) -> None:
+    lines = answer(f"Rewrite as exactly {count} bullet points. {noise}", user).splitlines()
+    assert len(lines) == count and all(line.startswith("- ") for line in lines)
+
+
+@pytest.mark.parametrize(("prompt", "count"), [("Plan it in three short steps.", 3),
+                                               ("Give 5 steps.", 5)])
+def test_steps_come_back_numbered(prompt: str, count: int) -> None:
+    lines = answer(prompt).splitlines()
+    assert [line.split(".")[0] for line in lines] == [str(i) for i in range(1, count + 1)]
+
+
+def test_research_notes_read_like_notes_about_the_topic() -> None:
+    text = answer("You are a careful researcher. List the key facts with sources.")
+    head, *facts = text.splitlines()
+    assert head == "Notes on vaccines:" and 3 <= len(facts) <= 5
+    assert all(f.startswith("- ") and "(source: " in f for f in facts)
+
+
+def test_short_forms_are_short_and_json_is_json() -> None:
+    import json
+
+    assert len(answer("Say it in one word.").split()) == 1
+    terse = answer("Be terse.")
+    assert terse.count(".") == 1 and terse.endswith(".")
+    assert len(answer("Write a haiku.").splitlines()) == 3
+    parsed = json.loads(answer("Answer in JSON."))
+    assert set(parsed) == {"summary", "points", "confidence"}
+
+
+def test_the_system_prompt_wins_over_instructions_quoted_in_the_user_text() -> None:
+    quoted = "Goal: explain vaccines\nNotes: - as bullet points\n- more notes\nWrite the piece."
+    text = answer("You are a science writer. Write a clear, friendly explanation.", quoted)
+    assert not text.startswith(("- ", "Notes on")) and text.endswith(".")
+
+
+def test_a_prompt_change_changes_the_shape_not_only_the_words() -> None:
+    base = answer("You are a science writer. Write a clear, friendly explanation.")
+    bullets = answer("Rewrite as exactly three bullet points.")
+    assert "\n" not in base and bullets.count("\n- ") == 2
+    assert "vaccines" in base.lower() and "vaccines" in bullets.lower()

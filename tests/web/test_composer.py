@@ -41,7 +41,9 @@ def test_the_composer_is_a_page_and_an_htmx_partial(world: World) -> None:
 def test_the_composer_fits_the_node_model_list_prompt_routes_and_gates(world: World) -> None:
     client = world.client("bob")
     html = page(client.get(composer_url(world), {"at": 6}))
-    assert '<option value="gpt-4o" >gpt-4o</option>' in html  # the price table's models
+    writer = html.split('name="agent-1-model"')[1].split("</select>")[0]
+    assert '<option value="scripted-small" >scripted-small</option>' in writer
+    assert "gpt-4o" not in writer  # a scripted agent is not offered a hosted model
     assert '<option value="scripted-large" selected>scripted-large (current)</option>' in html
     loop = page(client.get(f"/runs/{world.runs['review-loop']}/fork/", {"at": 11}))
     assert '<option value="gate|revise" >gate → revise</option>' in loop
@@ -69,8 +71,9 @@ def test_a_fork_link_opens_the_composer_with_its_changes_filled_in(world: World)
     assert ">Rhyme, please.</textarea>" in html
     assert "&quot;notes&quot;: &quot;none&quot;" in html
     assert '<option value="gpt-4o-mini" selected>' in html
-    broken = page(world.client("bob").get(composer_url(world), {"at": 6, "changes": "@@"}))
-    assert "the link&#x27;s changes cannot be read" in broken
+    broken = world.client("bob").get(composer_url(world), {"at": 6, "changes": "@@"})
+    assert broken.status_code == 400
+    assert "This fork link is damaged: the link&#x27;s changes cannot be read" in page(broken)
 
 
 def test_the_preflight_estimates_the_composed_change(world: World) -> None:
@@ -160,3 +163,28 @@ def test_a_post_at_a_seq_that_is_not_a_fork_point_is_a_404_not_an_error(world: W
     client = world.client("bob")
     assert client.post(composer_url(world), form(world, at="8")).status_code == 404
     assert client.post(composer_url(world, "preflight/"), form(world, at="8")).status_code == 404
+
+
+def test_an_emptied_prompt_warns_in_the_preflight(world: World) -> None:
+    response = world.client("bob").post(composer_url(world, "preflight/"),
+                                        form(world, **{"agent-1-prompt": "  "}), headers=HTMX)
+    assert "The system prompt of &#x27;write&#x27; is empty" in page(response)
+    fine = world.client("bob").post(composer_url(world, "preflight/"),
+                                    form(world, **{"agent-1-prompt": "Be terse."}), headers=HTMX)
+    assert "is empty" not in page(fine)
+
+
+def test_the_composer_page_shows_the_state_of_its_point_beside_it(world: World) -> None:
+    html = page(world.client("bob").get(composer_url(world), {"at": 1}))
+    state = html.split('id="inspector"')[1].split("</section>")[0]
+    assert "State at seq 1" in state and "1 key<" in state and "1 keys" not in html
+    assert "Before <strong>research</strong> execution 1" in state
+    assert 'class="chip next">read next' in state  # research reads goal
+
+
+def test_agents_are_offered_only_the_models_their_provider_serves() -> None:
+    from forklab.web.composer import models_for
+
+    known = ["gpt-4o", "llama3.1:8b", "scripted-large", "scripted-small"]
+    assert models_for("scripted", known, "scripted-small") == ("scripted-large", "scripted-small")
+    assert models_for("openai", known, "my-finetune") == ("gpt-4o", "llama3.1:8b", "my-finetune")

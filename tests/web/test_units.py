@@ -77,3 +77,28 @@ def test_an_unparsable_fork_form_names_its_fields() -> None:
     assert _json(form, data, "input_patch", want=dict) is None
     assert form.errors["memory_set"].startswith("not valid JSON")
     assert form.errors["input_patch"] == "expected a JSON object {…}, got list"
+
+
+def _crosses(x: float, y_from: float, y_to: float, node: graphpic.PicNode) -> bool:
+    top, bottom = min(y_from, y_to), max(y_from, y_to)
+    inside_x = node.x <= x <= node.x + graphpic.NODE_W
+    return inside_x and not (bottom <= node.y or top >= node.y + graphpic.NODE_H)
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_no_loop_is_drawn_through_another_node_end_included(scenario: str) -> None:
+    import re
+
+    graph = SCENARIOS[scenario].graph()
+    pic = graphpic.picture(graph, [])
+    for edge in (e for e in pic.edges if e.kind == "loop"):
+        x1, y1, _, low, x2, _, _, y2 = map(float, re.findall(r"-?[\d.]+", edge.path)[:8])
+        ends = [n for n in pic.nodes if _crosses(x1, y1, low, n) or _crosses(x2, y2, low, n)]
+        assert not ends, f"{scenario}: a loop passes through {[n.id for n in ends]}"
+
+
+def test_the_review_loops_back_edge_clears_the_end_node() -> None:
+    pic = graphpic.picture(SCENARIOS["review-loop"].graph(), [])
+    where = {n.id: n for n in pic.nodes}
+    assert where["end"].x == where["revise"].x  # one column …
+    assert where["end"].y < where["revise"].y  # … end on top, the loop's source below it

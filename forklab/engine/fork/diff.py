@@ -6,7 +6,8 @@ bit vectors: O(n·m/64) word operations, ~50 ms for 10,000 x 10,000 steps whatev
 of edits), keeping every row for the traceback. Past ``BITS_MAX_CELLS`` (memory) Myers'
 O(ND) algorithm takes over, and past ``MYERS_MAX_D`` edits difflib's matcher. A node the
 variant re-executed at the same place is one ``changed`` step (``write → write@fork``), not a
-deletion plus an insertion.
+deletion plus an insertion. Base steps a variant that stopped early never reached are flagged
+``not_reached`` and kept out of the deltas.
 """
 
 from __future__ import annotations
@@ -171,24 +172,57 @@ def _same_json(x: Any, y: Any) -> bool:
     return bool(x == y)
 
 
+def _loose(x: Any) -> bool:
+    """True when ``x`` holds a value canonical JSON may equate with another (None, a float)."""
+    if x is None or isinstance(x, float):
+        return True
+    if isinstance(x, dict):
+        return any(_loose(v) for v in x.values())
+    if isinstance(x, list):
+        return any(_loose(v) for v in x)
+    return False
+
+
 def _same_output(a: Execution, b: Execution) -> bool:
-    left, right = [a.writes, a.deletes, a.route, a.status], [b.writes, b.deletes, b.route, b.status]
-    # the fast exact check settles most pairs; canonical JSON decides the rest (None = absent)
-    return _same_json(left, right) or canonical_json(left) == canonical_json(right)
+    """Same writes, deletes, route and status, as canonical JSON compares them."""
+    if a.route != b.route or a.status != b.status or a.deletes != b.deletes:
+        return False
+    left, right = a.writes, b.writes
+    # Python's == is looser than JSON (True == 1), so it can only rule a pair out; the exact
+    # check settles the rest, and canonical JSON only where a None-valued key (absent) or a
+    # float (1.0 vs 1) can make unequal-looking values equal
+    if left == right and _same_json(left, right):
+        return True
+    if not (_loose(left) or _loose(right)):
+        return False
+    return canonical_json(left) == canonical_json(right)
 
 
-def _align(base: list[Execution], variant: list[Execution],
-           inherited: int) -> list[dict[str, Any]]:
+def _skipped(ex: Execution, unreached: list[Execution] | None) -> dict[str, Any]:
+    if unreached is None:
+        return {"op": "skipped", "base": _step(ex), "variant": None}
+    unreached.append(ex)
+    return {"op": "skipped", "base": _step(ex), "variant": None, "not_reached": True}
+
+
+def _align(base: list[Execution], variant: list[Execution], inherited: int,
+           unreached: list[Execution] | None = None) -> list[dict[str, Any]]:
+    """Aligned steps. With ``unreached`` (a list: the variant stopped early) and no variant
+    execution after the last step both runs share, the base steps after that one are flagged
+    ``not_reached`` (still op ``skipped``) and collected there; had the variant gone on
+    elsewhere, they are plain skips (it took another route)."""
     pairs = lcs_pairs([e.node for e in base], [e.node for e in variant])
     steps: list[dict[str, Any]] = []
     bi = vi = 0
 
-    def gap(b_end: int, v_end: int) -> None:
+    def gap(b_end: int, v_end: int, tail: list[Execution] | None = None) -> None:
         nonlocal bi, vi
         only_b, only_v = base[bi:b_end], variant[vi:v_end]
+        if only_v:  # the variant went elsewhere after the last step both ran: a skip
+            tail = None
         if not {e.node for e in only_b} & {v.node for v in only_v}:
             # nothing to coalesce (always so after an exact LCS): no pairwise search
-            steps.extend({"op": "skipped", "base": _step(e), "variant": None} for e in only_b)
+            steps.extend(_skipped(e, tail) for e in only_b)
             only_b = []
         for ex in only_b:  # coalesce a same-node deletion+insertion into one changed step
             twin = next((v for v in only_v if v.node == ex.node), None)
@@ -196,7 +230,7 @@ def _align(base: list[Execution], variant: list[Execution],
                 only_v.remove(twin)
                 steps.append({"op": "changed", "base": _step(ex), "variant": _step(twin)})
             else:
-                steps.append({"op": "skipped", "base": _step(ex), "variant": None})
+                steps.append(_skipped(ex, tail))
         steps.extend({"op": "inserted", "base": None, "variant": _step(v)} for v in only_v)
         bi, vi = b_end, v_end
 
@@ -207,7 +241,7 @@ def _align(base: list[Execution], variant: list[Execution],
         steps.append({"op": "same" if reused else "changed", "base": _step(b),
                       "variant": _step(v)})
         bi, vi = i + 1, j + 1
-    gap(len(base), len(variant))
+    gap(len(base), len(variant), unreached)
     return steps
 
 
@@ -226,10 +260,10 @@ def _memory(base: RunState, variant: RunState) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _per_node(base: RunState, variant: RunState) -> dict[str, dict[str, float]]:
+def _per_node(base: list[Execution], variant: list[Execution]) -> dict[str, dict[str, float]]:
     nodes: dict[str, dict[str, float]] = {}
-    for side, state in (("base_usd", base), ("variant_usd", variant)):
-        for ex in state.executions:
+    for side, executions in (("base_usd", base), ("variant_usd", variant)):
+        for ex in executions:
             entry = nodes.setdefault(ex.node, {"base_usd": 0.0, "variant_usd": 0.0})
             entry[side] += ex.cost_usd
     for entry in nodes.values():
@@ -246,35 +280,75 @@ def incurred_usd(variant: RunState) -> float:
                       if c.label in ("live", "changed")), 0.0), 10)
 
 
+STOPPED_EARLY = frozenset({"failed", "blocked", "cancelled", "paused", "running", "queued"})
+"""A variant in one of these statuses did not run to its end: base steps after its last one
+are "not reached", not skipped, and stay out of the token, cost and time deltas."""
+
+
+@dataclass(frozen=True)
+class _Reached:
+    """The base as far as the variant got: totals without the steps it never reached."""
+
+    executions: list[Execution]
+    tokens: int
+    usd: float
+    duration_ms: float
+
+
+def _reached(base: RunState, unreached: list[Execution]) -> _Reached:
+    skip = {id(ex) for ex in unreached}
+    kept = [ex for ex in base.executions if id(ex) not in skip]
+    tokens = base.input_tokens + base.output_tokens - sum(
+        ex.input_tokens + ex.output_tokens for ex in unreached)
+    usd = base.cost_usd - sum(ex.cost_usd for ex in unreached)
+    duration = base.duration_ms
+    if unreached and base.started_at is not None:  # the base's clock up to the first one
+        duration = round((min(ex.started_at for ex in unreached) - base.started_at) * 1000, 3)
+    return _Reached(executions=kept, tokens=tokens, usd=usd, duration_ms=duration)
+
+
+def _not_reached(aligned: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """``{"not_reached": [nodes]}`` when the variant stopped early (else nothing: the wire
+    shape of a diff whose variant finished stays as SPEC §4.6 writes it)."""
+    nodes = [s["base"]["node"] for s in aligned if s.get("not_reached")]
+    return {"not_reached": nodes} if nodes else {}
+
+
 def diff_runs(base_state: RunState, variant_state: RunState, *,
               scorer: Callable[[RunState], float] | None = None,
               changes: Sequence[str] = ()) -> RunDiff:
-    """Compare two final states. Pure; O(n + m + D^2) in path lengths."""
+    """Compare two final states. Pure; O(n + m + D^2) in path lengths.
+
+    When the variant stopped early (``STOPPED_EARLY``), the base steps it never reached are
+    flagged ``not_reached`` and listed in ``path.not_reached``; tokens, cost (per node too)
+    and wall-clock deltas compare the variant with the base up to where the variant got.
+    """
     inherited = (variant_state.fork or {}).get("prefix_executions", 0)
-    aligned = _align(base_state.executions, variant_state.executions, inherited)
+    unreached: list[Execution] | None = [] if variant_state.status in STOPPED_EARLY else None
+    aligned = _align(base_state.executions, variant_state.executions, inherited, unreached)
+    reached = _reached(base_state, unreached or [])
     first = next((i for i, s in enumerate(aligned) if s["op"] != "same"), None)
     divergence = None if first is None else {
         "index": first,
         "base": (aligned[first]["base"] or {}).get("node"),
         "variant": (aligned[first]["variant"] or {}).get("node"),
     }
-    def tokens(state: RunState) -> int:
-        return state.input_tokens + state.output_tokens
-
     diff = RunDiff(
         divergence=divergence,
         path={"aligned": aligned,
               "inserted": [s["variant"]["node"] for s in aligned if s["op"] == "inserted"],
-              "skipped": [s["base"]["node"] for s in aligned if s["op"] == "skipped"]},
+              "skipped": [s["base"]["node"] for s in aligned if s["op"] == "skipped"],
+              **_not_reached(aligned)},
         memory=_memory(base_state, variant_state),
         terminal={"base": base_state.status, "variant": variant_state.status,
                   "iterations_delta": variant_state.iteration - base_state.iteration,
                   "wall_clock_delta_ms": round(variant_state.duration_ms
-                                               - base_state.duration_ms, 3)},
-        cost={"tokens_delta": tokens(variant_state) - tokens(base_state),
-              "usd_delta": round(variant_state.cost_usd - base_state.cost_usd, 8),
+                                               - reached.duration_ms, 3)},
+        cost={"tokens_delta": variant_state.input_tokens + variant_state.output_tokens
+              - reached.tokens,
+              "usd_delta": round(variant_state.cost_usd - reached.usd, 8),
               "incurred_usd": incurred_usd(variant_state),
-              "per_node": _per_node(base_state, variant_state)},
+              "per_node": _per_node(reached.executions, variant_state.executions)},
         suppressed_effects=list(variant_state.suppressed_effects),
         attribution="combined" if len(changes) > 1 else "single",
         changes=list(changes),
@@ -288,7 +362,9 @@ def diff_runs(base_state: RunState, variant_state: RunState, *,
 def _render_path(diff: RunDiff) -> str:
     parts = []
     for step in diff.path["aligned"]:
-        if step["op"] == "skipped":
+        if step.get("not_reached"):
+            parts.append(f"?{step['base']['node']}")
+        elif step["op"] == "skipped":
             parts.append(f"-{step['base']['node']}")
         elif step["op"] == "inserted":
             parts.append(f"+{step['variant']['node']}")
@@ -316,6 +392,9 @@ def format_run_diff(diff: RunDiff, header: str = "") -> str:
         status += f" (base {diff.terminal['base']})"
     lines.append(f"  status    {status}")
     lines.append(f"  path      {_render_path(diff)}")
+    if diff.path.get("not_reached"):
+        lines.append(f"  unreached {len(diff.path['not_reached'])} base step(s) the variant "
+                     "never reached (?node): left out of the deltas")
     lines.append(f"  cost      ${diff.cost['incurred_usd']:.4f} incurred, "
                  f"{diff.cost['tokens_delta']:+d} tokens")
     lines.append(f"  memory    {_render_memory(diff)}")

@@ -2,10 +2,12 @@
 
 Its answer is a pure function of (provider, model, system prompt, temperature, messages,
 max_tokens, params): the request's canonical hash seeds the text, so changing any of them
-changes the answer and replaying the same request gives the same answer byte for byte.
-Token counts follow the usual ~4 characters per token. ``params.choices`` makes it answer
-with one of the given strings (used by routers and classifiers). ``latency_ms`` sleeps to
-simulate a real model.
+changes the answer and replaying the same request gives the same answer byte for byte. The
+text follows its prompt (``scripted_text``): three bullet points come back as three bullets,
+a researcher's notes read like notes, a terse prompt gets one sentence — so a prompt change
+shows a meaningful diff. Token counts follow the usual ~4 characters per token.
+``params.choices`` makes it answer with one of the given strings (used by routers and
+classifiers). ``latency_ms`` sleeps to simulate a real model.
 """
 
 from __future__ import annotations
@@ -15,8 +17,7 @@ import time
 from collections.abc import Callable
 
 from forklab.engine.providers.base import ChatRequest, ChatResponse
-
-_WORDS = ["the", "model", "considers", "evidence", "immune", "system", "antibodies", "response", "cells", "vaccine", "trains", "recognise", "pathogen", "memory", "protein", "safely", "without", "illness", "dose", "booster", "clear", "concise", "summary", "therefore", "because", "evidence", "shows", "results", "data", "review", "draft", "customer", "order", "refund", "priority", "account", "issue", "billing", "shipping", "update", "steps", "next", "analysis", "approach", "risk", "option", "recommend", "careful", "plan", "branch", "combine", "final", "answer", "source", "claims", "verify", "context", "detail", "example", "note", "section", "key", "point", "overall"]
+from forklab.engine.providers.scripted_text import Stream, compose
 
 
 def estimate_tokens(text: str) -> int:
@@ -51,18 +52,6 @@ class ScriptedProvider:
         choices = request.params.get("choices")
         if choices:
             return str(choices[int.from_bytes(seed[:4], "big") % len(choices)])
-        limit = max(8, min(request.max_tokens, 400))
-        count = 12 + int.from_bytes(seed[:2], "big") % max(1, limit // 2)
-        stream = hashlib.sha256(seed).digest()
-        words: list[str] = []
-        while len(words) < count:
-            stream = hashlib.sha256(stream).digest()
-            words.extend(_WORDS[b % len(_WORDS)] for b in stream)
-        words = words[:count]
-        sentences, start = [], 0
-        while start < len(words):
-            end = min(len(words), start + 8 + seed[start % len(seed)] % 8)
-            sentence = " ".join(words[start:end])
-            sentences.append(sentence[0].upper() + sentence[1:] + ".")
-            start = end
-        return " ".join(sentences)
+        users = [str(m.get("content", "")) for m in request.messages if m.get("role") == "user"]
+        return compose(request.system_prompt, users[-1] if users else "", Stream(seed),
+                       max_words=max(8, int(request.max_tokens * 0.75)))

@@ -87,3 +87,13 @@ def remember(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     """A reflection write: stores a lesson in the cross-run ``lessons`` store."""
     ctx.reflect("lessons", args.get("question", "question"), args.get("answer", ""))
     return {"remembered": True}
+
+
+def count_up(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """Add one to ``counter``; at ``fail_at`` (when given) the count fails instead, as a
+    flaky step deep inside a long loop does."""
+    count = int(args.get("counter") or 0) + 1
+    limit = args.get("fail_at")
+    if limit and count >= int(limit):
+        raise RuntimeError(f"count {count} reached the limit of {limit}: the ledger is full")
+    return {"counter": count}

@@ -90,15 +90,59 @@ def status(value: str) -> SafeString:
 def label(value: str | None) -> SafeString:
     """A provenance label chip (reused | live | simulated | changed)."""
     if not value:
-        return format_html("")
+        return SafeString("")  # format_html refuses a call without arguments
     return format_html('<span class="label label-{}" title="{}">{}</span>', value,
                        LABEL_HELP.get(value, value), value)
 
 
 LABEL_HELP = {
     "reused": "served from the recording: the inputs matched",
-    "live": "ran for real, with no recording to compare",
-    "simulated": "supplied by a change",
-    "changed": "ran for real because its inputs differed from the recording",
+    "live": "ran for real (a primary run, a node a change targets, or no recording to compare)",
+    "simulated": "supplied by a change: nothing ran",
+    "changed": "ran for real because its inputs or its configuration differ from the recording",
+    "blocked": "a side effect the guard stopped",
     "memo": "served from the recording by memoization",
 }
+LABELS = ("live", "reused", "changed", "simulated", "blocked", "memo")
+
+
+@register.inclusion_tag("web/_legend.html")
+def legend() -> dict[str, Any]:
+    """Every provenance label with what it means."""
+    return {"labels": [(name, LABEL_HELP[name]) for name in LABELS]}
+
+
+@register.simple_tag(takes_context=True)
+def step_url(context: Any, run: Any, node: str, occurrence: int) -> str:
+    """The step drawer's address for ``node#occurrence`` of ``run`` (through the share link
+    when the page is a shared one)."""
+    from django.urls import reverse
+
+    share = context.get("share")
+    run_id = getattr(run, "id", run)
+    if share is not None:
+        return reverse("shared-step", args=[share.token, run_id, node, occurrence or 1])
+    return reverse("step", args=[run_id, node, occurrence or 1])
+
+
+@register.simple_tag(takes_context=True)
+def step_prefix(context: Any, run: Any) -> str:
+    """``step_url`` without node and occurrence (long pages build each link from it)."""
+    return step_url(context, run, "NODE", 1).removesuffix("NODE/1/")
+
+
+@register.simple_tag(takes_context=True)
+def pair_prefix(context: Any, base: Any, variant: Any) -> str:
+    """``pair_url`` without the index."""
+    return pair_url(context, base, variant, 0).removesuffix("0/")
+
+
+@register.simple_tag(takes_context=True)
+def pair_url(context: Any, base: Any, variant: Any, index: int) -> str:
+    """The diff's side-by-side view of aligned step ``index``."""
+    from django.urls import reverse
+
+    share = context.get("share")
+    if share is not None:
+        return reverse("shared-compare-step", args=[share.token, base.id, variant.id, index])
+    return reverse("compare-step", args=[base.id, variant.id, index])

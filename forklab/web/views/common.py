@@ -14,6 +14,7 @@ from forklab.runs import queries
 from forklab.runs.access import PermissionDenied, role_in
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Project, Role, Run
+from forklab.web.views.errors import error_page
 
 View = Callable[..., HttpResponse]
 
@@ -30,9 +31,9 @@ def page_errors(view: View) -> View:
         try:
             return view(request, *args, **kwargs)
         except (NotFound, RunNotFound) as exc:
-            return render(request, "404.html", {"message": exc.message}, status=404)
+            return error_page(request, 404, exc.message)
         except PermissionDenied as exc:
-            return render(request, "403.html", {"message": exc.message}, status=403)
+            return error_page(request, 403, exc.message)
 
     return wrapped
 

@@ -10,8 +10,10 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
+from forklab.engine.errors import ForklabError
 from forklab.runs import queries
 from forklab.runs.models import Run
+from forklab.web.changeview import Before, ChangeView, describe, input_changes
 from forklab.web.textdiff import as_text, pieces_html, similarity, word_diff
 from forklab.web.views.common import int_param, page_errors, page_or_partial, roles
 
@@ -32,13 +34,17 @@ def compare(request: HttpRequest, base_id: str, variant_id: str) -> HttpResponse
 
 def compare_context(request: HttpRequest, base: Run, variant: Run, *,
                     readonly: bool) -> dict[str, Any]:
+    access = {"can_fork": False, "is_admin": False} if readonly else roles(request,
+                                                                           base.project)
+    unstarted = [run for run in (base, variant) if run.last_seq == 0]
+    if unstarted:  # a queued run (or one that never ran) has no state to compare yet
+        return {"base": base, "variant": variant, "readonly": readonly, **access,
+                "unstarted": unstarted, "is_fork": variant.parent_run_id == base.id}
     result = queries.compare_runs(base, variant)
     diff = result["diff"]
     incurred = diff["cost"]["incurred_usd"]
     inherited = max(0.0, float(variant.cost_usd) - incurred)
     total = max(incurred + inherited, 1e-12)
-    access = {"can_fork": False, "is_admin": False} if readonly else roles(request,
-                                                                           base.project)
     return {
         "base": base, "variant": variant, "diff": diff, "readonly": readonly, **access,
         "steps": fold_steps(diff["path"]["aligned"], start=int_param(request.GET.get("from"))),
@@ -53,7 +59,38 @@ def compare_context(request: HttpRequest, base: Run, variant: Run, *,
         "explain": result["explain"],
         "forked": queries.forked_event(variant.id) if variant.parent_run_id == base.id else None,
         "is_fork": variant.parent_run_id == base.id,
+        "changes": _changes(base, variant, result),
+        "strip": path_strip(diff["path"]["aligned"], (diff["divergence"] or {}).get("index")),
     }
+
+
+def _changes(base: Run, variant: Run, result: dict[str, Any]) -> list[ChangeView]:
+    """The fork's changes as old → new; for two unrelated runs, how their inputs differ."""
+    if variant.parent_run_id != base.id:
+        view = input_changes(base.input or {}, variant.input or {})
+        return [view] if view.lines else []
+    prefix = queries.fork_prefix(variant.id)
+    inherited = (result["variant_state"].fork or {}).get("prefix_executions", 0)
+    try:
+        graph = queries.graph_of(base)
+    except ForklabError:
+        graph = None
+    before = Before(graph=graph, memory=prefix["memory"], input=prefix["input"],
+                    after_point=result["base_state"].executions[inherited:])
+    return describe(list(variant.fork_mutations or []), before)
+
+
+STRIP_STEPS = 40
+"""The path strip shows this many steps, centred on the first divergence."""
+
+
+def path_strip(aligned: list[dict[str, Any]], divergence: int | None) -> dict[str, Any]:
+    """A window of the aligned path around the first divergence (the start when none)."""
+    centre = divergence or 0
+    start = max(0, min(centre - STRIP_STEPS // 2, len(aligned) - STRIP_STEPS))
+    end = min(len(aligned), start + STRIP_STEPS)
+    return {"steps": [{"index": i, **aligned[i]} for i in range(start, end)],
+            "before": start, "after": len(aligned) - end, "divergence": divergence}
 
 
 CALLS_LISTED = 40
@@ -79,9 +116,9 @@ def _calls(calls: list[dict[str, Any]], *, every: bool) -> dict[str, Any]:
 
 
 def _counts(aligned: list[dict[str, Any]]) -> dict[str, int]:
-    counts = {"same": 0, "changed": 0, "inserted": 0, "skipped": 0}
+    counts = {"same": 0, "changed": 0, "inserted": 0, "skipped": 0, "not_reached": 0}
     for step in aligned:
-        counts[step["op"]] += 1
+        counts["not_reached" if step.get("not_reached") else step["op"]] += 1
     return counts
 
 
@@ -89,23 +126,27 @@ def fold_steps(aligned: list[dict[str, Any]], *, start: int | None = None) -> di
     """The aligned path for display: unchanged stretches folded to a count, one page long."""
     keep = [False] * len(aligned)
     for i, step in enumerate(aligned):
-        if step["op"] != "same":
+        if step["op"] != "same" and not step.get("not_reached"):
             for j in range(max(0, i - CONTEXT_STEPS), min(len(aligned), i + CONTEXT_STEPS + 1)):
                 keep[j] = True
     if len(aligned) <= 2 * CONTEXT_STEPS + 1:
         keep = [True] * len(aligned)
     rows: list[dict[str, Any]] = []
-    folded = 0
+    folded: list[dict[str, Any]] = []
+
+    def fold() -> None:
+        if folded:  # one row for a stretch: unchanged steps, or steps the variant never reached
+            unreached = all(step.get("not_reached") for step in folded)
+            rows.append({"fold": len(folded), "not_reached": unreached})
+            folded.clear()
+
     for i, step in enumerate(aligned):
         if keep[i]:
-            if folded:
-                rows.append({"fold": folded})
-                folded = 0
+            fold()
             rows.append({"index": i, **step})
         else:
-            folded += 1
-    if folded:
-        rows.append({"fold": folded})
+            folded.append(step)
+    fold()
     start = max(0, start or 0)
     page = rows[start:start + STEPS_PER_PAGE]
     return {"rows": page, "start": start, "total_rows": len(rows),

@@ -22,6 +22,7 @@ from forklab.runs.specs import ForkSpec, parse
 from forklab.web import timeline
 from forklab.web.composer import Composer, build_composer, decode_changes, encode_changes
 from forklab.web.forkform import ForkForm, field_for, read_fork_form
+from forklab.web.inspector import inspector
 from forklab.web.views.common import forkable_run, htmx_target, int_param, page_errors, roles
 
 
@@ -31,11 +32,22 @@ def _composer(run: Run, at: int | None, *, graph: Any = None,
     if at is None:  # no point given: before the first node
         at = tl.points[0] if tl.points else 0
     if at not in tl.points:
-        raise NotFound(f"seq {at} is not a fork point of this run; choose a marker on the "
-                       "timeline (a boundary before a node starts)", seq=at)
+        raise NotFound(point_error(run, tl, at), seq=at)
     graph = graph or queries.graph_of(run)
     models = build_environment().prices.models()
     return build_composer(run, at, graph=graph, after=tl.after(at), models=models)
+
+
+def point_error(run: Run, tl: timeline.Timeline, at: int) -> str:
+    """Why ``at`` is no fork point of ``run``, and which points there are."""
+    last = f"the last fork point is seq {tl.points[-1]}" if tl.points else "it has none"
+    if at > run.last_seq:
+        return (f"seq {at} is past the end of this run: it has {run.last_seq} events and "
+                f"{last}")
+    if at < 0:
+        return f"seq {at} is not a position in a run; fork points count from seq 0 ({last})"
+    return (f"seq {at} is not a fork point of this run; choose a marker on the timeline "
+            "(a boundary before a node starts)")
 
 
 def composer_context(request: HttpRequest, run: Run, at: int | None, *, graph: Any = None,
@@ -63,21 +75,40 @@ def compose(request: HttpRequest, run_id: str) -> HttpResponse:
     run = forkable_run(request, run_id)
     if request.method == "POST":
         return _submit(request, run)
+    if not run.finished:
+        return _refused(request, run, 409, f"This run has not finished (it is {run.status}): "
+                        "a fork starts from a finished run's log. Watch it live and fork it "
+                        "once it ends.")
     at = int_param(request.GET.get("at"))
-    link_error, changes = "", []
+    if at is None and request.GET.get("at", "") != "":
+        return _refused(request, run, 400, "This fork link is damaged: its point "
+                        f"at={request.GET['at'][:40]!r} is not a seq number.")
+    changes = []
     if request.GET.get("changes"):
         try:
             changes = decode_changes(request.GET["changes"])
         except ValueError as exc:
-            link_error = str(exc)
+            return _refused(request, run, 400, f"This fork link is damaged: {exc}. Ask for the "
+                            "link again, or open the composer without its changes.", at=at)
+    tl = timeline.build(run, at=at)
     try:
-        context = composer_context(request, run, at, changes=changes)
+        context = composer_context(request, run, at, changes=changes, tl=tl)
     except NotFound as exc:
-        return render(request, "web/fork_page.html", {"run": run, "point_error": exc.message},
-                      status=404)
-    context.update(run=run, link_error=link_error, from_link=bool(changes))
+        return _refused(request, run, 404, exc.message)
+    composer = context["composer"]
+    point = {"seq": composer.seq, "after": tl.after(composer.seq),
+             "before": tl.before(composer.seq)}
+    context.update(run=run, from_link=bool(changes), point=point,
+                   inspector=inspector(run, composer.seq, point, composer.graph))
     template = "web/composer.html#composer" if htmx_target(request) else "web/fork_page.html"
     return render(request, template, context)
+
+
+def _refused(request: HttpRequest, run: Run, status: int, message: str, *,
+             at: int | None = None) -> HttpResponse:
+    """The fork page with only the reason no composer opens (and where to go instead)."""
+    return render(request, "web/fork_page.html",
+                  {"run": run, "point_error": message, "retry_at": at}, status=status)
 
 
 def _submit(request: HttpRequest, run: Run) -> HttpResponse:
@@ -133,7 +164,16 @@ def preflight(request: HttpRequest, run_id: str) -> HttpResponse:
         "run": run, "composer": composer, "result": result, "errors": form.errors,
         "described": _described(form), "fork_link": _fork_link(request, run, composer.seq,
                                                                 form.changes),
+        "notices": empty_prompts(form),
     })
+
+
+def empty_prompts(form: ForkForm) -> list[str]:
+    """A prompt emptied in the form is allowed, but almost never meant: say so."""
+    return [f"The system prompt of {c['target']!r} is empty: the agent gets no "
+            "instructions at all. Undo the edit if that was not intended."
+            for c in form.changes if c.get("kind") == "prompt" and
+            not str(c.get("system_prompt", "")).strip()]
 
 
 def _described(form: ForkForm) -> list[str]:

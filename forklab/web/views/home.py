@@ -12,9 +12,10 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
 from forklab.runs import queries
-from forklab.runs.errors import InvalidArgument
-from forklab.runs.models import RunKind, RunStatus
+from forklab.runs.errors import InvalidArgument, NotFound
+from forklab.runs.models import Run, RunKind, RunStatus
 from forklab.web.views.common import page_or_partial
+from forklab.web.views.errors import error_page
 
 PER_PAGE = 50
 FILTERS = ("project", "graph", "status", "kind", "q")
@@ -40,11 +41,52 @@ def home(request: HttpRequest) -> HttpResponse:
     except InvalidArgument as exc:
         error, page = exc.message, Paginator([], PER_PAGE).get_page(1)
     return page_or_partial(request, "web/runs.html", {
-        "page": page, "runs": page.object_list, "chosen": chosen, "projects": projects,
+        "page": page, "runs": grouped(list(page.object_list)), "chosen": chosen,
+        "projects": projects,
         "graphs": queries.graph_slugs(request.user), "statuses": RunStatus.values,
         "kinds": RunKind.values, "error": error,
         "filtered": any(chosen[name] for name in ("graph", "status", "kind", "q")),
     }, partials=("runs-table",))
+
+
+def grouped(runs: list[Run]) -> list[tuple[Run, int]]:
+    """The page's runs with each fork right under its base when the base is on the page too
+    (forks of forks deeper), with their depth; the rest keep their place (newest first)."""
+    on_page = {run.id for run in runs}
+    children: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.parent_run_id in on_page:
+            children.setdefault(str(run.parent_run_id), []).append(run)
+    out: list[tuple[Run, int]] = []
+
+    def add(run: Run, depth: int) -> None:
+        out.append((run, depth))
+        for child in sorted(children.get(run.id, []), key=lambda r: (r.created_at, r.id)):
+            add(child, depth + 1)
+
+    for run in runs:
+        if run.parent_run_id not in on_page:
+            add(run, 0)
+    return out
+
+
+@login_required
+@require_GET
+def compare_pick(request: HttpRequest) -> HttpResponse:
+    """The runs list's "Compare": two ticked runs → their diff (the base is the parent of the
+    other if one is, else the older one)."""
+    ids = list(dict.fromkeys(request.GET.getlist("run")))
+    if len(ids) != 2:
+        return error_page(request, 400, f"Tick exactly two runs to compare; you ticked "
+                                        f"{len(ids)}. Go back to the runs list and try again.")
+    try:
+        a, b = (queries.get_run(run_id, user=request.user) for run_id in ids)
+    except NotFound as exc:
+        return error_page(request, 404, exc.message)
+    if a.parent_run_id == b.id or (b.parent_run_id != a.id and
+                                   (b.created_at, b.id) < (a.created_at, a.id)):
+        a, b = b, a
+    return redirect(reverse("compare", args=[a.id, b.id]))
 
 
 @login_required

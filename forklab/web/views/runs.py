@@ -15,14 +15,12 @@ from forklab.runs import queries
 from forklab.runs.models import Run
 from forklab.runs.serializers_json import event_to_json
 from forklab.web import graphpic, timeline
-from forklab.web.composer import pretty
+from forklab.web.inspector import inspector
+from forklab.web.timeline_filters import LABELS, STATUSES, Filters
 from forklab.web.views.common import int_param, page_errors, page_or_partial, roles
 from forklab.web.views.forks import composer_context
 
 EVENTS_PER_PAGE = 50
-FOLD_FINAL_STATE_UPTO = 2000
-"""Runs up to this many events show taint in the final state (a fold); longer runs show the
-projected final memory and fold only when a point is chosen."""
 PARTIALS = ("workspace", "events")
 
 
@@ -40,27 +38,45 @@ def run_context(request: HttpRequest, run: Run, *, readonly: bool,
     """Everything the run page shows; ``readonly`` drops fork, sweep and share controls."""
     if at is None:
         at = int_param(request.GET.get("at"))
+    past_end = at if at is not None and at > run.last_seq else None
     if at is not None:
         at = min(max(at, 0), run.last_seq)
     graph = _graph(run)
     kinds = {node.id: node.kind for node in graph.nodes} if graph else {}
-    tl = timeline.build(run, page=int_param(request.GET.get("tl")), at=at, kinds=kinds)
+    tl = timeline.build(run, page=int_param(request.GET.get("tl")), at=at, kinds=kinds,
+                        filters=Filters.from_query(request.GET), jump=request.GET.get("jump"),
+                        compact=request.GET.get("compact") == "1")
+    if tl.jumped is not None:  # a jump selects the point before the execution it found
+        at, past_end = tl.jumped.before_point, None
     access = {"can_fork": False, "is_admin": False, "role": None} if readonly else roles(
         request, run.project)
     chain = queries.lineage(run)
     point = _point(tl, at)
     context: dict[str, Any] = {
         "run": run, "readonly": readonly, **access, "at": at, "timeline": tl,
+        "past_end": past_end, "kinds": sorted(set(kinds.values())),
         "point": point, "lineage": chain,
         "tree": [] if readonly else queries.fork_tree(chain[0]),
         "inspector": inspector(run, at, point, graph), "events": event_table(request, run, at),
         "picture": _picture(run, graph, tl, point), "forked": queries.forked_event(run.id)
         if run.parent_run_id else None,
         "forkable": run.finished and access["can_fork"] and not readonly,
+        "filter_labels": LABELS, "filter_statuses": STATUSES,
+        "point_query": point_query(request),
     }
     if context["forkable"] and context["point"] is not None:
         context.update(composer_context(request, run, at, graph=graph, tl=tl))
     return context
+
+
+def point_query(request: HttpRequest) -> str:
+    """The query a fork-point link keeps (filters, compact), ending in ``&`` when not empty:
+    a marker links to ``?<this>at=SEQ`` (built once, not once per marker)."""
+    query = request.GET.copy()
+    for name in ("at", "tl", "epage", "jump"):
+        query.pop(name, None)
+    encoded = query.urlencode()
+    return f"{encoded}&" if encoded else ""
 
 
 def _graph(run: Run) -> GraphSpec | None:
@@ -75,25 +91,6 @@ def _point(tl: timeline.Timeline, at: int | None) -> dict[str, Any] | None:
     if at is None or at not in tl.points:
         return None
     return {"seq": at, "after": tl.after(at), "before": tl.before(at)}
-
-
-def inspector(run: Run, at: int | None, point: dict[str, Any] | None,
-              graph: GraphSpec | None) -> dict[str, Any]:
-    """Memory (and taint) at the chosen point, or the final memory."""
-    if run.last_seq == 0 or (at is None and run.last_seq > FOLD_FINAL_STATE_UPTO):
-        memory, taint, exact = dict(run.memory or {}), set(), False
-    else:
-        state = queries.state_at(run, at)
-        memory, taint, exact = state.memory, state.taint, True
-    reads: set[str] = set()
-    if point and point["after"] is not None and graph is not None:
-        reads = set(graph.node(point["after"].node).reads)
-    rows = []
-    for key, value in sorted(memory.items()):
-        text = value if isinstance(value, str) else pretty(value)
-        rows.append({"key": key, "text": text, "json": not isinstance(value, str),
-                     "tainted": key in taint, "read_next": key in reads, "long": len(text) > 280})
-    return {"rows": rows, "at": at, "exact": exact, "tainted": sorted(taint)}
 
 
 def event_table(request: HttpRequest, run: Run, at: int | None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from forklab.runs.errors import NotFound
 from forklab.runs.models import Role, Run, ShareLink
 from forklab.web.views.common import htmx_target, page_errors, page_or_partial
 from forklab.web.views.compare import compare_context
+from forklab.web.views.errors import error_page
 from forklab.web.views.runs import run_context
 from forklab.web.views.sweeps import sweep_context
 
@@ -45,8 +46,8 @@ def shares(request: HttpRequest) -> HttpResponse:
     admin_of = [p for p in queries.visible_projects(request.user)
                 if role_in(request.user, p) == Role.ADMIN]
     if not admin_of:
-        return render(request, "403.html", {"message": "managing share links needs the admin "
-                                                       "role in a project"}, status=403)
+        return error_page(request, 403, "managing share links needs the admin role in a "
+                                        "project")
     newest = (ShareLink.objects.filter(project__in=admin_of).order_by("-created_at")
               .values_list("project__slug", flat=True).first())
     slug = request.GET.get("project") or request.session.get("project") or newest

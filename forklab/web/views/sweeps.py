@@ -20,7 +20,7 @@ from forklab.runs.engine_env import build_environment
 from forklab.runs.models import Run
 from forklab.runs.specs import SweepSpec, parse
 from forklab.web import timeline
-from forklab.web.composer import AgentTarget, agent_targets
+from forklab.web.composer import AgentTarget, agent_targets, models_for
 from forklab.web.views.common import forkable_run, htmx_target, int_param, page_errors, roles
 
 DEFAULT_VARIANTS = 3
@@ -47,7 +47,8 @@ def _launcher(run: Run, at: int | None, target_name: str | None) -> Launcher:
                   (targets[0] if targets else None))
     label = (f"before '{after.node}' execution {after.occurrence}, iteration {after.iteration}"
              if after is not None else "end of the run")
-    models = sorted(set(build_environment().prices.models()) | {t.model for t in targets})
+    known = sorted(set(build_environment().prices.models()) | {t.model for t in targets})
+    models = list(models_for(target.provider, known, target.model)) if target else known
     return Launcher(run=run, seq=seq, label=label, targets=targets, target=target,
                     models=models)
 
@@ -122,10 +123,15 @@ def _body(launcher: Launcher, variants: dict[str, Any], data: QueryDict) -> dict
 def launch(request: HttpRequest, run_id: str) -> HttpResponse:
     run = forkable_run(request, run_id)
     data = request.POST if request.method == "POST" else request.GET
+    refresh = request.method == "POST" and bool(data.get("refresh"))
+    if refresh:  # another agent chosen: each row starts again from that agent's settings
+        data = data.copy()
+        for key in [k for k in data if k.endswith(("-model", "-temperature", "-prompt"))]:
+            del data[key]
     count = min(max(int_param(data.get("variants")) or DEFAULT_VARIANTS, 1), MAX_VARIANTS)
     launcher = _launcher(run, int_param(data.get("at")), data.get("target"))
     variants, errors, rows = _variants(launcher, data, count)
-    if request.method == "POST" and not errors:
+    if request.method == "POST" and not refresh and not errors:
         if not variants:
             errors["form"] = "name at least one variant"
         else:
@@ -140,7 +146,7 @@ def launch(request: HttpRequest, run_id: str) -> HttpResponse:
     context = {"launcher": launcher, "rows": rows, "errors": errors, "count": count,
                "memoize": data.get("memoize") == "on", "label": data.get("label", ""),
                **roles(request, run.project)}
-    status = 422 if request.method == "POST" else 200
+    status = 422 if request.method == "POST" and not refresh else 200
     return render(request, "web/sweep_launch.html", context, status=status)
 
 

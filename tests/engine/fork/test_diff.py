@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forklab.engine import change, diff_runs, fork, format_run_diff
+from forklab.engine import MemoryStore, canonical_json, change, diff_runs, fork, format_run_diff
 from forklab.engine.fork import diff as diff_module
 from forklab.engine.fork.diff import lcs_pairs
 from forklab.engine.state import Execution, RunState
@@ -45,8 +45,7 @@ def test_a_shorter_loop_skips_the_iterations_the_variant_never_ran() -> None:
                   policy={"memoize": True})
 
     assert _ops(result.diff) == [
-        ("same", "draft", "draft"), ("changed", "review", "review"),
-        ("changed", "gate", "gate"),
+        ("same", "draft", "draft"), ("changed", "review", "review"), ("changed", "gate", "gate"),
         ("skipped", "revise", None), ("skipped", "review", None), ("skipped", "gate", None),
         ("skipped", "revise", None), ("skipped", "review", None), ("skipped", "gate", None)]
     assert result.diff.path["skipped"] == ["revise", "review", "gate"] * 2
@@ -71,10 +70,11 @@ def test_memory_deltas_carry_op_byte_delta_and_values() -> None:
     assert memory["note"] == {"op": "added", "bytes_delta": 5, "taint_moved": False,
                               "base": None, "variant": "vip"}
     assert memory["ticket"]["op"] == "removed"
-    assert memory["ticket"]["bytes_delta"] == -len(f'"{base.state.memory["ticket"]}"'.encode())
+    assert memory["ticket"]["bytes_delta"] == -len(
+        canonical_json(base.state.memory["ticket"]).encode())
     assert memory["reply"]["op"] == "changed"
     assert memory["reply"]["bytes_delta"] == len(b'"ok"') - len(
-        f'"{base.state.memory["reply"]}"'.encode())
+        canonical_json(base.state.memory["reply"]).encode())  # the reply has newlines
     assert "category" not in memory
 
 
@@ -263,3 +263,91 @@ def test_outputs_compare_as_canonical_json() -> None:
     assert op({"out": 1}, {"out": True}) == "changed"
     assert op({"out": 1}, {"out": 1.5}) == "changed"
     assert op({"out": [1, 2]}, {"out": [2, 1]}) == "changed"
+
+
+# -- steps a variant that stopped early never reached ------------------------------------------
+
+
+def _costed(nodes: list[str], status: str, tokens: int = 10) -> RunState:
+    state = _state(nodes, status=status)
+    for i, ex in enumerate(state.executions):
+        ex.input_tokens, ex.output_tokens, ex.cost_usd = tokens, tokens, 0.01
+        ex.started_at, ex.finished_at = 100.0 + i, 100.5 + i
+    state.input_tokens = state.output_tokens = tokens * len(nodes)
+    state.cost_usd = 0.01 * len(nodes)
+    state.started_at, state.finished_at = 100.0, 100.0 + len(nodes)
+    return state
+
+
+@pytest.mark.parametrize("status", ["cancelled", "blocked", "failed"])
+def test_steps_a_stopped_variant_never_reached_are_not_reached_and_out_of_the_deltas(
+        status: str) -> None:
+    base = _costed(["a", "b", "c", "d"], "completed")
+    variant = _costed(["a", "b"], status)
+
+    diff = diff_runs(base, variant)
+
+    assert [(s["op"], s.get("not_reached", False)) for s in diff.path["aligned"]] == [
+        ("same", False), ("same", False), ("skipped", True), ("skipped", True)]
+    assert diff.path["not_reached"] == ["c", "d"]
+    assert diff.cost["tokens_delta"] == 0 and diff.cost["usd_delta"] == 0
+    assert diff.terminal["wall_clock_delta_ms"] == 0  # base timed up to where c started
+    assert set(diff.cost["per_node"]) == {"a", "b"}
+    assert "?c → ?d" in format_run_diff(diff)
+    assert "2 base step(s) the variant never reached" in format_run_diff(diff)
+
+
+def test_a_variant_that_went_elsewhere_before_stopping_skipped_the_base_steps() -> None:
+    base = _costed(["a", "b", "c"], "completed")
+    variant = _costed(["a", "x"], "failed")
+
+    diff = diff_runs(base, variant)
+
+    assert "not_reached" not in diff.path
+    assert [s["op"] for s in diff.path["aligned"]] == ["same", "skipped", "skipped", "inserted"]
+    assert diff.cost["tokens_delta"] == -20  # b and c were skipped, so they count
+
+
+def test_a_finished_shorter_variant_skips_and_its_diff_keeps_the_spec_shape() -> None:
+    diff = diff_runs(_costed(["a", "b", "c"], "completed"), _costed(["a"], "completed"))
+    assert set(diff.wire()["path"]) == {"aligned", "inserted", "skipped"}
+    assert diff.cost["tokens_delta"] == -40
+
+
+def test_a_fork_that_fails_earlier_leaves_the_rest_of_the_base_unreached() -> None:
+    from forklab.engine.recording import run_recorded
+    from forklab.engine.scenarios import load_scenario
+
+    store = MemoryStore()
+    base = run_recorded(load_scenario("flaky-tool"), {"region": "us-west"}, store=store)
+    result = fork(base, at="start", change=change.input_patch({"region": "eu-west"}),
+                  store=store)
+
+    diff = result.diff
+    assert result.state is not None and result.state.status == "failed"
+    assert diff.path["not_reached"] == ["summarize"]
+    summarize = next(e for e in base.state.executions if e.node == "summarize")
+    variant_tokens = result.state.input_tokens + result.state.output_tokens
+    base_reached = (base.state.input_tokens + base.state.output_tokens
+                    - summarize.input_tokens - summarize.output_tokens)
+    assert diff.cost["tokens_delta"] == variant_tokens - base_reached
+    assert "summarize" not in diff.cost["per_node"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from("abcd"), min_size=1, max_size=12),
+       st.lists(st.sampled_from("abcde"), max_size=12),
+       st.sampled_from(["completed", "failed", "blocked", "cancelled"]))
+def test_not_reached_steps_are_base_steps_after_everything_the_variant_ran(
+        a: list[str], b: list[str], status: str) -> None:
+    base, variant = _costed(a, "completed"), _costed(b, status)
+    diff = diff_runs(base, variant)
+    aligned = diff.path["aligned"]
+    flagged = [i for i, s in enumerate(aligned) if s.get("not_reached")]
+    if status == "completed":
+        assert not flagged
+    if flagged:
+        assert flagged == list(range(flagged[0], len(aligned)))  # a suffix …
+        assert all(s["variant"] is None for s in aligned[flagged[0]:])  # … of base-only steps
+    reached_tokens = 20 * (len(a) - len(flagged))
+    assert diff.cost["tokens_delta"] == 20 * len(b) - reached_tokens

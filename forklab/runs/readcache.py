@@ -1,0 +1,170 @@
+"""Cached reads of whole run logs, folded states and comparisons (the dashboard's heavy reads).
+
+A finished run's log never changes, so what was read of it, the states folded from it and
+comparisons with another finished run are kept per process (LRU) and shared between callers:
+treat what these return as read-only. ``clear_caches`` forgets everything (benchmarks measure
+cold renders with it).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import orjson
+from django.db.models import TextField
+from django.db.models.functions import Cast
+
+from forklab.runs.errors import NotFound
+from forklab.runs.models import Run
+
+_EVENTS: OrderedDict[tuple[str, int], list[Any]] = OrderedDict()
+_EVENTS_LOCK = threading.Lock()
+EVENT_CACHE_RUNS = 8
+
+
+def run_events(run: Run, *, upto: int | None = None) -> list[Any]:
+    """The run's engine events (those with ``seq <= upto`` when given).
+
+    A finished run's log never changes, so what was read of it is kept (LRU over runs) and
+    extended on demand: a page that needs the first half of a long log reads only that half.
+    """
+    from forklab.runs.store import DjangoStore
+
+    key = (run.id, run.last_seq)
+    with _EVENTS_LOCK:
+        cached = _EVENTS.get(key)
+        if cached is not None:
+            _EVENTS.move_to_end(key)
+    known = cached[-1].seq if cached else 0
+    if cached is None or (known < run.last_seq and (upto is None or upto > known)):
+        more = DjangoStore(run.project).read(run.id, after=known, upto=upto)
+        cached = (cached or []) + more
+        if run.finished:
+            with _EVENTS_LOCK:
+                _EVENTS[key] = cached
+                while len(_EVENTS) > EVENT_CACHE_RUNS:
+                    _EVENTS.popitem(last=False)
+    if upto is None:
+        return cached
+    return [e for e in cached if e.seq <= upto] if cached and cached[0].seq != 1 else cached[:upto]
+
+
+_STATES: OrderedDict[tuple[str, int, int | None], Any] = OrderedDict()
+STATE_CACHE_SIZE = 6
+
+
+def state_at(run: Run, seq: int | None = None) -> Any:
+    """The run's folded state after event ``seq`` (its final state when None).
+
+    A finished run's states are cached (LRU) and shared between callers: treat the returned
+    state as read-only.
+    """
+    key = (run.id, run.last_seq, seq)
+    with _EVENTS_LOCK:
+        if key in _STATES:
+            _STATES.move_to_end(key)
+            return _STATES[key]
+    state = _fold_at(run, seq)
+    if run.finished:
+        with _EVENTS_LOCK:
+            _STATES[key] = state
+            while len(_STATES) > STATE_CACHE_SIZE:
+                _STATES.popitem(last=False)
+    return state
+
+
+def _fold_at(run: Run, seq: int | None) -> Any:
+    from forklab.engine.reducers import fold
+    from forklab.engine.state import RunState
+    from forklab.runs.models import FinalState
+
+    if run.finished and (seq is None or seq >= run.last_seq):
+        text = (FinalState.objects.filter(run_id=run.id, version=run.last_seq)
+                .values_list(Cast("state", TextField()), flat=True).first())
+        if text is not None:  # written with the finishing event: no fold needed
+            return RunState.from_wire(_decode(text), owned=True)  # just decoded: ours
+
+    events = run_events(run, upto=seq)
+    if not events:
+        raise NotFound(f"run {run.id!r} has no events (archived?)", run_id=run.id)
+    if events[0].seq != 1:
+        from forklab.runs.store import DjangoStore
+
+        snapshot = DjangoStore(run.project).load_snapshot(run.id)
+        if snapshot is None or (seq is not None and seq < snapshot.version):
+            raise NotFound(f"run {run.id!r} was compacted; seq {seq} is gone", run_id=run.id)
+        return fold([e for e in events if e.seq > snapshot.version and
+                     (seq is None or e.seq <= seq)], snapshot)
+    return fold(events)
+
+
+def _decode(text: str) -> Any:
+    """A stored state's JSON text, decoded by orjson (a 10,000-event run's final state is
+    megabytes: several times faster than the json module); json for what orjson refuses
+    (integers beyond 64 bits)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
+def clear_caches() -> None:
+    """Forget every cached log and state (benchmarks measure cold renders with it)."""
+    with _EVENTS_LOCK:
+        _EVENTS.clear()
+        _STATES.clear()
+        _COMPARISONS.clear()
+
+
+_COMPARISONS: OrderedDict[tuple[str, int, str, int], dict[str, Any]] = OrderedDict()
+
+
+def compare_runs(base: Run, variant: Run) -> dict[str, Any]:
+    """The RunDiff of two runs plus what the diff page shows with it: the variant's tail
+    calls with their provenance labels and the ``explain()`` block. No access check: callers
+    (the dashboard's views, a resolved share link) have done it. Two finished runs' comparison
+    is cached (LRU): treat it as read-only."""
+    key = (base.id, base.last_seq, variant.id, variant.last_seq)
+    with _EVENTS_LOCK:
+        if key in _COMPARISONS:
+            _COMPARISONS.move_to_end(key)
+            return _COMPARISONS[key]
+    result = _compare(base, variant)
+    if base.finished and variant.finished:
+        with _EVENTS_LOCK:
+            _COMPARISONS[key] = result
+            while len(_COMPARISONS) > STATE_CACHE_SIZE:
+                _COMPARISONS.popitem(last=False)
+    return result
+
+
+def _compare(base: Run, variant: Run) -> dict[str, Any]:
+    from forklab.engine.fork.changes import parse_change
+    from forklab.engine.fork.diff import diff_runs, format_run_diff
+
+    base_state, variant_state = state_at(base), state_at(variant)
+    changes = [parse_change(c).describe() for c in variant.fork_mutations or []]
+    diff = diff_runs(base_state, variant_state, changes=changes)
+    fork = variant_state.fork or {}
+    if fork.get("base_run_id") == base.id:
+        point = (_point_of(variant.id) or {}).get("point") or {}
+        where = point.get("label") or f"seq {variant.fork_sequence_id}"
+        header = (f"fork {variant.id} of {base.id} at seq {variant.fork_sequence_id} "
+                  f"({where})")
+    else:
+        header = f"compare {variant.id} with {base.id}"
+    calls = [c.to_wire() for c in variant_state.calls[fork.get("tail_from_call", 0):]]
+    return {"diff": diff.wire(), "explain": format_run_diff(diff, header), "calls": calls,
+            "inherited_executions": fork.get("prefix_executions", 0),
+            "base_state": base_state, "variant_state": variant_state}
+
+
+
+
+def _point_of(run_id: str) -> dict[str, Any] | None:
+    from forklab.runs.queries import forked_event
+
+    return forked_event(run_id)
