@@ -37,7 +37,7 @@ from forklab.engine.graph import (
     SubgraphNode,
     ToolNode,
 )
-from forklab.engine.oracle import HumanAnswer, NodeCall, NodeFailure
+from forklab.engine.oracle import HumanAnswer, NodeCall, NodeFailure, RecordedTool
 from forklab.engine.providers import ChatRequest
 from forklab.engine.tools import ToolContext
 
@@ -164,7 +164,7 @@ def _agent_node(runner: Runner, node: AgentNode, call: NodeCall) -> str | None:
 # -- tools -----------------------------------------------------------------------------------
 
 
-def _tool_writes(node: ToolNode, result: Any) -> dict[str, Any]:
+def tool_writes(node: ToolNode, result: Any) -> dict[str, Any]:
     if isinstance(result, dict) and result and set(result) <= set(node.writes):
         return result
     if len(node.writes) == 1:
@@ -194,10 +194,12 @@ def _tool_node(runner: Runner, node: ToolNode, call: NodeCall) -> str | None:
                               request_hash=fingerprint(args))
         raise
     _discard_reflections(runner, call, ctx)
-    runner._envelope_emit(ToolReturned, call, result=runner.env.redactor.redact(result),
-                          label=label)
+    recorded = isinstance(result, RecordedTool)
+    runner._envelope_emit(ToolReturned, call, label=label, result=(
+        result.result if recorded else runner.env.redactor.redact(result)))
+    writes = result.writes if recorded else tool_writes(node, result)
     tainted = reads_tainted(runner, call, untrusted=not node.trusted)
-    for key, value in sorted(_tool_writes(node, result).items()):  # key order: not stored
+    for key, value in sorted(writes.items()):  # key order: not stored
         write_memory(runner, call, key, value, tainted)
     return None
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from forklab.engine.errors import ForklabError
 from forklab.engine.graph import ApprovalNode, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.providers import ChatRequest
+from forklab.engine.redaction import contains_placeholder
 from forklab.engine.state import Execution
 from forklab.engine.tools import ToolContext
 
@@ -30,6 +31,31 @@ class NodeCall:
     iteration: int
     fingerprint: str
     reads: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedTool:
+    """A tool result served from a recording instead of a real call.
+
+    ``result`` is the result as the log recorded it — redacted (see ``engine.redaction``) —
+    and ``writes`` the memory writes the recorded execution made from the real result. The
+    node writes ``writes``, never values re-derived from ``result``, so serving a recording
+    cannot put a redaction placeholder into memory.
+    """
+
+    result: Any
+    writes: dict[str, Any]
+
+    @classmethod
+    def of(cls, execution: Execution, action: dict[str, Any]) -> Any:
+        """Serve ``action`` (a ``tool_result`` of ``execution``) as the recording holds it.
+
+        A failed execution made no writes: its plain result is served, so the node fails
+        again the same way (redaction keeps a value's shape).
+        """
+        if execution.status == "failed":
+            return action["result"]
+        return cls(result=action["result"], writes=dict(execution.writes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +222,7 @@ class ResumeOracle:
         self.inner = inner
         self.captures_reflections = inner.captures_reflections
         self._agents: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
-        self._tools: dict[tuple[str, int, str], list[Any]] = {}
+        self._tools: dict[tuple[str, int, str], list[tuple[Any, dict[str, Any]]]] = {}
         for execution in interrupted:
             pending_args: str | None = None
             for action in execution.actions:
@@ -206,7 +232,8 @@ class ResumeOracle:
                 elif action["type"] == "tool":
                     pending_args = action["args_hash"]
                 elif action["type"] == "tool_result" and pending_args is not None:
-                    self._tools.setdefault((*key, pending_args), []).append(action["result"])
+                    self._tools.setdefault((*key, pending_args), []).append(
+                        (action["result"], execution.writes))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -226,6 +253,18 @@ class ResumeOracle:
         from forklab.engine.canonical import fingerprint
 
         recorded = self._tools.get((call.node, call.occurrence, fingerprint(args)))
-        if recorded:
-            return recorded.pop(0), "reused"
-        return self.inner.tool(call, node, args, ctx)  # type: ignore[no-any-return]
+        if not recorded:
+            return self.inner.tool(call, node, args, ctx)  # type: ignore[no-any-return]
+        result, writes = recorded.pop(0)
+        if not contains_placeholder(result):
+            return result, "reused"  # the writes follow from the result exactly
+        from forklab.engine.nodes import tool_writes
+
+        if set(writes) == set(tool_writes(node, result)):
+            return RecordedTool(result=result, writes=dict(writes)), "reused"
+        if node.effect == "read":  # nothing outside changes: run it again for the real value
+            return self.inner.tool(call, node, args, ctx)  # type: ignore[no-any-return]
+        raise NodeFailure("recording_incomplete", (
+            f"write tool {node.id!r} ran before the process stopped, but its recorded result "
+            "was redacted and the stop lost some of its memory writes; it is not run twice — "
+            "fork the run before this node to decide what it should have written"))

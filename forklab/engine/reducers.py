@@ -394,6 +394,9 @@ def _complete_node(state: RunState, event: NodeCompleted) -> None:
 
 def _interrupt_node(state: RunState, event: NodeInterrupted) -> None:
     current = _current(state, event)
+    # Kept on the interrupted attempt for the record (never applied): resuming serves a
+    # redacted recorded tool result with the writes it really made.
+    current.writes, current.deletes = state.pending_writes, state.pending_deletes
     # The interrupted attempt's calls leave the totals: the re-execution records them again
     # (served back as ``reused``), and a call must count once.
     state.input_tokens -= current.input_tokens

@@ -10,9 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forklab.engine import Environment, MemoryStore, fork, parse_graph, run_recorded
+from forklab.engine import (
+    Environment,
+    MemoryStore,
+    change,
+    fork,
+    parse_graph,
+    replay,
+    run_recorded,
+)
 from forklab.engine.canonical import canonical_json
 from forklab.engine.providers import ChatRequest
+from forklab.engine.recording import resume_run
 from forklab.engine.redaction import (
     DEFAULT_KEYS,
     MASK_FAILED,
@@ -189,3 +198,93 @@ def test_an_environment_without_redaction_records_requests_as_sent() -> None:
 def test_contains_placeholder_finds_every_form(placeholder: str) -> None:
     assert contains_placeholder({"a": [f"x {placeholder} y"]})
     assert not contains_placeholder({"a": ["[redacted]"]})
+
+
+def _issue_token(args: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    return {"session": {"token": f"t-{args['user']}-secret", "user": args["user"]}}
+
+
+SECRET_TOOL = parse_graph({
+    "id": "login", "start": "login",
+    "nodes": [
+        {"id": "login", "kind": "tool", "tool": "tests.engine.login.issue", "effect": "write",
+         "reads": ["user"], "writes": ["session"]},
+        {"id": "greet", "kind": "agent", "agent": {"model": "scripted-small"},
+         "reads": ["session"], "writes": ["greeting"], "prompt": "Greet {session}"},
+    ],
+    "edges": [{"from": "login", "to": "greet"}],
+})
+
+
+def _login_env() -> Environment:
+    env = Environment()
+    env.tools.register("tests.engine.login.issue", _issue_token)
+    return env
+
+
+def test_a_redacted_tool_result_served_from_the_recording_writes_the_real_value() -> None:
+    store = MemoryStore()
+    recorded = run_recorded(SECRET_TOOL, {"user": "ada"}, store=store, env=_login_env())
+    returned = next(e for e in store.read(recorded.run_id) if e.type == "tool.returned")
+    assert returned.result == {"session": {"token": "[REDACTED]#1", "user": "ada"}}
+
+    guarded = fork(recorded, at="start", store=store, env=_login_env())  # write served, not run
+    memoized = fork(recorded, at="start", store=store, env=_login_env(),
+                    policy={"memoize": True, "side_effects": {"allow": ["login"]}},
+                    change=change.prompt("greet", "Be brief."))
+
+    for result in (guarded, memoized):
+        assert result.state is not None
+        assert result.state.memory["session"] == recorded.state.memory["session"]
+        assert not contains_placeholder(result.state.memory)
+
+
+def test_strict_replay_of_a_run_with_a_redacted_tool_result_does_not_diverge() -> None:
+    store = MemoryStore()
+    recorded = run_recorded(SECRET_TOOL, {"user": "ada"}, store=store, env=_login_env())
+
+    state = replay(recorded.run_id, store=store, strict=True, env=_login_env())
+
+    assert state.memory == recorded.state.memory
+
+
+def _interrupted_copy(recorded: Any, upto_type: str) -> MemoryStore:
+    """A store holding the recording up to (and including) its first ``upto_type`` event, as a
+    process killed right after appending it would leave it."""
+    events = recorded.store.read(recorded.run_id)
+    cut = next(e.seq for e in events if e.type == upto_type)
+    store = MemoryStore()
+    store.save_graph(SECRET_TOOL)
+    store.append(recorded.run_id, events[:cut], expected_seq=0)
+    return store
+
+
+def test_resuming_inside_a_write_tool_serves_its_redacted_result_with_the_real_writes() -> None:
+    counted: list[str] = []
+    env = _login_env()
+    env.tools.register("tests.engine.login.issue",
+                       lambda args, ctx: counted.append("login") or _issue_token(args, ctx))
+    recorded = run_recorded(SECRET_TOOL, {"user": "ada"}, store=MemoryStore(), env=_login_env())
+    store = _interrupted_copy(recorded, "memory.written")
+
+    resumed = resume_run(recorded.run_id, store=store, env=env)
+
+    assert counted == []  # the write tool is not executed twice
+    assert resumed.state.memory == recorded.state.memory
+
+
+def test_resuming_a_write_tool_whose_writes_were_lost_fails_it_instead_of_running_it_twice() -> None:
+    counted: list[str] = []
+    env = _login_env()
+    env.tools.register("tests.engine.login.issue",
+                       lambda args, ctx: counted.append("login") or _issue_token(args, ctx))
+    recorded = run_recorded(SECRET_TOOL, {"user": "ada"}, store=MemoryStore(), env=_login_env())
+    store = _interrupted_copy(recorded, "tool.returned")
+
+    resumed = resume_run(recorded.run_id, store=store, env=env)
+
+    assert counted == []
+    assert resumed.state.status == "failed"
+    assert resumed.state.error is not None
+    assert resumed.state.error["type"] == "recording_incomplete"
+    assert not contains_placeholder(resumed.state.memory)

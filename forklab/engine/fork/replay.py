@@ -25,6 +25,7 @@ from forklab.engine.oracle import (
     HumanAnswer,
     NodeCall,
     NodeFailure,
+    RecordedTool,
     Served,
 )
 from forklab.engine.providers import ChatRequest
@@ -97,7 +98,7 @@ class RecordedOracle:
         ex = self._exec(call)
         for action in ex.actions:
             if action["type"] == "tool_result":
-                return action["result"], action["label"]
+                return RecordedTool.of(ex, action), action["label"]
             if action["type"] == "call_failed":
                 raise _recorded_failure(action)
         error = ex.error or {"type": "missing_context", "message": "no recorded tool result"}

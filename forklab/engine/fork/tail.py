@@ -45,6 +45,7 @@ from forklab.engine.oracle import (
     LiveOracle,
     NodeCall,
     NodeFailure,
+    RecordedTool,
     Served,
 )
 from forklab.engine.providers import ChatRequest, PriceTable
@@ -203,7 +204,7 @@ class ForkOracle:
             return self.tools[node.id], "simulated"
         if node.effect == "write" and not self.policy.allows(node.id):
             ex = self._guard(call, args)
-            return _reused_result(ex, "tool_result")["result"], "reused"
+            return RecordedTool.of(ex, _reused_result(ex, "tool_result")), "reused"
         args_hash = fingerprint(args)
         recorded_hash, outcome = self.recording.tool_call(node.id, call.occurrence)
         if self.memoize and outcome is not None and recorded_hash == args_hash:
@@ -211,7 +212,8 @@ class ForkOracle:
                 error = outcome["error"]
                 raise NodeFailure(str(error.get("type")), str(error.get("message")),
                                   label="reused")
-            return outcome["result"], "reused"
+            ex = self.recording.by_occurrence[(node.id, call.occurrence)]
+            return RecordedTool.of(ex, outcome), "reused"
         label = self._label(node.id, None, None, recorded_hash, args_hash)
         self.spend.before(node.id, 0.0)
         try:
