@@ -149,7 +149,13 @@ def build_matrix() -> MatrixWorld:
     store.save_graph(graph)
     prim = primaries(store, graph, admin)
     forks = forks_of(store, admin, prim["completed"], "matrix-forks")
-    fofs = forks_of(store, admin, forks["completed"], "matrix-fofs")
+    # The forks of forks descend from a fork whose gate a person answered: a fork's
+    # human_response change stays active in its descendants' tails (SPEC §3.2, changes
+    # combined), so below forks["completed"] no gate would ever pause.
+    answered = _fork(store, prim["completed"], "matrix-fof-base", at="start", hitl=approve,
+                     label="answered", change={"kind": "prompt", "target": "plan",
+                                               "system_prompt": "Plan it in one line."})
+    fofs = forks_of(store, admin, answered, "matrix-fofs")
     memo = _fork(store, prim["completed"], "matrix-forks", at="start", label="memo",
                  policy={"memoize": True}, change={"kind": "prompt", "target": "summary",
                                                    "system_prompt": "Say it in one word."})
@@ -161,7 +167,7 @@ def build_matrix() -> MatrixWorld:
     cases: dict[str, Case] = {}
     for kind, runs, base in (("primary", prim, prim["completed"]),
                              ("fork", forks, prim["completed"]),
-                             ("fork_of_fork", fofs, forks["completed"])):
+                             ("fork_of_fork", fofs, answered)):
         for status, run_id in runs.items():
             case = Case(kind=kind, status=status, run=run_id, compare_to=base)
             case.shares = _shares(admin, case)
