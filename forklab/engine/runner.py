@@ -36,6 +36,7 @@ from forklab.engine.events import (
     RunStarted,
 )
 from forklab.engine.graph import END, GraphSpec
+from forklab.engine.inputs import check_json_value
 from forklab.engine.oracle import (
     Blocked,
     BudgetExceeded,
@@ -126,6 +127,7 @@ class Runner:
         self, input: dict[str, Any], *, run_kind: str = "primary", label: str = "",
         parent_run_id: str | None = None,
     ) -> RunState:
+        check_json_value(input, where="input")  # refused before anything is appended
         version = self.graph_version or self.store.save_graph(self.graph)
         self.graph_version = version
         self.emit(RunStarted, graph_id=self.graph.id, graph_version=version,
