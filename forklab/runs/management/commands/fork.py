@@ -37,10 +37,8 @@ def add_policy_flags(parser: CommandParser) -> None:
 
 def policy_and_budget(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     cost = options["max_cost_usd"]
-    try:
-        max_cost = None if str(cost).lower() == "none" else float(cost)
-    except ValueError:
-        raise cli.InvalidArgument(f"--max-cost-usd takes a number or 'none'; got {cost!r}") from None
+    max_cost = None if str(cost).lower() == "none" else cli.finite(cost, "--max-cost-usd",
+                                                                   "a number or 'none'")
     return ({"side_effects": cli.side_effects(options["side_effects"]),
              "memoize": options["memoize"]},
             {"max_live_calls": options["max_live_calls"], "max_cost_usd": max_cost})
