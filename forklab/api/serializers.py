@@ -233,6 +233,9 @@ class ForkSerializer(RunSerializer):
     state = s.ChoiceField(choices=FORK_STATES)
     not_run_reason = nullable_str(help_text="the error code when state is not_run")
     cancel_requested = s.BooleanField()
+    queue_position = nullable_int(help_text="while queued: 0 a worker is starting it, 1 next "
+                                            "to start, N waits behind N-1 (the deployment's "
+                                            "whole queue counts); null otherwise")
     base_run_id = nullable_str()
     changes = s.ListField(child=JSON_OBJECT())
     effective_fork_sequence_id = nullable_int()

@@ -1,12 +1,13 @@
 from django.urls import path
 
-from forklab.web.views import compare, forks, home, live, runs, shares, sweeps
+from forklab.web.views import compare, forks, home, live, removal, runs, shares, sweeps
 
 urlpatterns = [
     path("", home.home, name="home"),
     path("healthz", home.healthz, name="healthz"),
     path("projects/switch/", home.switch_project, name="switch-project"),
     path("runs/<str:run_id>/", runs.run_page, name="run"),
+    path("runs/<str:run_id>/delete/", removal.delete_run, name="run-delete"),
     path("runs/<str:run_id>/fork/", forks.compose, name="compose"),
     path("runs/<str:run_id>/fork/preflight/", forks.preflight, name="preflight"),
     path("runs/<str:run_id>/sweep/", sweeps.launch, name="sweep-launch"),
