@@ -377,6 +377,9 @@ INSTALLED_APPS += ["drf_spectacular_sidecar"]
 
 FORKLAB_PRICES = envprices("FORKLAB_PRICES")
 FORKLAB_TOOL_MODULES = envlist("FORKLAB_TOOL_MODULES")
+# Dotted paths of extra model providers (a class or factory called with no argument), each
+# registered under its `name` — which may replace the built-in `scripted`.
+FORKLAB_PROVIDERS = envlist("FORKLAB_PROVIDERS")
 FORKLAB_OPENAI_BASE_URL = os.environ.get("FORKLAB_OPENAI_BASE_URL", "")
 FORKLAB_OPENAI_API_KEY = os.environ.get("FORKLAB_OPENAI_API_KEY", "")
 FORKLAB_OPENAI_TIMEOUT_S = envint("FORKLAB_OPENAI_TIMEOUT_S", 60, minimum=1)

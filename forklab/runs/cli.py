@@ -108,8 +108,10 @@ def point(text: str | None) -> Any:
     return None if text is None else parse_point(text)
 
 
-def store_for(run_id: str) -> tuple[Run, DjangoStore]:
+def store_for(run_id: str, *, lease: str | None = None) -> tuple[Run, DjangoStore]:
+    """The run and a store of its project; with ``lease``, the runs the command creates are
+    leased to it (``forklab.runs.leases.held``), so a killed command's fork is recovered."""
     run = Run.objects.select_related("project").filter(pk=run_id).first()
     if run is None:
         raise NotFound(f"no run {run_id!r}; list runs with: manage.py runs", run_id=run_id)
-    return run, DjangoStore(run.project)
+    return run, DjangoStore(run.project, lease=lease)

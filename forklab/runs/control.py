@@ -86,5 +86,6 @@ def answer(*, user: User, run_id: str, spec: AnswerSpec) -> Run:
         run.work = {"task": "answer", "at_seq": run.last_seq,
                     "answer": {**spec.model_dump(mode="json"), "answered_by": answered_by}}
         run.save(update_fields=["work"])
-        transaction.on_commit(lambda: tasks.enqueue_answer(run_id, run.work or {}))
+        stored = dict(run.work["answer"])
+        transaction.on_commit(lambda: tasks.enqueue_answer(run_id, stored))
     return run

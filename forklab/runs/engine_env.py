@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.utils.module_loading import import_string
 
 from forklab.engine.environment import Environment
 from forklab.engine.providers import OpenAICompatibleProvider, PriceTable, ProviderRegistry
@@ -10,8 +11,9 @@ from forklab.engine.tools import DEFAULT_TOOL_PREFIXES, ToolRegistry
 
 
 def build_environment() -> Environment:
-    """Providers (scripted always; openai when FORKLAB_OPENAI_BASE_URL is set), the price
-    table extended by FORKLAB_PRICES, and tools allowed under FORKLAB_TOOL_MODULES."""
+    """Providers (scripted always; openai when FORKLAB_OPENAI_BASE_URL is set; each of
+    FORKLAB_PROVIDERS, registered under its ``name``), the price table extended by
+    FORKLAB_PRICES, and tools allowed under FORKLAB_TOOL_MODULES."""
     providers = ProviderRegistry()
     if settings.FORKLAB_OPENAI_BASE_URL:
         providers.register(OpenAICompatibleProvider(
@@ -19,6 +21,8 @@ def build_environment() -> Environment:
             api_key=settings.FORKLAB_OPENAI_API_KEY or None,
             timeout_s=float(settings.FORKLAB_OPENAI_TIMEOUT_S),
         ))
+    for path in settings.FORKLAB_PROVIDERS:  # custom providers (may replace "scripted")
+        providers.register(import_string(path)())
     # "acme.tools" allows acme.tools.send, never acme.toolsmith.*
     extra = [p if p.endswith(".") else f"{p}." for p in settings.FORKLAB_TOOL_MODULES]
     prefixes = [*DEFAULT_TOOL_PREFIXES, *extra]

@@ -117,7 +117,8 @@ def _start(run: Run, store: DjangoStore) -> str:
         from forklab.runs.specs import ForkSpec
 
         spec = ForkSpec.model_validate(work["spec"])
-        plan = plan_for(spec, run.project)
+        base = Run.objects.select_related("project").filter(pk=spec.base_run).first()
+        plan = plan_for(spec, run.project, base)
         kwargs = _runner_kwargs(run)
         del kwargs["env"]
         runner = run_plan(plan, run_id=run.id, label=spec.label, store=store,

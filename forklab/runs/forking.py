@@ -21,7 +21,7 @@ from forklab.engine.fork.lifecycle import Case as EngineCase
 from forklab.engine.fork.lifecycle import promote, run_case, save_case
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
 from forklab.engine.reducers import fold
-from forklab.runs import queries, tasks
+from forklab.runs import bases, queries, tasks
 from forklab.runs.access import User, require_fork_rights, require_role
 from forklab.runs.control import answer as answer
 from forklab.runs.control import cancel as cancel
@@ -45,10 +45,15 @@ def _check_fork_rights(user: User, project: Project, spec: ForkSpec | SweepSpec)
                         budget=spec.budget.explicit(), ignore_budget=spec.ignore_budget)
 
 
-def plan_for(spec: ForkSpec, project: Project) -> Any:
-    """The engine's ForkPlan for a request (no calls; raises the engine's fork errors)."""
+def plan_for(spec: ForkSpec, project: Project, base: Run | None = None) -> Any:
+    """The engine's ForkPlan for a request (no calls; raises the engine's fork errors).
+
+    With the base's row, the base comes from the per-process cache of loaded finished runs
+    (``forklab.runs.bases``): a burst of forks of one run loads its log once.
+    """
+    source: Any = bases.loaded(base) if base is not None else spec.base_run
     return prepare_fork(
-        spec.base_run, at=spec.at, change=spec.changes, policy=spec.policy.wire(),
+        source, at=spec.at, change=spec.changes, policy=spec.policy.wire(),
         budget=spec.budget.wire(), ignore_budget=spec.ignore_budget, source=spec.source,
         store=DjangoStore(project), env=build_environment(), graph_version=spec.graph_version)
 
@@ -58,7 +63,7 @@ def preflight(*, user: User, spec: ForkSpec) -> dict[str, Any]:
     base = _base_run(user, spec.base_run)
     _check_fork_rights(user, base.project, spec)
     _require_finished(base)
-    return dict(plan_for(spec, base.project).preflight())
+    return dict(plan_for(spec, base.project, base).preflight())
 
 
 def _require_finished(run: Run) -> None:
@@ -88,9 +93,9 @@ def start_fork(*, user: User, spec: ForkSpec) -> StartedFork:
     if known is not None:
         return StartedFork(run=known, created=False)
     _require_finished(base)
-    plan = plan_for(spec, project)  # every validation error surfaces here, before any write
+    plan = plan_for(spec, project, base)  # every validation error surfaces here, first
     run_id = spec.run_id or uuid.uuid4().hex
-    if Run.objects.filter(pk=run_id).exists():
+    if spec.run_id and Run.objects.filter(pk=run_id).exists():
         raise InvalidRequest(f"run id {run_id!r} is taken; choose another or omit run_id",
                              field="run_id")
     try:
@@ -165,7 +170,7 @@ def start_sweep(*, user: User, spec: SweepSpec) -> str:
         one = ForkSpec(base_run=spec.base_run, at=spec.at, changes=_as_list(changes),
                        policy=spec.policy, budget=spec.budget, label=name,
                        ignore_budget=spec.ignore_budget)
-        plans[name] = (one, plan_for(one, base.project))
+        plans[name] = (one, plan_for(one, base.project, base))
     run_ids = {}
     with transaction.atomic():
         for name, (one, plan) in plans.items():

@@ -2,19 +2,24 @@
 
 Path segments (run ids), query parameters and form fields reach database filters and inserts
 as they are; a NUL character in any of them makes PostgreSQL raise, and a lone surrogate
-cannot be encoded. This refuses such a request before any view runs: ``invalid_input`` as
-the API's JSON error body under ``/api/``, a plain-text 400 elsewhere. (JSON bodies are
-checked by the API's parser, ``forklab.api.inputs.BoundedJSONParser``.)
+cannot be encoded; and a form's JSON editor field nested thousands deep would make the
+form's parser recurse past Python's limit. This refuses such a request before any view
+runs: ``invalid_input`` as the API's JSON error body under ``/api/``, a plain-text 400
+elsewhere. (JSON bodies are checked by the API's parser,
+``forklab.api.inputs.BoundedJSONParser``; JSON values a form carries, once parsed, by
+``specs.parse``.)
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 
 from forklab.engine.errors import InvalidInput
-from forklab.engine.inputs import check_json_value
+from forklab.engine.inputs import check_json_text, check_json_value, loads
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
@@ -39,8 +44,25 @@ def check_request(request: HttpRequest) -> None:
     """Raise ``InvalidInput`` for a path, query parameter or form field holding NUL or an
     unencodable character."""
     check_json_value(request.path, where="the URL path")
-    for name, values in request.GET.lists():
-        check_json_value([name, *values], where=f"query parameter {name[:40]!r}")
+    _check_fields(request.GET, "query parameter")
     if request.method == "POST" and request.content_type in FORM_TYPES:
-        for name, values in request.POST.lists():
-            check_json_value([name, *values], where=f"form field {name[:40]!r}")
+        _check_fields(request.POST, "form field", json_editors=True)
+
+
+def _check_fields(data: QueryDict, what: str, *, json_editors: bool = False) -> None:
+    for name, values in data.lists():
+        check_json_value(name, where=f"a {what} name")
+        where = f"{what} {name[:40]!r}"
+        for value in values:
+            check_json_value(value, where=where)
+            if json_editors and value.lstrip()[:1] in ("[", "{"):
+                _check_json_editor(value, where)
+
+
+def _check_json_editor(text: str, where: str) -> None:
+    """A form's JSON editor text: too deep to parse safely, or holding NaN, NUL or a lone
+    surrogate once parsed (``\\ud800`` escapes), is refused here; malformed JSON is left
+    for the form to report next to its field."""
+    check_json_text(text, where=where)
+    with contextlib.suppress(json.JSONDecodeError):
+        loads(text, where=where)

@@ -27,7 +27,7 @@ import uuid
 from datetime import datetime
 
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
 from forklab.runs import leases, task_backends
@@ -105,6 +105,8 @@ class Supervisor:
             try:
                 close_old_connections()
                 sweep()
+            except DatabaseError as exc:  # not migrated yet, or the database is away
+                log.warning("recovery sweep failed: %s", exc)
             except Exception:  # a failed sweep is retried at the next interval
                 log.warning("recovery sweep failed", exc_info=True)
             finally:

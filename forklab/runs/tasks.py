@@ -48,8 +48,25 @@ def execute_fork(run_id: str, spec: dict[str, Any] | None = None) -> str:
 
 @task
 def continue_fork(run_id: str, answer: dict[str, Any] | None = None) -> str:
-    """Apply the answer stored for the gate a paused run waits at, and run on."""
+    """Apply the answer stored for the gate a paused run waits at, and run on.
+
+    ``answer`` is kept on the row already (``control.answer``); a task enqueued by an older
+    version carries it only here, so it is stored first when the gate has none.
+    """
+    if answer:
+        _store_answer(run_id, answer)
     return claim_and_drive(run_id)
+
+
+def _store_answer(run_id: str, answer: dict[str, Any]) -> None:
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        work = (run.work or {}) if run is not None else {}
+        if run is None or run.status != RunStatus.PAUSED or (
+                work.get("task") == "answer" and work.get("at_seq") == run.last_seq):
+            return
+        run.work = {"task": "answer", "at_seq": run.last_seq, "answer": answer}
+        run.save(update_fields=["work"])
 
 
 @task
