@@ -17,7 +17,8 @@ a token (no ``Origin``: a script) and reads until the final status. Printed per 
   scale-out (ratio = target / p95, >= 1.00 meets it);
 - time to drain: from the first request until every viewer saw its fork finish;
 - events lost: for every fork, the seqs of its log (read back over the API) that its viewer
-  never received — must be 0 — and duplicates (must be 0);
+  never received — must be 0 — and duplicates (must be 0), across the reconnects a viewer
+  makes when its connection fails (counted);
 - the forks' final states, and the largest queue position reported at accept.
 
 Nothing is asserted; figures are printed (a table, then one JSON line). The script stops by
@@ -168,6 +169,7 @@ class Fork:
     queue_position: int | None = None
     seen: list[int] = field(default_factory=list)
     final: str | None = None
+    reconnects: int = 0
     log: list[int] = field(default_factory=list)
 
 
@@ -187,20 +189,31 @@ async def request_fork(client: Any, port: int, token: str, base: str, fork: Fork
 
 
 async def view(port: int, token: str, fork: Fork, deadline: float) -> None:
-    """A script's websocket: token header, no Origin; every event until the final status."""
-    from websockets.asyncio.client import connect
+    """A script's websocket: token header, no Origin; every event until the final status.
 
-    url = f"ws://127.0.0.1:{port}/ws/runs/{fork.run_id}/?after=0"
-    async with connect(url, additional_headers={"Authorization": f"Token {token}"},
-                       open_timeout=60, max_size=None) as ws:
-        while fork.final is None:
-            raw = await asyncio.wait_for(ws.recv(), timeout=max(1.0, deadline - time.monotonic()))
-            message = json.loads(raw)
-            if message.get("type") == "stream.status":
-                if message["status"] in FINAL:
-                    fork.final = message["status"]
-            else:
-                fork.seen.append(message["seq"])
+    Like the dashboard's client, a viewer whose connection fails or drops reconnects with
+    ``after=<last seq it received>`` (counted in ``reconnects``): nothing may be lost or
+    repeated across it.
+    """
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidHandshake, InvalidMessage, WebSocketException
+
+    while fork.final is None and time.monotonic() < deadline:
+        after = fork.seen[-1] if fork.seen else 0
+        url = f"ws://127.0.0.1:{port}/ws/runs/{fork.run_id}/?after={after}"
+        try:
+            async with connect(url, additional_headers={"Authorization": f"Token {token}"},
+                               open_timeout=60, max_size=None) as ws:
+                while fork.final is None:
+                    left = max(1.0, deadline - time.monotonic())
+                    message = json.loads(await asyncio.wait_for(ws.recv(), timeout=left))
+                    if message.get("type") != "stream.status":
+                        fork.seen.append(message["seq"])
+                    elif message["status"] in FINAL:
+                        fork.final = message["status"]
+        except (InvalidHandshake, InvalidMessage, WebSocketException, OSError):
+            fork.reconnects += 1
+            await asyncio.sleep(0.2)
 
 
 async def read_log(client: Any, port: int, token: str, fork: Fork) -> None:
@@ -254,6 +267,7 @@ def figures(items: list[Fork], viewers: int, drained: float) -> dict[str, Any]:
         if accepted else None, "drain_s": round(drained, 2), "viewers": len(watched),
         "events_streamed": sum(len(f.seen) for f in watched), "events_lost": lost,
         "duplicates": duplicates, "final": finals,
+        "reconnects": sum(f.reconnects for f in watched),
         "max_queue_position": max((f.queue_position or 0) for f in items),
     }
 
@@ -305,7 +319,7 @@ def drop_database(server_url: str, name: str) -> None:
 
 def print_table(results: list[dict[str, Any]]) -> None:
     header = ["deployment", "accepted", "p50 ms", "p95 ms", "max ms", "ratio", "drain s",
-              "events", "lost", "dupes", "final", "max queue pos"]
+              "events", "lost", "dupes", "reconnects", "final", "max queue pos"]
     rows = []
     for r in results:
         ratio = (f"{1000 / r['accept_p95_ms']:.2f}" if r["deployment"] == "scale"
@@ -314,7 +328,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
                      f"{r['accepted']}/{r['requests']}", str(r["accept_p50_ms"]),
                      str(r["accept_p95_ms"]), str(r["accept_max_ms"]), ratio,
                      str(r["drain_s"]), str(r["events_streamed"]), str(r["events_lost"]),
-                     str(r["duplicates"]), json.dumps(r["final"]),
+                     str(r["duplicates"]), str(r["reconnects"]), json.dumps(r["final"]),
                      str(r["max_queue_position"])])
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for line in [header, ["-" * w for w in widths], *rows]:

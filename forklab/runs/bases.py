@@ -4,7 +4,7 @@ base run's log on every request of a burst.
 A finished run's log does not change, so its loaded form (``engine.fork.core.BaseRun``: the
 events, the folded final state, the index of node executions, the graph) is kept in a small
 per-process LRU keyed by ``(run id, last seq, archived)``; a hit is shared read-only and gets
-a fresh engine environment. Unfinished runs are loaded every time (and refused by the
+the caller's engine environment. Unfinished runs are loaded every time (and refused by the
 engine).
 """
 
@@ -14,8 +14,8 @@ import threading
 from collections import OrderedDict
 from dataclasses import replace
 
+from forklab.engine.environment import Environment
 from forklab.engine.fork.core import BaseRun, load_base
-from forklab.runs.engine_env import build_environment
 from forklab.runs.models import Run
 from forklab.runs.store import DjangoStore
 
@@ -24,16 +24,17 @@ _cache: OrderedDict[tuple[str, int, bool], BaseRun] = OrderedDict()
 _lock = threading.Lock()
 
 
-def loaded(run: Run) -> BaseRun:
-    """``run`` loaded as a fork base (``load_base``'s errors for a run that cannot be one)."""
+def loaded(run: Run, env: Environment) -> BaseRun:
+    """``run`` loaded as a fork base, with ``env`` (``load_base``'s errors for a run that
+    cannot be one)."""
     key = (str(run.pk), int(run.last_seq), bool(run.archived))
     with _lock:
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
     if hit is not None:
-        return replace(hit, env=build_environment())
-    base = load_base(run.pk, store=DjangoStore(run.project), env=build_environment())
+        return replace(hit, env=env)
+    base = load_base(run.pk, store=DjangoStore(run.project), env=env)
     if run.finished:
         with _lock:
             _cache[key] = base

@@ -51,11 +51,12 @@ def plan_for(spec: ForkSpec, project: Project, base: Run | None = None) -> Any:
     With the base's row, the base comes from the per-process cache of loaded finished runs
     (``forklab.runs.bases``): a burst of forks of one run loads its log once.
     """
-    source: Any = bases.loaded(base) if base is not None else spec.base_run
+    env = build_environment()
+    source: Any = bases.loaded(base, env) if base is not None else spec.base_run
     return prepare_fork(
         source, at=spec.at, change=spec.changes, policy=spec.policy.wire(),
         budget=spec.budget.wire(), ignore_budget=spec.ignore_budget, source=spec.source,
-        store=DjangoStore(project), env=build_environment(), graph_version=spec.graph_version)
+        store=DjangoStore(project), env=env, graph_version=spec.graph_version)
 
 
 def preflight(*, user: User, spec: ForkSpec) -> dict[str, Any]:
@@ -138,7 +139,7 @@ def _queued_fork(run_id: str, base: Run, plan: Any, spec: ForkSpec, user: User,
     """The queued fork row, holding its request (``work``) so lost work can be redone."""
     return Run.objects.create(
         work={"task": "fork", "spec": spec.model_dump(mode="json")},
-        id=run_id, project=base.project, graph_version=base.graph_version,
+        id=run_id, project=base.project, graph_version_id=base.graph_version_id,
         graph_slug=base.graph_slug, graph_version_number=base.graph_version_number,
         run_kind=RunKind.COUNTERFACTUAL, status=RunStatus.QUEUED, label=spec.label,
         created_by=user if user.is_authenticated else None, parent_run=base,

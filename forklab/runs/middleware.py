@@ -15,8 +15,11 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable
+from typing import Any
 
+from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.utils.decorators import sync_and_async_middleware
 
 from forklab.engine.errors import InvalidInput
 from forklab.engine.inputs import check_json_text, check_json_value, loads
@@ -24,20 +27,33 @@ from forklab.engine.inputs import check_json_text, check_json_value, loads
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
-def refuse_unstorable_input(get_response: Callable[[HttpRequest], HttpResponse],
-                            ) -> Callable[[HttpRequest], HttpResponse]:
+@sync_and_async_middleware
+def refuse_unstorable_input(get_response: Callable[[HttpRequest], Any]) -> Callable[..., Any]:
+    """The checks are plain CPU work on a request whose body is already read, so they run
+    inline in both modes (no thread hop under ASGI)."""
+    if iscoroutinefunction(get_response):
+        async def async_middleware(request: HttpRequest) -> HttpResponse:
+            return refusal(request) or await get_response(request)
+
+        return async_middleware
+
     def middleware(request: HttpRequest) -> HttpResponse:
-        try:
-            check_request(request)
-        except InvalidInput as exc:
-            if request.path.startswith("/api/"):
-                return JsonResponse({"code": exc.code, "detail": exc.message,
-                                     "path": exc.context.get("path")}, status=400)
-            return HttpResponse(f"400 Bad Request: {exc.message}\n", status=400,
-                                content_type="text/plain; charset=utf-8")
-        return get_response(request)
+        return refusal(request) or get_response(request)
 
     return middleware
+
+
+def refusal(request: HttpRequest) -> HttpResponse | None:
+    """The 400 for a request holding what no store can keep; None for any other."""
+    try:
+        check_request(request)
+    except InvalidInput as exc:
+        if request.path.startswith("/api/"):
+            return JsonResponse({"code": exc.code, "detail": exc.message,
+                                 "path": exc.context.get("path")}, status=400)
+        return HttpResponse(f"400 Bad Request: {exc.message}\n", status=400,
+                            content_type="text/plain; charset=utf-8")
+    return None
 
 
 def check_request(request: HttpRequest) -> None:
