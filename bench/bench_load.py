@@ -10,11 +10,14 @@ Two deployments, both on loopback only, both started and stopped by this script:
 A base run of a four-step chain graph (every step a scripted model call with
 ``--latency-ms`` of simulated latency) is recorded first. Then ``--forks`` fork requests
 (each a different input patch, so every tail makes four live calls) are sent at once, spread
-over the web processes; as each is accepted a viewer opens ``/ws/runs/<fork>/?after=0`` with
-a token (no ``Origin``: a script) and reads until the final status. Printed per deployment:
+over the web processes; once all are answered a viewer per fork opens
+``/ws/runs/<fork>/?after=0`` with a token (no ``Origin``: a script) and reads until the final
+status (from seq 0: starting after the burst loses nothing). Printed per deployment:
 
 - accept latency (p50, p95, max) of ``POST /api/v1/forks/`` — **target p95 <= 1 s** in
-  scale-out (ratio = target / p95, >= 1.00 meets it);
+  scale-out (ratio = target / p95, >= 1.00 meets it), and the CPU the web processes spent
+  per accepted request (from /proc: a figure that does not depend on what else the machine
+  runs, unlike the latencies);
 - time to drain: from the first request until every viewer saw its fork finish;
 - events lost: for every fork, the seqs of its log (read back over the API) that its viewer
   never received — must be 0 — and duplicates (must be 0), across the reconnects a viewer
@@ -127,6 +130,9 @@ class Deployment:
             self._spawn(f"worker-{i}", [PYTHON, "manage.py", "db_worker", "--no-reload",
                                         "--interval", "0.05", "--no-startup-delay"])
 
+    def web_pids(self) -> list[int]:
+        return [p.pid for p in self.processes[:self.webs]]
+
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = (self.logs / f"{self.name}-{name}.log").open("wb")
         self.processes.append(subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log,
@@ -223,8 +229,20 @@ async def read_log(client: Any, port: int, token: str, fork: Fork) -> None:
     fork.log = [event["seq"] for event in response.json()["results"]]
 
 
-async def burst(ports: list[int], token: str, base: str, forks: int, viewers: int,
-                deadline_s: float) -> dict[str, Any]:
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time the processes used so far (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+async def burst(ports: list[int], web_pids: list[int], token: str, base: str, forks: int,
+                viewers: int, deadline_s: float) -> dict[str, Any]:
+    """All requests at once; then a viewer per accepted fork (from seq 0, so starting after
+    the burst loses nothing) until every fork finished."""
     import httpx
 
     deadline = time.monotonic() + deadline_s
@@ -232,22 +250,21 @@ async def burst(ports: list[int], token: str, base: str, forks: int, viewers: in
     gate = asyncio.Event()
     limits = httpx.Limits(max_connections=forks * 2, max_keepalive_connections=forks * 2)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        watchers: list[asyncio.Task[None]] = []
-
-        async def accept_then_watch(fork: Fork) -> None:
-            port = ports[fork.index % len(ports)]
-            await request_fork(client, port, token, base, fork, gate)
-            if fork.run_id and fork.index < viewers:
-                await view(port, token, fork, deadline)
-
-        tasks = [asyncio.create_task(accept_then_watch(f)) for f in items]
+        requests = [asyncio.create_task(request_fork(
+            client, ports[f.index % len(ports)], token, base, f, gate)) for f in items]
         await asyncio.sleep(0.2)  # every request is parked at the gate: release them at once
+        cpu_before = cpu_seconds(web_pids)
         first = time.perf_counter()
         gate.set()
-        await asyncio.gather(*tasks, *watchers)
+        await asyncio.gather(*requests)
+        web_cpu = cpu_seconds(web_pids) - cpu_before
+        await asyncio.gather(*(view(ports[f.index % len(ports)], token, f, deadline)
+                               for f in items if f.run_id and f.index < viewers))
         drained = time.perf_counter() - first
         await asyncio.gather(*(read_log(client, ports[0], token, f) for f in items if f.run_id))
-    return figures(items, viewers, drained)
+    result = figures(items, viewers, drained)
+    result["web_cpu_ms_per_accept"] = round(web_cpu * 1000 / max(1, result["accepted"]), 1)
+    return result
 
 
 def figures(items: list[Fork], viewers: int, drained: float) -> dict[str, Any]:
@@ -293,8 +310,8 @@ def run_deployment(name: str, args: argparse.Namespace, logs: Path) -> dict[str,
         world = json.loads(seeded.stdout.strip().splitlines()[-1])
         deployment.start()
         asyncio.run(wait_healthy(deployment.ports, time.monotonic() + 90))
-        result = asyncio.run(burst(deployment.ports, world["token"], world["base"],
-                                   args.forks, args.viewers, args.deadline))
+        result = asyncio.run(burst(deployment.ports, deployment.web_pids(), world["token"],
+                                   world["base"], args.forks, args.viewers, args.deadline))
         return {"deployment": name, "web": webs, "workers": workers or "threads", **result}
     finally:
         deployment.stop()
@@ -318,8 +335,8 @@ def drop_database(server_url: str, name: str) -> None:
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
-    header = ["deployment", "accepted", "p50 ms", "p95 ms", "max ms", "ratio", "drain s",
-              "events", "lost", "dupes", "reconnects", "final", "max queue pos"]
+    header = ["deployment", "accepted", "p50 ms", "p95 ms", "max ms", "ratio", "web CPU ms/accept",
+              "drain s", "events", "lost", "dupes", "reconnects", "final", "max queue pos"]
     rows = []
     for r in results:
         ratio = (f"{1000 / r['accept_p95_ms']:.2f}" if r["deployment"] == "scale"
@@ -327,7 +344,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
         rows.append([f"{r['deployment']} ({r['web']} web, {r['workers']} workers)",
                      f"{r['accepted']}/{r['requests']}", str(r["accept_p50_ms"]),
                      str(r["accept_p95_ms"]), str(r["accept_max_ms"]), ratio,
-                     str(r["drain_s"]), str(r["events_streamed"]), str(r["events_lost"]),
+                     str(r["web_cpu_ms_per_accept"]), str(r["drain_s"]), str(r["events_streamed"]), str(r["events_lost"]),
                      str(r["duplicates"]), str(r["reconnects"]), json.dumps(r["final"]),
                      str(r["max_queue_position"])])
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
@@ -346,6 +363,7 @@ def main() -> None:
     parser.add_argument("--postgres", default="postgres://postgres@127.0.0.1:5432/postgres",
                         help="PostgreSQL server URL (a scratch database is created on it)")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--logs", help="keep the servers' logs in this directory")
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.seed is not None:
@@ -353,8 +371,10 @@ def main() -> None:
         return
     results = []
     with tempfile.TemporaryDirectory(prefix="forklab-load-") as tmp:
+        logs = Path(args.logs) if args.logs else Path(tmp)
+        logs.mkdir(parents=True, exist_ok=True)
         for name in args.mode:
-            results.append(run_deployment(name, args, Path(tmp)))
+            results.append(run_deployment(name, args, logs))
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {args.forks} fork "
           f"requests at once, {args.viewers} viewers, 4 model calls of {args.latency_ms} ms "
           "per tail")

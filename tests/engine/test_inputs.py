@@ -196,3 +196,20 @@ def test_a_model_reply_that_cannot_be_stored_fails_the_node_and_the_run_is_finis
     assert recorded.state.status == "failed"
     assert recorded.state.error is not None and recorded.state.error["type"] == "invalid_input"
     assert "not encodable" in recorded.state.error["message"]
+
+
+@pytest.mark.parametrize("result", [float("nan"), {"text": "bad \udc80"}, {"text": "nul\x00"}])
+def test_a_tool_returning_what_no_store_can_keep_fails_its_run_cleanly(result: Any) -> None:
+    """The run ends ``failed`` with ``invalid_input`` recorded; nothing raises, nothing
+    unstorable is appended (a store refusing it would leave the run ``running``)."""
+    from forklab.engine.graph import parse_graph
+
+    env = Environment()
+    env.tools.register("tests.hostile_tool", lambda args, ctx: result)
+    graph = parse_graph({"id": "hostile", "start": "fetch", "nodes": [
+        {"id": "fetch", "kind": "tool", "tool": "tests.hostile_tool", "writes": ["page"]}]})
+    recorded = run_recorded(graph, {}, store=MemoryStore(), env=env)
+    assert recorded.state.status == "failed"
+    assert recorded.state.error is not None and recorded.state.error["type"] == "invalid_input"
+    for event in recorded.event_log:
+        check_json_value(event.to_wire(), where="event")  # every stored event is storable
