@@ -22,7 +22,7 @@ from forklab.engine.fork.lifecycle import promote, run_case, save_case
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
 from forklab.engine.reducers import fold
 from forklab.runs import bases, queries, tasks
-from forklab.runs.access import User, require_fork_rights, require_role
+from forklab.runs.access import User, readable_run_and_role, require_fork_rights, require_role
 from forklab.runs.control import answer as answer
 from forklab.runs.control import cancel as cancel
 from forklab.runs.engine_env import build_environment
@@ -40,9 +40,10 @@ def _base_run(user: User, run_id: str) -> Run:
     return queries.get_run(run_id, user=user)
 
 
-def _check_fork_rights(user: User, project: Project, spec: ForkSpec | SweepSpec) -> None:
+def _check_fork_rights(user: User, project: Project, spec: ForkSpec | SweepSpec,
+                       **role: Any) -> None:
     require_fork_rights(user, project, policy=spec.policy.wire(),
-                        budget=spec.budget.explicit(), ignore_budget=spec.ignore_budget)
+                        budget=spec.budget.explicit(), ignore_budget=spec.ignore_budget, **role)
 
 
 def plan_for(spec: ForkSpec, project: Project, base: Run | None = None) -> Any:
@@ -61,8 +62,8 @@ def plan_for(spec: ForkSpec, project: Project, base: Run | None = None) -> Any:
 
 def preflight(*, user: User, spec: ForkSpec) -> dict[str, Any]:
     """What a fork would do and cost; starts nothing."""
-    base = _base_run(user, spec.base_run)
-    _check_fork_rights(user, base.project, spec)
+    base, role = readable_run_and_role(user, spec.base_run)
+    _check_fork_rights(user, base.project, spec, role=role)
     _require_finished(base)
     return dict(plan_for(spec, base.project, base).preflight())
 
@@ -87,9 +88,9 @@ def start_fork(*, user: User, spec: ForkSpec) -> StartedFork:
     existing fork (``created`` False) and starts nothing — if the body is the same; reused
     with a different body it is ``idempotency_conflict``.
     """
-    base = _base_run(user, spec.base_run)
+    base, role = readable_run_and_role(user, spec.base_run)
     project = base.project
-    _check_fork_rights(user, project, spec)
+    _check_fork_rights(user, project, spec, role=role)
     known = _known_request(user, project, spec)
     if known is not None:
         return StartedFork(run=known, created=False)
