@@ -223,10 +223,17 @@ async def view(port: int, token: str, fork: Fork, deadline: float) -> None:
 
 
 async def read_log(client: Any, port: int, token: str, fork: Fork) -> None:
-    response = await client.get(
-        f"http://127.0.0.1:{port}/api/v1/runs/{fork.run_id}/events/?limit=5000",
-        headers={"Authorization": f"Token {token}"})
-    fork.log = [event["seq"] for event in response.json()["results"]]
+    """The fork's log as the API returns it (what its viewer must have received)."""
+    for _ in range(5):
+        response = await client.get(
+            f"http://127.0.0.1:{port}/api/v1/runs/{fork.run_id}/events/?limit=5000",
+            headers={"Authorization": f"Token {token}"})
+        if response.status_code == 200:
+            fork.log = [event["seq"] for event in response.json()["results"]]
+            return
+        await asyncio.sleep(0.5)
+    raise SystemExit(f"reading the log of {fork.run_id}: {response.status_code} "
+                     f"{response.text[:300]}")
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -261,7 +268,9 @@ async def burst(ports: list[int], web_pids: list[int], token: str, base: str, fo
         await asyncio.gather(*(view(ports[f.index % len(ports)], token, f, deadline)
                                for f in items if f.run_id and f.index < viewers))
         drained = time.perf_counter() - first
-        await asyncio.gather(*(read_log(client, ports[0], token, f) for f in items if f.run_id))
+        for fork in items:  # one at a time: the load is over, this is bookkeeping
+            if fork.run_id:
+                await read_log(client, ports[0], token, fork)
     result = figures(items, viewers, drained)
     result["web_cpu_ms_per_accept"] = round(web_cpu * 1000 / max(1, result["accepted"]), 1)
     return result
