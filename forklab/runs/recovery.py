@@ -59,7 +59,8 @@ def _waiting(now: datetime) -> list[tuple[str, str]]:
     """Runs nobody holds that wait for queued work: queued, or paused with an answer to
     apply; only those older than one TTL (a task may be on its way to the queue)."""
     free = Run.objects.filter(lease_owner="", created_at__lt=now - leases.ttl())
-    queued = list(free.filter(status=RunStatus.QUEUED).values_list("id", "task_id"))
+    queued = list(free.filter(status=RunStatus.QUEUED).order_by("created_at")  # FIFO
+                  .values_list("id", "task_id"))
     paused = free.filter(status=RunStatus.PAUSED, work__task="answer")
     answered = [(run_id, task_id) for run_id, task_id, work, last_seq
                 in paused.values_list("id", "task_id", "work", "last_seq")
