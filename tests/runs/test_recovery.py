@@ -243,6 +243,8 @@ def test_a_claim_is_a_compare_and_set(world: World, monkeypatch: pytest.MonkeyPa
     assert leases.hand_over(run_id, expected_owner="b", token="t")
     assert not leases.claim(run_id, owner="c")
     assert leases.claim(run_id, owner="c", token="t")  # the token's bearer takes it
+    for stale in ("a", "b"):  # their heartbeats stop, as a dead process's would
+        leases.keeper.drop(stale)
     leases.release("c")
     assert Run.objects.get(pk=run_id).lease_owner == "c"  # still queued: left expired
     assert recovery.sweep() == [run_id]
