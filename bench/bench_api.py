@@ -108,7 +108,8 @@ def rows(world: dict[str, Any], repeat: int) -> list[Row]:
 
     def fork(base: str, at: Any, key: str | None = None) -> Callable[[int], Any]:
         def call(i: int) -> Any:
-            body = {"base_run": base, "at": at, "label": f"bench {i}",
+            # the same key must carry the same body (else idempotency_conflict)
+            body = {"base_run": base, "at": at, "label": "bench" if key else f"bench {i}",
                     "client_request_id": key}
             response = client.post("/api/v1/forks/", body, content_type="application/json")
             assert response.status_code in (200, 202), response.json()

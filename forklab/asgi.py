@@ -1,4 +1,8 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels (``daphne``)."""
+"""ASGI entry point: HTTP through Django, websockets through Channels (``daphne``).
+
+Loading it starts the process's recovery supervisor (``forklab.runs.recovery``): a sweep
+for runs whose executor died — at web start-up, then every FORKLAB_RECOVERY_SWEEP_S.
+"""
 
 import os
 
@@ -11,10 +15,14 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import URLPattern, path  # noqa: E402
 
-from forklab.web.consumers import RunStreamConsumer, TokenAuthMiddleware  # noqa: E402
+from forklab.runs.recovery import supervisor  # noqa: E402
+from forklab.web.consumers import (  # noqa: E402
+    OriginValidator,
+    RunStreamConsumer,
+    TokenAuthMiddleware,
+)
 
 websocket_urlpatterns: list[URLPattern] = [
     path("ws/runs/<str:run_id>/", RunStreamConsumer.as_asgi(), name="ws-run-stream"),
@@ -26,6 +34,9 @@ http_app = django_asgi_app
 application = ProtocolTypeRouter({
     "http": http_app,
     # Session first (browsers); a DRF token, when given, replaces the session user (scripts).
-    "websocket": AllowedHostsOriginValidator(
+    # Browser origins are checked; a token client without an Origin header is a script.
+    "websocket": OriginValidator(
         AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))),
 })
+
+supervisor.start()  # off when FORKLAB_RECOVERY_SWEEP_S is 0 (the test settings)

@@ -10,6 +10,7 @@ Embedded default: SQLite at ``var/forklab.sqlite3``, in-memory channel layer. Sc
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,19 @@ def envint(name: str, default: int, *, minimum: int | None = None) -> int:
         raise ImproperlyConfigured(f"{name}={raw!r}: expected an integer") from None
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={raw!r}: expected an integer >= {minimum}")
+    return value
+
+
+def envfloat(name: str, default: float, *, minimum: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected a number") from None
+    if not math.isfinite(value) or (minimum is not None and value < minimum):
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected a finite number >= {minimum}")
     return value
 
 
@@ -99,15 +113,54 @@ def envprices(name: str) -> dict[str, dict[str, float]]:
 
 # -- core ------------------------------------------------------------------------------------
 
-DEBUG = envbool("FORKLAB_DEBUG", True)
-SECRET_KEY = os.environ.get("FORKLAB_SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("FORKLAB_SECRET_KEY must be set when FORKLAB_DEBUG is off")
-    SECRET_KEY = "forklab-insecure-development-key-do-not-use-in-production"
+# Debug is off unless asked for (`./dev start` asks: FORKLAB_DEBUG=1).
+DEBUG = envbool("FORKLAB_DEBUG", False)
+
+
+def _secret_key() -> str:
+    """FORKLAB_SECRET_KEY; else, in development, a fixed key; else one generated once and
+    kept in ``var/secret_key`` (0600) — right for one host, while every process of a
+    multi-host deployment must be given the same FORKLAB_SECRET_KEY."""
+    key = os.environ.get("FORKLAB_SECRET_KEY", "")
+    if key:
+        return key
+    if DEBUG:
+        return "forklab-insecure-development-key-do-not-use-in-production"
+    path = VAR_DIR / "secret_key"
+    try:
+        return path.read_text().strip() or _new_key(path)
+    except FileNotFoundError:
+        return _new_key(path)
+
+
+def _new_key(path: Path) -> str:
+    import secrets
+
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(50)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process wrote it first: use theirs
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as file:
+        file.write(key)
+    return key
+
+
+SECRET_KEY = _secret_key()
 
 ALLOWED_HOSTS = envlist("FORKLAB_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = envlist("FORKLAB_CSRF_TRUSTED_ORIGINS")
+
+# HTTPS deployments (docs/deployment.md): secure cookies, HSTS, the proxy's scheme header.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = envbool("FORKLAB_SECURE_COOKIES", False)
+SECURE_HSTS_SECONDS = envint("FORKLAB_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("FORKLAB_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = envbool("FORKLAB_HSTS_PRELOAD", False)
+SECURE_SSL_REDIRECT = envbool("FORKLAB_SSL_REDIRECT", False)
+if envbool("FORKLAB_BEHIND_HTTPS_PROXY", False):  # the proxy sets X-Forwarded-Proto
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_HTTPONLY = True
 
 INSTALLED_APPS = [
     "daphne",
@@ -128,6 +181,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "forklab.runs.middleware.refuse_unstorable_input",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -247,6 +301,17 @@ TASKS = {
 if _tasks_backend.startswith("django_tasks_db."):
     INSTALLED_APPS += ["django_tasks_db"]  # its queue table and the db_worker command
 
+# Leases and recovery (forklab.runs.leases, forklab.runs.recovery): a process executing a run
+# holds its lease for FORKLAB_LEASE_TTL_S and renews it every FORKLAB_HEARTBEAT_S; every web
+# process and worker sweeps for expired leases and lost queued work at start-up and every
+# FORKLAB_RECOVERY_SWEEP_S (0: never — tests drive recovery themselves). A crashed process's
+# run is resumed (or failed ``worker_lost``) within about TTL + sweep interval.
+FORKLAB_LEASE_TTL_S = envfloat("FORKLAB_LEASE_TTL_S", 30.0, minimum=0.5)
+FORKLAB_HEARTBEAT_S = envfloat("FORKLAB_HEARTBEAT_S", FORKLAB_LEASE_TTL_S / 3, minimum=0.1)
+FORKLAB_RECOVERY_SWEEP_S = envfloat("FORKLAB_RECOVERY_SWEEP_S", 10.0, minimum=0.0)
+if FORKLAB_HEARTBEAT_S >= FORKLAB_LEASE_TTL_S:
+    raise ImproperlyConfigured("FORKLAB_HEARTBEAT_S must be shorter than FORKLAB_LEASE_TTL_S")
+
 # -- auth, i18n, static ----------------------------------------------------------------------
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -285,7 +350,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["forklab.api.inputs.BoundedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PAGINATION_CLASS": "forklab.api.pagination.Pages",
     "PAGE_SIZE": 50,
@@ -321,6 +386,9 @@ INSTALLED_APPS += ["drf_spectacular_sidecar"]
 
 FORKLAB_PRICES = envprices("FORKLAB_PRICES")
 FORKLAB_TOOL_MODULES = envlist("FORKLAB_TOOL_MODULES")
+# Dotted paths of extra model providers (a class or factory called with no argument), each
+# registered under its `name` — which may replace the built-in `scripted`.
+FORKLAB_PROVIDERS = envlist("FORKLAB_PROVIDERS")
 FORKLAB_OPENAI_BASE_URL = os.environ.get("FORKLAB_OPENAI_BASE_URL", "")
 FORKLAB_OPENAI_API_KEY = os.environ.get("FORKLAB_OPENAI_API_KEY", "")
 FORKLAB_OPENAI_TIMEOUT_S = envint("FORKLAB_OPENAI_TIMEOUT_S", 60, minimum=1)
@@ -337,7 +405,13 @@ FORKLAB_REDACT_KEYS = envlist("FORKLAB_REDACT_KEYS")
 # OTEL_EXPORTER_OTLP_ENDPOINT is set (the `otel` extra; forklab.runs.observability).
 
 FORKLAB_LOG_FORMAT = envchoice("FORKLAB_LOG_FORMAT", "json", ("json", "console"))
+# /metrics: with a token, scrapers send `Authorization: Bearer <token>`; without one only the
+# addresses (or networks) of FORKLAB_METRICS_ALLOW may read it — loopback by default; `*`
+# opens it to everyone.
 FORKLAB_METRICS_TOKEN = os.environ.get("FORKLAB_METRICS_TOKEN", "")
+FORKLAB_METRICS_ALLOW = envlist("FORKLAB_METRICS_ALLOW", ["127.0.0.1", "::1"])
+# The largest request body the API parses (a graph document may be this large).
+FORKLAB_MAX_BODY_BYTES = envint("FORKLAB_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)
 FORKLAB_STREAM_POLL_S = envint("FORKLAB_STREAM_POLL_S", 5, minimum=1)
 
 LOGGING = {

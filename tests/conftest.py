@@ -22,6 +22,11 @@ from forklab.settings import database_from_url
 
 POSTGRES_URL = os.environ.get("FORKLAB_TEST_POSTGRES_URL", "")
 
+# No background recovery sweeps inside the test process (importing forklab.asgi would start
+# one): tests call forklab.runs.recovery.sweep themselves, and the fault tests run real
+# servers and workers with sweeping on.
+settings.FORKLAB_RECOVERY_SWEEP_S = 0
+
 if POSTGRES_URL:
     settings.DATABASES["pg"] = database_from_url(POSTGRES_URL)
     # If anything read the database settings already, make it read them again.

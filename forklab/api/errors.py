@@ -7,13 +7,17 @@ Django's (404, permission, suspicious requests) come out in the same shape.
 Statuses, chosen once for every endpoint:
 
 - **400** the request is malformed: its body or query does not match the endpoint's schema
-  (``invalid_request``, ``parse_error``), or the graph document it carries is invalid
-  (``invalid_graph``, ``unknown_node``, ``unbounded_cycle``);
+  (``invalid_request``, ``parse_error``), holds what no store can keep — an unencodable
+  string, NUL, NaN or Infinity, nesting or size over the limits (``invalid_input``) — or the
+  graph document it carries is invalid (``invalid_graph``, ``unknown_node``,
+  ``unbounded_cycle``);
 - **422** the request is well formed but the run it names cannot take it: the fork point,
   the changes, the budget or the side-effect policy do not fit that run, or replaying it fails;
+  a ``client_request_id`` reused with a different body (``idempotency_conflict``);
 - **401** not authenticated, **403** the role is too low, **404** unknown — or outside the
   user's projects (never 403 there), **409** a conflict with the current state (an
-  unfinished run, a paused-only action, a taken name, a promote race).
+  unfinished run, a paused-only action, a gate already answered, a taken name, a promote
+  race).
 
 Anything else escaping a view is a bug: it is logged and answered ``500 internal_error`` in
 the same shape (the fuzz test asserts it never happens).
@@ -36,13 +40,14 @@ from forklab.engine.errors import ForklabError
 log = logging.getLogger("forklab.api")
 
 BAD_REQUEST = ("invalid_request", "invalid_argument", "parse_error", "invalid_graph",
-               "unknown_node", "unbounded_cycle")
+               "unknown_node", "unbounded_cycle", "invalid_input")
 UNPROCESSABLE = ("fork_point_not_found", "fork_point_mid_node", "invalid_change",
                  "invalid_overrides", "conflicting_changes", "unpriced_model",
                  "live_budget_exceeded", "write_not_allowed", "prefix_diverged", "version_skew",
-                 "source_missing", "replay_divergence", "unknown_provider", "unknown_tool")
+                 "source_missing", "replay_divergence", "unknown_provider", "unknown_tool",
+                 "idempotency_conflict", "store_rejected")
 CONFLICT = ("run_in_progress", "promote_conflict", "invalid_run_state", "case_exists",
-            "seq_conflict", "event_gap")
+            "seq_conflict", "event_gap", "already_answered", "lease_lost")
 
 STATUS: dict[str, int] = {
     **dict.fromkeys(BAD_REQUEST, 400),

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field
 from rest_framework import serializers as s
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
 
+from forklab.engine import inputs
 from forklab.runs.models import RunKind, RunStatus
 from forklab.runs.specs import parse
 
@@ -39,12 +43,36 @@ class CasesRunSpec(BaseModel):
     project: str | None = Field(default=None, max_length=100, description="project slug")
 
 
+class BoundedJSONParser(JSONParser):
+    """DRF's JSON parser behind the edge checks (``forklab.engine.inputs``).
+
+    The body's size (``FORKLAB_MAX_BODY_BYTES``) and bracket depth are checked on the raw
+    text before the parser recurses into it, so JSON nested thousands deep is a 400
+    ``invalid_input``, not a ``RecursionError``; ``NaN``/``Infinity`` are refused while
+    parsing; unencodable strings (``"\\ud800"``) and NUL after. Malformed JSON stays DRF's
+    ``parse_error``.
+    """
+
+    def parse(self, stream: Any, media_type: str | None = None,
+              parser_context: dict[str, Any] | None = None) -> Any:
+        limit = settings.FORKLAB_MAX_BODY_BYTES
+        raw = stream.read(limit + 1) if stream is not None else b""
+        charset = (parser_context or {}).get("encoding") or settings.DEFAULT_CHARSET
+        try:
+            return inputs.loads(raw.decode(charset), where="body", max_bytes=limit)
+        except ValueError as exc:  # malformed JSON, or bytes that are not the charset
+            raise ParseError(f"JSON parse error - {exc}") from None
+
+
 def body[M: BaseModel](model: type[M], data: Any) -> M:
     """Validate a JSON body (no body at all reads as ``{}``: DRF's empty data)."""
     return parse(model, data)
 
 
 # -- query parameters ----------------------------------------------------------------------
+
+#: the largest integer a query parameter takes (larger ones are 400, never a database error)
+MAX_QUERY_INT = 2**31 - 1
 
 
 class Query(s.Serializer):  # type: ignore[type-arg]
@@ -70,7 +98,7 @@ class RunFilters(Query):
 
 class EventFilters(Query):
     type = s.CharField(required=False, allow_blank=True, max_length=64, help_text="event type, e.g. node.completed")
-    after = s.IntegerField(required=False, min_value=0, default=0,
+    after = s.IntegerField(required=False, min_value=0, max_value=MAX_QUERY_INT, default=0,
                            help_text="only events with seq > after")
     limit = s.IntegerField(required=False, min_value=1, max_value=5000, default=500)
 

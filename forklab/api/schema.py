@@ -14,20 +14,24 @@ from forklab.api.serializers import ErrorSerializer
 
 ERROR_MEANING = {
     400: "Malformed request: body or query does not match the schema (invalid_request, "
-         "parse_error), or an invalid graph (invalid_graph, unknown_node, unbounded_cycle).",
+         "parse_error), holds what cannot be stored — an unencodable string, NUL, NaN or "
+         "Infinity, nesting or size over the limits (invalid_input) — or an invalid graph "
+         "(invalid_graph, unknown_node, unbounded_cycle).",
     401: "Not authenticated (not_authenticated, authentication_failed).",
     403: "Your role in the project is too low (permission_denied).",
     404: "Unknown, or outside your projects (not_found).",
-    409: "Conflicts with the current state (run_in_progress, invalid_run_state, case_exists, "
-         "promote_conflict).",
+    409: "Conflicts with the current state (run_in_progress, invalid_run_state, "
+         "already_answered, case_exists, promote_conflict).",
     415: "The body is not JSON (unsupported_media_type).",
     422: "Well formed, but the run cannot take it (fork_point_not_found, fork_point_mid_node, "
          "invalid_change, invalid_overrides, conflicting_changes, unpriced_model, "
          "live_budget_exceeded, write_not_allowed, prefix_diverged, version_skew, "
-         "source_missing, replay_divergence).",
+         "source_missing, replay_divergence, idempotency_conflict: a client_request_id "
+         "reused with a different body).",
 }
 
-READ = (401, 404)
+# 400 everywhere: a path or query holding NUL or an unencodable character is invalid_input
+READ = (400, 401, 404)
 LIST = (400, 401, 404)  # 404: a page past the end
 WRITE = (400, 401, 403, 404, 415)
 FORK_WRITE = (*WRITE, 409, 422)

@@ -139,3 +139,20 @@ class PromoteConflict(ForklabError):
 
 class ReplayDivergence(ForklabError):
     code = "replay_divergence"
+
+
+# -- edges (SPEC §4.3) ---------------------------------------------------------------------
+
+
+class InvalidInput(ForklabError):
+    """A value cannot be stored: an unencodable string, NUL, a non-finite number, or nesting
+    or size over the stated limits (``forklab.engine.inputs``). Names the JSON path."""
+
+    code = "invalid_input"
+
+
+class StoreRejected(ForklabError):
+    """The database refused an append for a reason other than a concurrent writer (a
+    constraint or a value it cannot hold). Nothing was appended."""
+
+    code = "store_rejected"

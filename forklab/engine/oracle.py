@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from forklab.engine.errors import ForklabError
+from forklab.engine.errors import ForklabError, InvalidInput
 from forklab.engine.graph import ApprovalNode, RouterNode, SubgraphNode, ToolNode
+from forklab.engine.inputs import check_json_value
 from forklab.engine.providers import ChatRequest
 from forklab.engine.redaction import contains_placeholder
 from forklab.engine.state import Execution
@@ -147,11 +148,21 @@ class Oracle(Protocol):
 
 
 def ensure_json(value: Any, what: str) -> Any:
-    """Round-trip through JSON so recorded values are plain data; fails the node otherwise."""
+    """Round-trip through JSON so recorded values are plain data; fails the node otherwise.
+
+    The result must also pass the edge checks (``forklab.engine.inputs``): a tool that
+    returns NaN, a NUL character, a lone surrogate or a value nested too deep fails its node
+    (``invalid_input``) instead of reaching the store, which would refuse the append.
+    """
     try:
-        return json.loads(json.dumps(value))
-    except (TypeError, ValueError) as exc:
+        plain = json.loads(json.dumps(value))
+    except (TypeError, ValueError, RecursionError) as exc:
         raise NodeFailure("non_json_result", f"{what} is not JSON-serializable: {exc}") from None
+    try:
+        check_json_value(plain, where=what)
+    except InvalidInput as exc:
+        raise NodeFailure(exc.code, exc.message) from None
+    return plain
 
 
 class LiveOracle:
@@ -173,6 +184,7 @@ class LiveOracle:
               index: int | None = None) -> Served:
         try:
             response = self.env.providers.get(request.provider).complete(request)
+            check_json_value(response.text, where=f"the reply of model {request.model!r}")
         except ForklabError as exc:
             raise NodeFailure(exc.code, exc.message) from None
         return Served(text=response.text, input_tokens=response.input_tokens,

@@ -37,6 +37,7 @@ from forklab.engine.events import (
 )
 from forklab.engine.graph import END, GraphSpec
 from forklab.engine.memoized import replay_memo
+from forklab.engine.inputs import check_json_value
 from forklab.engine.oracle import (
     Blocked,
     BudgetExceeded,
@@ -130,6 +131,7 @@ class Runner:
     ) -> RunState:
         """Record ``run.started`` and run to the end (or a gate). ``tainted_input`` names the
         input keys that start tainted (a child run fed from tainted keys)."""
+        check_json_value(input, where="input")  # refused before anything is appended
         version = self.graph_version or self.store.save_graph(self.graph)
         self.graph_version = version
         self.emit(RunStarted, graph_id=self.graph.id, graph_version=version,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import F
 
 from forklab.engine.errors import ForklabError
 from forklab.runs.models import Membership, Project, Role
@@ -35,9 +36,14 @@ def role_in(user: User, project: Project) -> str | None:
             .values_list("role", flat=True).first())
 
 
-def require_role(user: User, project: Project, minimum: str, *, action: str) -> str:
-    """Raise ``permission_denied`` unless the user's role is at least ``minimum``."""
-    role = role_in(user, project)
+_UNKNOWN = object()
+
+
+def require_role(user: User, project: Project, minimum: str, *, action: str,
+                 role: Any = _UNKNOWN) -> str:
+    """Raise ``permission_denied`` unless the user's role is at least ``minimum`` (``role``:
+    the role already read with the run, saving the lookup)."""
+    role = role_in(user, project) if role is _UNKNOWN else role
     if role is None or RANK[Role(role)] < RANK[Role(minimum)]:
         raise PermissionDenied(
             f"{action} needs the {minimum} role in project {project.slug!r}; you are "
@@ -67,9 +73,10 @@ def admin_only_reasons(*, policy: dict[str, Any], budget: dict[str, Any],
 
 
 def require_fork_rights(user: User, project: Project, *, policy: dict[str, Any],
-                        budget: dict[str, Any], ignore_budget: bool) -> None:
+                        budget: dict[str, Any], ignore_budget: bool,
+                        role: Any = _UNKNOWN) -> None:
     """Members fork within default budgets; anything beyond needs an admin."""
-    role = require_role(user, project, Role.MEMBER, action="forking")
+    role = require_role(user, project, Role.MEMBER, action="forking", role=role)
     reasons = admin_only_reasons(policy=policy, budget=budget, ignore_budget=ignore_budget)
     if reasons and role != Role.ADMIN:
         raise PermissionDenied(
@@ -77,3 +84,23 @@ def require_fork_rights(user: User, project: Project, *, policy: dict[str, Any],
             f"are {role}. Remove it, or ask a project admin.",
             required=Role.ADMIN, role=role, reasons=reasons,
         )
+
+
+def readable_run_and_role(user: User, run_id: str) -> tuple[Any, str | None]:
+    """The run (``not_found`` outside the user's projects, as ``queries.get_run``) and the
+    user's role in its project, in one query: what every fork request checks first."""
+    from forklab.runs.errors import NotFound
+    from forklab.runs.models import Run
+
+    runs = Run.objects.select_related("project")
+    if not user.is_authenticated:
+        run, role = None, None
+    elif getattr(user, "is_superuser", False):
+        run, role = runs.filter(pk=run_id).first(), Role.ADMIN
+    else:
+        run = (runs.filter(pk=run_id, project__memberships__user=user)
+               .annotate(member_role=F("project__memberships__role")).first())
+        role = getattr(run, "member_role", None)
+    if run is None:
+        raise NotFound(f"no run {run_id!r}", run_id=run_id)
+    return run, role

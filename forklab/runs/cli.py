@@ -7,9 +7,12 @@ database, synchronously, and prints what the API would return.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+from forklab.engine import inputs
+from forklab.engine.errors import InvalidInput
 from forklab.engine.fork.points import parse_point
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Run
@@ -20,10 +23,24 @@ CHANGE_FLAGS = ("prompt", "model", "temperature", "set", "delete", "config", "ro
 
 
 def load_json(text: str, what: str) -> Any:
+    """A flag's JSON: malformed is ``invalid_argument``; NaN, Infinity, NUL, lone surrogates,
+    nesting or size over the limits are ``invalid_input`` naming the flag."""
     try:
-        return json.loads(text)
+        return inputs.loads(text, where=what)
     except json.JSONDecodeError as exc:
         raise InvalidArgument(f"{what} is not valid JSON: {exc.msg} (column {exc.colno})") from None
+
+
+def finite(text: str, flag: str, expected: str = "a number") -> float:
+    """A flag's number: finite (``nan``, ``inf`` are refused, as ``invalid_input``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidArgument(f"{flag} takes {expected}; got {text!r}") from None
+    if not math.isfinite(value):
+        raise InvalidInput(f"{flag}: {text!r} is not a finite number; give {expected}",
+                           path=flag)
+    return value
 
 
 def split_pair(text: str, flag: str, example: str) -> tuple[str, str]:
@@ -44,10 +61,8 @@ def changes_from_options(options: dict[str, Any]) -> list[dict[str, Any]]:
         changes.append({"kind": "model", "target": target, "model": value})
     for text in options.get("temperature") or []:
         target, value = split_pair(text, "temperature", "write=0.9")
-        try:
-            changes.append({"kind": "temperature", "target": target, "temperature": float(value)})
-        except ValueError:
-            raise InvalidArgument(f"--temperature {text!r}: {value!r} is not a number") from None
+        changes.append({"kind": "temperature", "target": target,
+                        "temperature": finite(value, f"--temperature {target}")})
     memory_set = {k: load_json(v, f"--set {k}") for k, v in
                   (split_pair(t, "set", 'draft=\'"hi"\'') for t in options.get("set") or [])}
     if memory_set or options.get("delete"):
@@ -67,6 +82,7 @@ def changes_from_options(options: dict[str, Any]) -> list[dict[str, Any]]:
                         "patch": load_json(options["input_patch"], "--input-patch")})
     if options.get("changes"):
         changes.extend(changes_file(options["changes"]))
+    inputs.check_json_value(changes, where="changes")  # --prompt, --model, names: strings too
     return changes
 
 
@@ -74,7 +90,7 @@ def changes_file(path: str) -> list[dict[str, Any]]:
     file = Path(path)
     if not file.is_file():
         raise NotFound(f"changes file {path!r} does not exist", path=path)
-    data = load_json(file.read_text(), f"changes file {path}")
+    data = load_json(file.read_text(errors="surrogateescape"), f"changes file {path}")
     return data if isinstance(data, list) else [data]
 
 
@@ -92,8 +108,10 @@ def point(text: str | None) -> Any:
     return None if text is None else parse_point(text)
 
 
-def store_for(run_id: str) -> tuple[Run, DjangoStore]:
+def store_for(run_id: str, *, lease: str | None = None) -> tuple[Run, DjangoStore]:
+    """The run and a store of its project; with ``lease``, the runs the command creates are
+    leased to it (``forklab.runs.leases.held``), so a killed command's fork is recovered."""
     run = Run.objects.select_related("project").filter(pk=run_id).first()
     if run is None:
         raise NotFound(f"no run {run_id!r}; list runs with: manage.py runs", run_id=run_id)
-    return run, DjangoStore(run.project)
+    return run, DjangoStore(run.project, lease=lease)

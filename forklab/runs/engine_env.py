@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.utils.module_loading import import_string
 
 from forklab.engine.environment import Environment
 from forklab.engine.providers import OpenAICompatibleProvider, PriceTable, ProviderRegistry
@@ -11,9 +12,10 @@ from forklab.engine.tools import DEFAULT_TOOL_PREFIXES, ToolRegistry
 
 
 def build_environment() -> Environment:
-    """Providers (scripted always; openai when FORKLAB_OPENAI_BASE_URL is set), the price
-    table extended by FORKLAB_PRICES, tools allowed under FORKLAB_TOOL_MODULES, and the
-    redactor with FORKLAB_REDACT_KEYS added to its secret key names."""
+    """Providers (scripted always; openai when FORKLAB_OPENAI_BASE_URL is set; each of
+    FORKLAB_PROVIDERS, registered under its ``name``), the price table extended by
+    FORKLAB_PRICES, tools allowed under FORKLAB_TOOL_MODULES, and the redactor with
+    FORKLAB_REDACT_KEYS added to its secret key names."""
     providers = ProviderRegistry()
     if settings.FORKLAB_OPENAI_BASE_URL:
         providers.register(OpenAICompatibleProvider(
@@ -21,6 +23,8 @@ def build_environment() -> Environment:
             api_key=settings.FORKLAB_OPENAI_API_KEY or None,
             timeout_s=float(settings.FORKLAB_OPENAI_TIMEOUT_S),
         ))
+    for path in settings.FORKLAB_PROVIDERS:  # custom providers (may replace "scripted")
+        providers.register(import_string(path)())
     # "acme.tools" allows acme.tools.send, never acme.toolsmith.*
     extra = [p if p.endswith(".") else f"{p}." for p in settings.FORKLAB_TOOL_MODULES]
     prefixes = [*DEFAULT_TOOL_PREFIXES, *extra]

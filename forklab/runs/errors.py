@@ -18,3 +18,22 @@ class NotFound(ForklabError):
 
 class DatabaseNotReady(ForklabError):
     code = "database_not_ready"
+
+
+class LeaseLost(ForklabError):
+    """The process appending to a run no longer holds its lease (another process took the
+    run over after this one's heartbeat lapsed); it must stop without writing."""
+
+    code = "lease_lost"
+
+
+class AlreadyAnswered(ForklabError):
+    """A second answer to the gate a paused run waits at (the first one wins)."""
+
+    code = "already_answered"
+
+
+class IdempotencyConflict(ForklabError):
+    """A ``client_request_id`` reused with a different request body."""
+
+    code = "idempotency_conflict"

@@ -13,19 +13,22 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from forklab.engine.errors import ForklabError, RunInProgress, RunStateError
+from forklab.engine.canonical import canonical_equals
+from forklab.engine.errors import ForklabError, RunInProgress
 from forklab.engine.fork import prepare_fork
 from forklab.engine.fork.diff import diff_runs
 from forklab.engine.fork.lifecycle import Case as EngineCase
 from forklab.engine.fork.lifecycle import promote, run_case, save_case
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
 from forklab.engine.reducers import fold
-from forklab.runs import broadcast, queries, tasks
-from forklab.runs.access import User, require_fork_rights, require_role
+from forklab.runs import bases, queries, tasks
+from forklab.runs.access import User, readable_run_and_role, require_fork_rights, require_role
+from forklab.runs.control import answer as answer
+from forklab.runs.control import cancel as cancel
 from forklab.runs.engine_env import build_environment
-from forklab.runs.errors import NotFound
+from forklab.runs.errors import IdempotencyConflict, NotFound
 from forklab.runs.models import Case, ForkRequest, Project, Role, Run, RunKind, RunStatus
-from forklab.runs.specs import AnswerSpec, CaseSpec, ForkSpec, InvalidRequest, SweepSpec
+from forklab.runs.specs import CaseSpec, ForkSpec, InvalidRequest, SweepSpec
 from forklab.runs.store import DjangoStore
 
 
@@ -37,25 +40,32 @@ def _base_run(user: User, run_id: str) -> Run:
     return queries.get_run(run_id, user=user)
 
 
-def _check_fork_rights(user: User, project: Project, spec: ForkSpec | SweepSpec) -> None:
+def _check_fork_rights(user: User, project: Project, spec: ForkSpec | SweepSpec,
+                       **role: Any) -> None:
     require_fork_rights(user, project, policy=spec.policy.wire(),
-                        budget=spec.budget.explicit(), ignore_budget=spec.ignore_budget)
+                        budget=spec.budget.explicit(), ignore_budget=spec.ignore_budget, **role)
 
 
-def plan_for(spec: ForkSpec, project: Project) -> Any:
-    """The engine's ForkPlan for a request (no calls; raises the engine's fork errors)."""
+def plan_for(spec: ForkSpec, project: Project, base: Run | None = None) -> Any:
+    """The engine's ForkPlan for a request (no calls; raises the engine's fork errors).
+
+    With the base's row, the base comes from the per-process cache of loaded finished runs
+    (``forklab.runs.bases``): a burst of forks of one run loads its log once.
+    """
+    env = build_environment()
+    source: Any = bases.loaded(base, env) if base is not None else spec.base_run
     return prepare_fork(
-        spec.base_run, at=spec.at, change=spec.changes, policy=spec.policy.wire(),
+        source, at=spec.at, change=spec.changes, policy=spec.policy.wire(),
         budget=spec.budget.wire(), ignore_budget=spec.ignore_budget, source=spec.source,
-        store=DjangoStore(project), env=build_environment(), graph_version=spec.graph_version)
+        store=DjangoStore(project), env=env, graph_version=spec.graph_version)
 
 
 def preflight(*, user: User, spec: ForkSpec) -> dict[str, Any]:
     """What a fork would do and cost; starts nothing."""
-    base = _base_run(user, spec.base_run)
-    _check_fork_rights(user, base.project, spec)
+    base, role = readable_run_and_role(user, spec.base_run)
+    _check_fork_rights(user, base.project, spec, role=role)
     _require_finished(base)
-    return dict(plan_for(spec, base.project).preflight())
+    return dict(plan_for(spec, base.project, base).preflight())
 
 
 def _require_finished(run: Run) -> None:
@@ -75,20 +85,19 @@ def start_fork(*, user: User, spec: ForkSpec) -> StartedFork:
     """Validate, record the queued fork run, and enqueue its tail.
 
     The same ``client_request_id`` from the same user in the same project returns the
-    existing fork (``created`` False) and starts nothing.
+    existing fork (``created`` False) and starts nothing — if the body is the same; reused
+    with a different body it is ``idempotency_conflict``.
     """
-    base = _base_run(user, spec.base_run)
+    base, role = readable_run_and_role(user, spec.base_run)
     project = base.project
-    _check_fork_rights(user, project, spec)
-    if spec.client_request_id:
-        known = ForkRequest.objects.filter(project=project, user=user,  # type: ignore[misc]
-                                           client_request_id=spec.client_request_id).first()
-        if known is not None and known.fork_run is not None:
-            return StartedFork(run=known.fork_run, created=False)
+    _check_fork_rights(user, project, spec, role=role)
+    known = _known_request(user, project, spec)
+    if known is not None:
+        return StartedFork(run=known, created=False)
     _require_finished(base)
-    plan = plan_for(spec, project)  # every validation error surfaces here, before any write
+    plan = plan_for(spec, project, base)  # every validation error surfaces here, first
     run_id = spec.run_id or uuid.uuid4().hex
-    if Run.objects.filter(pk=run_id).exists():
+    if spec.run_id and Run.objects.filter(pk=run_id).exists():
         raise InvalidRequest(f"run id {run_id!r} is taken; choose another or omit run_id",
                              field="run_id")
     try:
@@ -100,71 +109,44 @@ def start_fork(*, user: User, spec: ForkSpec) -> StartedFork:
                                            fork_run=run, body=spec.model_dump(mode="json"))
             transaction.on_commit(lambda: tasks.enqueue_fork(run_id, spec.model_dump(mode="json")))
     except IntegrityError:  # the same key raced in from a second request
-        known = ForkRequest.objects.get(project=project, user=user,  # type: ignore[misc]
-                                        client_request_id=spec.client_request_id)
-        return StartedFork(run=known.fork_run, created=False)  # type: ignore[arg-type]
+        raced = _known_request(user, project, spec)
+        if raced is None:
+            raise
+        return StartedFork(run=raced, created=False)
     return StartedFork(run=run, created=True)
+
+
+def _known_request(user: User, project: Project, spec: ForkSpec) -> Run | None:
+    """The fork an earlier request with this ``client_request_id`` started (None: new key);
+    ``idempotency_conflict`` when that request's body differs from this one."""
+    if not spec.client_request_id:
+        return None
+    known = (ForkRequest.objects.select_related("fork_run__project")
+             .filter(project=project, user=user,  # type: ignore[misc]
+                     client_request_id=spec.client_request_id).first())
+    if known is None or known.fork_run is None:
+        return None
+    if not canonical_equals(known.body, spec.model_dump(mode="json")):
+        raise IdempotencyConflict(
+            f"client_request_id {spec.client_request_id!r} was already used for a different "
+            f"fork request (fork {known.fork_run.id}); use a new id for a new request, or "
+            "resend the same body", client_request_id=spec.client_request_id,
+            run_id=known.fork_run.id)
+    return known.fork_run
 
 
 def _queued_fork(run_id: str, base: Run, plan: Any, spec: ForkSpec, user: User,
                  fork_group_id: str | None = None) -> Run:
+    """The queued fork row, holding its request (``work``) so lost work can be redone."""
     return Run.objects.create(
-        id=run_id, project=base.project, graph_version=base.graph_version,
+        work={"task": "fork", "spec": spec.model_dump(mode="json")},
+        id=run_id, project=base.project, graph_version_id=base.graph_version_id,
         graph_slug=base.graph_slug, graph_version_number=base.graph_version_number,
         run_kind=RunKind.COUNTERFACTUAL, status=RunStatus.QUEUED, label=spec.label,
         created_by=user if user.is_authenticated else None, parent_run=base,
         fork_sequence_id=plan.point.seq, fork_node_id=plan.effective.node,
         fork_mutations=plan.combined, fork_group_id=fork_group_id,
         replay_version=base.replay_version, input=plan.new_input)
-
-
-def cancel(*, user: User, run_id: str) -> Run:
-    """Ask a queued, running or paused run to stop; a run that never started stops now."""
-    run = _base_run(user, run_id)
-    require_role(user, run.project, Role.MEMBER, action="cancelling a run")
-    if run.finished:
-        return run
-    with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run.pk)
-        run.cancel_requested = True
-        fields = ["cancel_requested"]
-        if run.last_seq == 0 or run.status == RunStatus.PAUSED:
-            # nothing is executing it: record the outcome directly
-            fields += _cancel_now(run)
-        run.save(update_fields=fields)
-        # no runner is executing it to send wake-ups: tell open streams the run moved on
-        transaction.on_commit(lambda: broadcast.notify(run.id, run.last_seq))
-    return run
-
-
-def _cancel_now(run: Run) -> list[str]:
-    if run.last_seq:
-        from forklab.engine.events import RunCancelled
-
-        store = DjangoStore(run.project)
-        store.append(run.id, [RunCancelled(run_id=run.id, seq=run.last_seq + 1,
-                                           at=build_environment().clock(),
-                                           reason="cancelled while paused")],
-                     expected_seq=run.last_seq)
-        run.refresh_from_db()
-        run.cancel_requested = True  # the refresh read the flag from before this request
-        return []
-    run.status = RunStatus.CANCELLED
-    run.error = {"code": "cancelled", "message": "cancelled before it started"}
-    return ["status", "error"]
-
-
-def answer(*, user: User, run_id: str, spec: AnswerSpec) -> Run:
-    """Answer the approval gate a paused fork waits at; the tail continues in the background."""
-    run = _base_run(user, run_id)
-    require_role(user, run.project, Role.MEMBER, action="answering an approval gate")
-    if run.status != RunStatus.PAUSED:
-        raise RunStateError(f"run {run_id!r} is {run.status}, not paused at an approval gate",
-                            run_id=run_id, status=run.status)
-    answered_by = getattr(user, "username", "") or "api"
-    transaction.on_commit(lambda: tasks.enqueue_answer(run_id, {**spec.model_dump(mode="json"),
-                                                                "answered_by": answered_by}))
-    return run
 
 
 # -- sweeps ------------------------------------------------------------------------------------
@@ -190,7 +172,7 @@ def start_sweep(*, user: User, spec: SweepSpec) -> str:
         one = ForkSpec(base_run=spec.base_run, at=spec.at, changes=_as_list(changes),
                        policy=spec.policy, budget=spec.budget, label=name,
                        ignore_budget=spec.ignore_budget)
-        plans[name] = (one, plan_for(one, base.project))
+        plans[name] = (one, plan_for(one, base.project, base))
     run_ids = {}
     with transaction.atomic():
         for name, (one, plan) in plans.items():
@@ -307,7 +289,8 @@ def fork_body(run: Run) -> dict[str, Any]:
 
     state, reason = fork_state(run)
     body = {**run_to_json(run), "state": state, "not_run_reason": reason,
-            "cancel_requested": run.cancel_requested, "base_run_id": run.parent_run_id,
+            "cancel_requested": run.cancel_requested,
+            "queue_position": queue_position(run), "base_run_id": run.parent_run_id,
             "changes": run.fork_mutations, **dict.fromkeys(_RESULT_FIELDS)}
     if run.finished and run.last_seq:
         try:
@@ -319,6 +302,17 @@ def fork_body(run: Run) -> dict[str, Any]:
             body.update({key: result[key] for key in _RESULT_FIELDS})
             body["changes"] = result["changes"]
     return body
+
+
+def queue_position(run: Run) -> int | None:
+    """Where a queued run waits: 1 + the queued work nobody has taken yet that was queued
+    before it (the deployment's one queue, all projects). None once it is not queued."""
+    if run.status != RunStatus.QUEUED:
+        return None
+    if run.lease_owner:
+        return 0 if run.last_seq == 0 else None  # taken: starting now
+    return 1 + Run.objects.filter(status=RunStatus.QUEUED, lease_owner="",
+                                  created_at__lt=run.created_at).count()
 
 
 def get_fork(*, user: User, run_id: str) -> Run:

@@ -17,15 +17,17 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from forklab.engine import inputs
 from forklab.engine.graph import GraphSpec, load_graph, parse_graph
+from forklab.engine.inputs import check_graph_document, check_json_value
 from forklab.engine.oracle import HumanAnswer
 from forklab.engine.recording import run_recorded
 from forklab.engine.scenarios import SCENARIOS, Scenario
-from forklab.runs import queries, tasks
+from forklab.runs import leases, queries, tasks
 from forklab.runs.access import RANK, require_role, role_in
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import InvalidArgument, NotFound
-from forklab.runs.models import GraphVersion, Membership, Project, Role, Run, RunKind
+from forklab.runs.models import GraphVersion, Membership, Project, Role, Run, RunKind, RunStatus
 from forklab.runs.specs import InvalidRequest, RunSpec
 from forklab.runs.store import DEFAULT_PROJECT_SLUG, DjangoStore
 
@@ -54,7 +56,11 @@ def resolve_graph(source: str) -> GraphSource:
     if path.suffix in (".json", ".yaml", ".yml") or path.exists():
         if not path.is_file():
             raise NotFound(f"graph file {source!r} does not exist", path=source)
-        return GraphSource(graph=load_graph(path))
+        inputs.check_json_text(path.read_bytes(), where=f"graph file {source}",
+                               max_bytes=inputs.MAX_GRAPH_BYTES)
+        graph = load_graph(path)
+        inputs.check_graph_document(graph.to_wire(), where=f"graph file {source}")
+        return GraphSource(graph=graph)
     raise NotFound(
         f"{source!r} is neither a scenario nor a graph file; scenarios: {', '.join(SCENARIOS)}",
         source=source,
@@ -66,7 +72,7 @@ def parse_input(text: str | None) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        value = json.loads(text)
+        value = inputs.loads(text, where="--input")
     except json.JSONDecodeError as exc:
         raise InvalidArgument(f"--input is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
@@ -120,9 +126,10 @@ def record_run(
     if human_decision is not None:
         decision = human_decision
         hitl = lambda _question: HumanAnswer(decision=decision)  # noqa: E731
-    store = DjangoStore(project, created_by=user)
-    recorded = run_recorded(graph, input, store=store, env=build_environment(), label=label,
-                            hitl=hitl)
+    with leases.held(leases.new_owner("record")) as owner:  # a killed recorder is recovered
+        store = DjangoStore(project, created_by=user, lease=owner)
+        recorded = run_recorded(graph, input, store=store, env=build_environment(), label=label,
+                                hitl=hitl)
     return Run.objects.select_related("project").get(pk=recorded.run_id)
 
 
@@ -205,6 +212,7 @@ def register_graph(*, user: AbstractBaseUser, project: str | None,
     """Validate ``spec`` with the engine and store it: a new version unless it equals the
     latest. Needs the admin role (a graph version changes what later runs execute)."""
     target = writable_project(user, project, minimum=Role.ADMIN, action="registering a graph")
+    check_graph_document(spec, where="spec")  # size limits, storable strings and numbers
     graph = parse_graph(spec)  # invalid_graph naming the node and field
     latest = (GraphVersion.objects.filter(graph__project=target, graph__graph_id=graph.id)
               .order_by("-version").values_list("version", flat=True).first())
@@ -217,15 +225,28 @@ def start_recording(*, user: AbstractBaseUser, spec: RunSpec) -> Run:
     background. Needs the member role in the graph's project."""
     version = _graph_version_for(user, spec)
     project = version.graph.project
+    writes = live_writes(parse_graph(version.spec))
+    if writes:
+        require_role(user, project, Role.ADMIN,
+                     action=f"recording a run whose graph has live write tools ({writes})")
+    check_json_value(spec.input, where="input")
     run_id = uuid.uuid4().hex
+    work = {"task": "record", "graph_id": version.graph.graph_id, "version": version.version,
+            "input": spec.input, "label": spec.label}
     with transaction.atomic():
         run = Run.objects.create(
             id=run_id, project=project, graph_version=version, graph_slug=version.graph.graph_id,
             graph_version_number=version.version, run_kind=RunKind.PRIMARY, label=spec.label,
-            created_by=user, input=spec.input)
-        transaction.on_commit(lambda: tasks.enqueue_recording(
-            run_id, project.pk, version.graph.graph_id, version.version, spec.input, spec.label))
+            created_by=user, input=spec.input, work=work)
+        transaction.on_commit(lambda: tasks.enqueue_recording(run_id))
     return Run.objects.select_related("project").get(pk=run.pk)
+
+
+def live_writes(graph: GraphSpec) -> str:
+    """The write tools a recording of ``graph`` would execute for real (comma-separated; empty
+    when none): recording them needs the same role as a fork that allows writes (admin)."""
+    return ", ".join(node.id for node in graph.nodes
+                     if getattr(node, "kind", "") == "tool" and getattr(node, "effect", "") == "write")
 
 
 def _graph_version_for(user: AbstractBaseUser, spec: RunSpec) -> GraphVersion:
@@ -252,3 +273,16 @@ def _graph_version_for(user: AbstractBaseUser, spec: RunSpec) -> GraphVersion:
                        f"project {projects[0].slug!r}; versions: {known or 'none'}",
                        graph=spec.graph, version=spec.graph_version)
     return version
+
+
+def delete_run(*, user: AbstractBaseUser, run_id: str) -> None:
+    """Delete a run that is not executing, with its events (admin role). Its forks keep
+    their own logs; a fork of it can no longer be rebuilt against it."""
+    from forklab.engine.errors import RunInProgress
+
+    run = queries.get_run(run_id, user=user)
+    require_role(user, run.project, Role.ADMIN, action="deleting a run")
+    if run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+        raise RunInProgress(f"run {run_id!r} is {run.status}; cancel it first, then delete it",
+                            run_id=run_id, status=run.status)
+    run.delete()

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from forklab.engine.errors import ForklabError
+from forklab.engine.inputs import check_json_value
 
 _ID = r"^[A-Za-z0-9_\-]{1,64}$"
 
@@ -21,7 +22,8 @@ class InvalidRequest(ForklabError):
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # allow_inf_nan off: a form's "nan" or "inf" in a number field is refused, not parsed
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class AllowSpec(_Spec):
@@ -96,10 +98,12 @@ class RunSpec(_Spec):
 
 
 def parse[S: BaseModel](spec: type[S], data: Any) -> S:
-    """Validate a request body; any problem is one ``invalid_request`` naming the field."""
+    """Validate a request body: values no store can keep are ``invalid_input`` naming their
+    path; any other problem is one ``invalid_request`` naming the field."""
     if not isinstance(data, dict):
         raise InvalidRequest(f"the request body must be a JSON object, got "
                              f"{type(data).__name__}")
+    check_json_value(data, where="body")  # invalid_input: what no store can keep
     try:
         return spec.model_validate(data)
     except ValidationError as exc:

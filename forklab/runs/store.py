@@ -4,8 +4,14 @@ Atomicity of ``append``: the whole append runs in one ``transaction.atomic``. On
 the run row is locked with ``SELECT … FOR UPDATE`` before the last seq is read; on SQLite the
 transaction is ``BEGIN IMMEDIATE`` (settings), which takes the database write lock up front.
 Either way two concurrent appenders serialize and the second sees the first's seq and gets
-:class:`SeqConflictError`. ``unique(run, seq)`` is the backstop: an ``IntegrityError`` (two
-first appends racing to create the run row, or a bypassed lock) becomes the same error.
+:class:`SeqConflictError`. ``unique(run, seq)`` is the backstop: a write error after which
+the stored last seq moved (two first appends racing to create the run row, or a bypassed
+lock) becomes the same error. Any other write error — a value the database cannot hold, a
+constraint — is :class:`StoreRejected`, never reported as a race.
+
+Leases: a store built with ``lease=owner`` fences every append on the run row's
+``lease_owner`` (read under the same lock), and creates new runs leased to ``owner``
+(``forklab.runs.leases``).
 
 Projection: the run row's columns (status, memory, path, totals, lineage, …) are rewritten in
 the same transaction from the state folded through the new events. The state before the
@@ -26,10 +32,18 @@ from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, transaction
+from django.db import DataError, IntegrityError, transaction
 from django.db.models import Max, Min
+from django.utils import timezone
 
-from forklab.engine.errors import EventGapError, GraphNotFound, RunNotFound, SeqConflictError
+from forklab.engine.errors import (
+    EventGapError,
+    ForklabError,
+    GraphNotFound,
+    RunNotFound,
+    SeqConflictError,
+    StoreRejected,
+)
 from forklab.engine.events import (
     TERMINAL_TYPES,
     AgentResponded,
@@ -46,6 +60,8 @@ from forklab.engine.state import RunState
 from forklab.engine.store import check_append, graph_hash
 from forklab.runs import metrics
 from forklab.runs import models as m
+from forklab.runs.errors import LeaseLost
+from forklab.runs.leases import ttl
 
 DEFAULT_PROJECT_SLUG = "default"
 _EVENT_FIELDS = ("seq", "type", "v", "node", "occurrence", "iteration", "payload", "timestamp")
@@ -75,11 +91,12 @@ class DjangoStore:
     """
 
     def __init__(self, project: m.Project | None = None, *, using: str = "default",
-                 created_by: AbstractBaseUser | None = None) -> None:
+                 created_by: AbstractBaseUser | None = None, lease: str | None = None) -> None:
         self._project = project
         self._explicit_project = project is not None
         self.using = using
         self.created_by = created_by
+        self.lease = lease  # fencing: append only while the row's lease_owner is this
         self._states: dict[str, RunState] = {}
         self._lock = threading.Lock()
 
@@ -97,12 +114,20 @@ class DjangoStore:
 
     # -- events ----------------------------------------------------------------------------
     def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> None:
-        """Append atomically after ``expected_seq`` and update the run row's projection."""
+        """Append atomically after ``expected_seq`` and update the run row's projection.
+
+        Raises ``seq_conflict`` only when another writer really moved the log (the stored
+        last seq is no longer ``expected_seq``); a store that refuses the events for any
+        other reason (a constraint, a value it cannot hold) is ``store_rejected``; with a
+        ``lease``, an append by a process that lost the run's lease is ``lease_lost``. In
+        every case nothing was appended.
+        """
         events = list(events)
         try:
             with transaction.atomic(using=self.using):
                 locked = list(self._runs().select_for_update().filter(pk=run_id)
-                              .values_list("last_seq", "project_id")[:1])
+                              .values_list("last_seq", "project_id", "lease_owner")[:1])
+                self._check_lease(run_id, locked)
                 check_append(run_id, events, expected_seq, locked[0][0] if locked else 0)
                 if not events:
                     return
@@ -119,12 +144,35 @@ class DjangoStore:
                         defaults={"version": state.version, "state": state.to_wire()})
                 counted = metrics.observations(events, state)
                 transaction.on_commit(lambda: self._committed(state, counted), using=self.using)
-        except IntegrityError:
-            raise SeqConflictError(
+        except (IntegrityError, DataError, ValueError) as exc:
+            if isinstance(exc, ForklabError):
+                raise
+            raise self._refusal(run_id, expected_seq, events, exc) from None
+
+    def _check_lease(self, run_id: str, locked: list[tuple[int, int, str]]) -> None:
+        if self.lease is not None and locked and locked[0][2] != self.lease:
+            raise LeaseLost(
+                f"run {run_id!r} is no longer leased to this process (its lease is now "
+                f"{locked[0][2] or 'free'!r}); another worker took it over — stop executing it",
+                run_id=run_id)
+
+    def _refusal(self, run_id: str, expected_seq: int, events: list[Event],
+                 exc: Exception) -> ForklabError:
+        """A write error as the error it really is: a race only if the log moved (the row's
+        last seq, or an event already stored after ``expected_seq``)."""
+        if (self.last_seq(run_id) != expected_seq
+                or self._events().filter(run_id=run_id, seq__gt=expected_seq).exists()):
+            return SeqConflictError(
                 f"append to run {run_id!r} after seq {expected_seq} lost a race with another "
                 "writer; re-read the log and retry",
                 run_id=run_id, expected_seq=expected_seq,
-            ) from None
+            )
+        reason = " ".join(str(exc).split())[:300].encode("ascii", "backslashreplace").decode()
+        types = ", ".join(sorted({e.type for e in events}))
+        return StoreRejected(
+            f"the database refused to store events {expected_seq + 1}.."
+            f"{expected_seq + len(events)} ({types}) of run {run_id!r}: {reason}; nothing was "
+            "appended", run_id=run_id, expected_seq=expected_seq)
 
     def read(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[AnyEvent]:
         rows = self._events().filter(run_id=run_id, seq__gt=after)
@@ -182,6 +230,9 @@ class DjangoStore:
 
     def _new_run(self, run_id: str, state: RunState) -> m.Run:
         run = m.Run(id=run_id, project=self._project_for(state), created_by=self.created_by)
+        if self.lease is not None:  # a run this executor creates is leased to it from birth
+            now = timezone.now()
+            run.lease_owner, run.lease_expires_at, run.heartbeat_at = self.lease, now + ttl(), now
         run.save(using=self.using, force_insert=True)
         return run
 

@@ -22,7 +22,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from forklab.runs import queries
 from forklab.runs.models import Event, Run, RunStatus
-from forklab.runs.serializers_json import iso
+from forklab.runs.serializers_json import iso, readable_payload
 
 #: statuses after which the stream reports the run's status (the socket stays open: a paused
 #: fork continues when answered, and a client may want to keep watching).
@@ -70,6 +70,7 @@ def read_page(run_id: str, after: int, limit: int = BATCH) -> Page:
     events = [dict(zip(EVENT_FIELDS, row, strict=True)) for row in rows]
     for event in events:
         event["at"] = iso(event["at"])
+        event["payload"] = readable_payload(event["payload"])
     return Page(events=events, status=status, last_seq=last_seq)
 
 

@@ -1,151 +1,166 @@
-"""Background work through Django's tasks API: fork tails, answers, sweeps, recordings.
+"""Background work through Django's tasks API: fork tails, answers, sweeps, recordings,
+recoveries.
 
-Task arguments are JSON (the queue may be another process). Each task re-reads what it needs
-from the database: the request was validated before it was enqueued, but the world may have
-moved (the run was cancelled meanwhile). A task never raises for a user error: the outcome is
-recorded on the run (``not_run`` with its reason) instead.
+Task arguments are JSON (the queue may be another process). Every task claims the lease of
+the run it is about (``forklab.runs.leases``: a compare-and-set, so two workers handed one
+run never both execute it) and then drives it from what the database says
+(``forklab.runs.execution.drive``): the request was validated before it was enqueued, but the
+world may have moved (the run was cancelled, or another worker already took it). A task
+never raises for a user error: the outcome is recorded on the run instead.
+
+Each enqueue records the queue's task id on the run row, so a recovery sweep can tell a run
+whose task is still waiting in the queue from one whose task was lost with its process.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.db import transaction
 from django.tasks import task
 
 from forklab.engine.errors import ForklabError
-from forklab.engine.events import Event
-from forklab.engine.oracle import HumanAnswer
-from forklab.engine.runner import CancelToken
-from forklab.runs import broadcast
+from forklab.runs import execution, leases
 from forklab.runs.engine_env import build_environment
 from forklab.runs.models import Run, RunStatus
+from forklab.runs.store import DjangoStore
+
+log = logging.getLogger("forklab.runs.tasks")
 
 
-class DbCancelToken(CancelToken):
-    """Cancelled when the run row says so (works across processes and workers)."""
-
-    def __init__(self, run_ids: list[str]) -> None:
-        super().__init__()
-        self.run_ids = run_ids
-
-    @property
-    def cancelled(self) -> bool:
-        return super().cancelled or Run.objects.filter(
-            pk__in=self.run_ids, cancel_requested=True).exists()
-
-
-def _on_event(event: Event) -> None:
-    broadcast.notify(event.run_id, event.seq)
-
-
-def _not_run(run_id: str, exc: ForklabError) -> None:
-    with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=run_id, last_seq=0).first()
-        if run is not None:
-            run.status = RunStatus.FAILED
-            run.error = {"code": exc.code, "message": exc.message, "not_run": True}
-            run.save(update_fields=["status", "error"])
-    broadcast.notify(run_id, 0)
-
-
-@task
-def execute_fork(run_id: str, spec: dict[str, Any]) -> str:
-    from forklab.engine.fork.core import run_plan
-    from forklab.runs.forking import plan_for
-    from forklab.runs.specs import ForkSpec
-    from forklab.runs.store import DjangoStore
-
-    run = Run.objects.select_related("project").get(pk=run_id)
-    if run.status != RunStatus.QUEUED:
-        return run.status  # cancelled before it started
-    fork_spec = ForkSpec.model_validate(spec)
+def claim_and_drive(run_id: str, *, token: str | None = None) -> str:
+    """Claim the run's lease (or return ``skipped``), drive it, release the lease."""
+    owner = leases.new_owner()
+    if not leases.claim(run_id, owner=owner, token=token):
+        return "skipped: the run is finished or another worker holds it"
     try:
-        plan = plan_for(fork_spec, run.project)
-        runner = run_plan(plan, run_id=run_id, label=fork_spec.label,
-                          ignore_budget=fork_spec.ignore_budget, on_event=_on_event,
-                          cancel=DbCancelToken([run_id]), store=DjangoStore(run.project))
-    except ForklabError as exc:
-        _not_run(run_id, exc)
-        return "not_run"
-    return runner.state.status
+        return execution.drive(run_id, owner=owner)
+    finally:
+        leases.release(owner)
 
 
 @task
-def continue_fork(run_id: str, answer: dict[str, Any]) -> str:
-    from forklab.engine.fork.core import fork_runner
-    from forklab.runs.store import DjangoStore
+def execute_fork(run_id: str, spec: dict[str, Any] | None = None) -> str:
+    """Start a queued fork (its request is on the row: ``Run.work``)."""
+    return claim_and_drive(run_id)
 
-    run = Run.objects.select_related("project").get(pk=run_id)
-    runner = fork_runner(run_id, store=DjangoStore(run.project), env=build_environment(),
-                         on_event=_on_event, cancel=DbCancelToken([run_id]))
-    state = runner.answer(HumanAnswer(
-        decision=answer["decision"], data=answer.get("data"),
-        memory_updates=answer.get("memory_updates") or {}, label="live",
-        answered_by=answer.get("answered_by", "")))
-    return state.status
+
+@task
+def continue_fork(run_id: str, answer: dict[str, Any] | None = None) -> str:
+    """Apply the answer stored for the gate a paused run waits at, and run on.
+
+    ``answer`` is kept on the row already (``control.answer``); a task enqueued by an older
+    version carries it only here, so it is stored first when the gate has none.
+    """
+    if answer:
+        _store_answer(run_id, answer)
+    return claim_and_drive(run_id)
+
+
+def _store_answer(run_id: str, answer: dict[str, Any]) -> None:
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        work = (run.work or {}) if run is not None else {}
+        if run is None or run.status != RunStatus.PAUSED or (
+                work.get("task") == "answer" and work.get("at_seq") == run.last_seq):
+            return
+        run.work = {"task": "answer", "at_seq": run.last_seq, "answer": answer}
+        run.save(update_fields=["work"])
+
+
+@task
+def execute_recording(run_id: str, *args: Any) -> str:
+    """Record a queued primary run (its graph version and input are on the row)."""
+    return claim_and_drive(run_id)
+
+
+@task
+def recover_run(run_id: str, token: str) -> str:
+    """Take over a run whose executor died (a sweep handed it over under ``token``)."""
+    owner = leases.new_owner("recovery")
+    if not leases.claim(run_id, owner=owner, token=token):
+        return "skipped: another worker took it over"
+    try:
+        if _recovered_too_often(run_id):
+            run = Run.objects.select_related("project").get(pk=run_id)
+            execution.fail(run, DjangoStore(run.project, lease=owner),
+                           execution.WORKER_LOST, f"its worker was lost {execution.MAX_RECOVERIES}"
+                           " times; it is not resumed again")
+            return RunStatus.FAILED
+        log.info("recovering run %s", run_id)
+        return execution.drive(run_id, owner=owner)
+    finally:
+        leases.release(owner)
+
+
+def _recovered_too_often(run_id: str) -> bool:
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        work = dict(run.work or {})
+        work["recoveries"] = int(work.get("recoveries", 0)) + 1
+        run.work = work
+        run.save(update_fields=["work"])
+    return work["recoveries"] > execution.MAX_RECOVERIES
 
 
 @task
 def execute_sweep(group: str, spec: dict[str, Any], run_ids: dict[str, str]) -> str:
+    """Run a sweep's variants together (one shared memo); each variant is leased, so a
+    variant whose worker dies is recovered on its own like any fork."""
     from forklab.engine.fork.sweep import fork_each
     from forklab.runs.specs import SweepSpec
-    from forklab.runs.store import DjangoStore
 
     sweep = SweepSpec.model_validate(spec)
     base = Run.objects.select_related("project").get(pk=sweep.base_run)
-    live = {n: i for n, i in run_ids.items()
-            if Run.objects.filter(pk=i, status=RunStatus.QUEUED).exists()}
-    result = fork_each(
-        base.id, at=sweep.at, variants={n: sweep.variants[n] for n in live},
-        concurrency=sweep.concurrency, policy=sweep.policy.wire(), budget=sweep.budget.wire(),
-        ignore_budget=sweep.ignore_budget, fork_group_id=group,
-        store=DjangoStore(base.project), env=build_environment(),
-        on_event=lambda _name, event: _on_event(event), run_ids=live)
-    for name, error in result.errors.items():
-        _not_run(live[name], _SweepVariantError(error.get("detail", ""), error.get("code")))
+    owner = leases.new_owner("sweep")
+    live = {n: i for n, i in run_ids.items() if leases.claim(i, owner=owner)}
+    try:
+        result = fork_each(
+            base.id, at=sweep.at, variants={n: sweep.variants[n] for n in live},
+            concurrency=sweep.concurrency, policy=sweep.policy.wire(),
+            budget=sweep.budget.wire(), ignore_budget=sweep.ignore_budget, fork_group_id=group,
+            store=DjangoStore(base.project, lease=owner), env=build_environment(),
+            on_event=lambda _name, event: execution.on_event(event), run_ids=live)
+        for name, error in result.errors.items():
+            run = Run.objects.select_related("project").get(pk=live[name])
+            execution.fail(run, DjangoStore(run.project, lease=owner),
+                           str(error.get("code") or "variant_failed"),
+                           str(error.get("detail", "")))
+    except ForklabError as exc:
+        for run_id in live.values():
+            run = Run.objects.select_related("project").get(pk=run_id)
+            execution.fail(run, DjangoStore(run.project, lease=owner), exc.code,
+                           exc.message)
+        return f"failed: {exc.code}"
+    finally:
+        leases.release(owner)
     return f"{len(result.results)} ok, {len(result.errors)} failed"
 
 
-class _SweepVariantError(ForklabError):
-    def __init__(self, message: str, code: str | None) -> None:
-        super().__init__(message)
-        self.code = code or "variant_failed"  # type: ignore[misc]
+# -- enqueueing ----------------------------------------------------------------------------
 
 
-@task
-def execute_recording(run_id: str, project_id: int, graph_id: str, version: int,
-                      input: dict[str, Any], label: str) -> str:
-    from forklab.engine.runner import Runner
-    from forklab.runs.store import DjangoStore
-
-    run = Run.objects.select_related("project").get(pk=run_id)
-    if run.status != RunStatus.QUEUED:
-        return run.status
-    store = DjangoStore(run.project)
-    try:
-        graph = store.load_graph(graph_id, version)
-        runner = Runner(graph, store=store, run_id=run_id, env=build_environment(),
-                        on_event=_on_event, cancel=DbCancelToken([run_id]),
-                        graph_version=version)
-        return runner.start(input, label=label).status
-    except ForklabError as exc:  # e.g. the graph version vanished: never leave it queued
-        _not_run(run_id, exc)
-        return "not_run"
+def _enqueued(run_ids: list[str], result: Any) -> None:
+    Run.objects.filter(pk__in=run_ids).update(task_id=str(result.id))
 
 
 def enqueue_fork(run_id: str, spec: dict[str, Any]) -> None:
-    execute_fork.enqueue(run_id, spec)
+    _enqueued([run_id], execute_fork.enqueue(run_id))
 
 
 def enqueue_answer(run_id: str, answer: dict[str, Any]) -> None:
-    continue_fork.enqueue(run_id, answer)
+    _enqueued([run_id], continue_fork.enqueue(run_id))
 
 
 def enqueue_sweep(group: str, spec: dict[str, Any], run_ids: dict[str, str]) -> None:
-    execute_sweep.enqueue(group, spec, run_ids)
+    _enqueued(list(run_ids.values()), execute_sweep.enqueue(group, spec, run_ids))
 
 
-def enqueue_recording(run_id: str, project_id: int, graph_id: str, version: int,
-                      input: dict[str, Any], label: str) -> None:
-    execute_recording.enqueue(run_id, project_id, graph_id, version, input, label)
+def enqueue_recording(run_id: str, *args: Any) -> None:
+    _enqueued([run_id], execute_recording.enqueue(run_id))
+
+
+def enqueue_recovery(run_id: str, token: str) -> None:
+    _enqueued([run_id], recover_run.enqueue(run_id, token))
+

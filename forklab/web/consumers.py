@@ -21,6 +21,7 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.security.websocket import AllowedHostsOriginValidator
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.template.loader import render_to_string
@@ -53,6 +54,27 @@ class TokenAuthMiddleware:
         if key is not None:
             scope = {**scope, "user": await user_for_token(key)}
         return await self.inner(scope, receive, send)
+
+
+class OriginValidator:
+    """Browser origins are checked (``ALLOWED_HOSTS``); a script is not a browser.
+
+    A client that sends no ``Origin`` header and authenticates with a DRF token (header or
+    ``?token=``) passes: browsers always send ``Origin`` on a websocket (and cannot set the
+    ``Authorization`` header), so the check still guards every session-cookie connection —
+    cross-site websocket hijacking needs a browser — while scripts need no fake Origin
+    (SPEC §4.4).
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.checked = AllowedHostsOriginValidator(inner)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        has_origin = any(name.lower() == b"origin" for name, _ in scope.get("headers", []))
+        if not has_origin and token_from_scope(scope) is not None:
+            return await self.inner(scope, receive, send)
+        return await self.checked(scope, receive, send)
 
 
 def token_from_scope(scope: dict[str, Any]) -> str | None:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from forklab.web.views import compare, forks, home, live, runs, shares, steps, sweeps
+from forklab.web.views import compare, forks, home, live, removal, runs, shares, steps, sweeps
 
 urlpatterns = [
     path("", home.home, name="home"),
@@ -8,6 +8,7 @@ urlpatterns = [
     path("projects/switch/", home.switch_project, name="switch-project"),
     path("runs/<str:run_id>/", runs.run_page, name="run"),
     path("runs/<str:run_id>/steps/<str:node>/<int:occurrence>/", steps.step, name="step"),
+    path("runs/<str:run_id>/delete/", removal.delete_run, name="run-delete"),
     path("runs/<str:run_id>/fork/", forks.compose, name="compose"),
     path("runs/<str:run_id>/fork/preflight/", forks.preflight, name="preflight"),
     path("runs/<str:run_id>/sweep/", sweeps.launch, name="sweep-launch"),

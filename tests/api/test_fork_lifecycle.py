@@ -83,6 +83,28 @@ def test_an_order_fork_pauses_at_the_gate_and_completes_once_approved(
         ("charge", "reused"), ("send_email", "reused")}
 
 
+def test_a_second_answer_to_one_gate_is_409_and_the_first_one_wins(
+        fresh_world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from forklab.runs import tasks
+
+    client = fresh_world.client("demo")
+    base = fresh_world.demo_runs["order-fulfilment"]
+    fork_id = post(client, "/forks/", {"base_run": base, "at": "start"}).json()["id"]
+    assert settled(client, f"/forks/{fork_id}/")["state"] == "paused"
+    held: list[Any] = []  # both answers arrive before the first one is applied
+    monkeypatch.setattr(tasks, "enqueue_answer", lambda run_id, answer: held.append(run_id))
+    first = post(client, f"/forks/{fork_id}/answer/", {"decision": "rejected"})
+    second = post(client, f"/forks/{fork_id}/answer/", {"decision": "approved"})
+    assert (first.status_code, second.status_code) == (202, 409)
+    assert second.json()["code"] == "already_answered"
+    assert "already answered (rejected)" in second.json()["detail"]
+    monkeypatch.undo()
+    tasks.enqueue_answer(fork_id, {})
+    done = settled(client, f"/forks/{fork_id}/")
+    assert done["state"] != "paused"
+    assert "send_email" not in [s["node"] for s in done["path"]]  # rejected: no email sent
+
+
 def test_cancelling_a_paused_fork(fresh_world: World) -> None:
     client = fresh_world.client("demo")
     base = fresh_world.demo_runs["order-fulfilment"]

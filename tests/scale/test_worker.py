@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,15 @@ def outcome(run_id: str) -> dict[str, Any]:
             "task": result.task_path}
 
 
+def task_finished(run_id: str, deadline_s: float = 60.0) -> None:
+    from django_tasks_db.models import DBTaskResult
+
+    deadline = time.monotonic() + deadline_s
+    while DBTaskResult.objects.filter(args_kwargs__args__0=run_id, status="RUNNING").exists():
+        assert time.monotonic() < deadline, "the worker never finished the task"
+        time.sleep(0.05)
+
+
 async def test_the_worker_process_runs_the_tail_and_wakes_the_stream_over_redis(
         world: World, worker: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -113,6 +123,9 @@ async def test_the_worker_process_runs_the_tail_and_wakes_the_stream_over_redis(
     events, status = await until_status(ws)  # wake-ups only: polling is off (wakeups_only)
     await ws.disconnect()
 
+    # the task is marked successful a moment after the run's last event (it releases the
+    # run's lease first): wait for the queue row, with a deadline
+    await sync_to_async(task_finished)(run_id)
     done = await outcome(run_id)
     assert worker.poll() is None, "the worker died"
     assert status == done["status"] == "completed"

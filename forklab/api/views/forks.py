@@ -73,7 +73,7 @@ def fork_detail(request: Request, run_id: str) -> Response:
     description="A queued or paused fork is cancelled at once; a running one stops at its "
                 "next node or call boundary (`cancel_requested`). A finished fork is left as "
                 "it is. Needs the member role.",
-    responses=responses({200: ForkSerializer}, 401, 403, 404))
+    responses=responses({200: ForkSerializer}, 400, 401, 403, 404))
 @api_view(["POST"])
 def fork_cancel(request: Request, run_id: str) -> Response:
     forking.get_fork(user=request.user, run_id=run_id)  # 404 unless a readable fork
@@ -85,7 +85,8 @@ def fork_cancel(request: Request, run_id: str) -> Response:
     operation_id="forks_answer", parameters=[FORK_ID], request=AnswerSpec,
     summary="Answer a paused fork's approval gate",
     description="The tail continues in the background. 409 `invalid_run_state` unless the "
-                "fork is paused.",
+                "fork is paused; 409 `already_answered` when its gate was answered already "
+                "(the first answer wins).",
     responses=responses({202: ForkSerializer}, *WRITE, 409))
 @api_view(["POST"])
 def fork_answer(request: Request, run_id: str) -> Response:
@@ -103,7 +104,7 @@ def fork_answer(request: Request, run_id: str) -> Response:
                 "Needs the admin role. 409 `promote_conflict` when the graph gained a newer "
                 "version touching the same fields; 422 `invalid_change` when there is "
                 "nothing to promote.",
-    responses=responses({200: PromoteSerializer}, 401, 403, 404, 409, 422))
+    responses=responses({200: PromoteSerializer}, 400, 401, 403, 404, 409, 422))
 @api_view(["POST"])
 def fork_promote(request: Request, run_id: str) -> Response:
     forking.get_fork(user=request.user, run_id=run_id)

@@ -23,7 +23,7 @@ from forklab.api.serializers import (
 )
 from forklab.engine.fork import fork_points as engine_fork_points
 from forklab.runs import queries, services
-from forklab.runs.serializers_json import run_to_json
+from forklab.runs.serializers_json import readable_payload, run_to_json
 from forklab.runs.specs import RunSpec
 from forklab.runs.store import DjangoStore
 
@@ -57,10 +57,20 @@ def runs(request: Request) -> Response:
     return run_page(request, queries.runs_for_user(request.user, **filters))
 
 
-@extend_schema(operation_id="runs_retrieve", parameters=[RUN_ID], summary="One run",
-               responses=responses({200: RunSerializer}, *READ))
-@api_view(["GET"])
+@extend_schema(methods=["GET"], operation_id="runs_retrieve", parameters=[RUN_ID],
+               summary="One run", responses=responses({200: RunSerializer}, *READ))
+@extend_schema(
+    methods=["DELETE"], operation_id="runs_destroy", parameters=[RUN_ID], request=None,
+    summary="Delete a run",
+    description="Deletes a finished run with its events (its forks keep their own logs). "
+                "Meant for runs an older version stored unreadable (`error.code` "
+                "`unreadable`). Needs the admin role; 409 `run_in_progress` while it runs.",
+    responses=responses({204: None}, 400, 401, 403, 404, 409))
+@api_view(["GET", "DELETE"])
 def run_detail(request: Request, run_id: str) -> Response:
+    if request.method == "DELETE":
+        services.delete_run(user=request.user, run_id=run_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
     run = queries.get_run(run_id, user=request.user)
     return Response(RunSerializer(run_to_json(run)).data)
 
@@ -79,6 +89,8 @@ def run_events(request: Request, run_id: str) -> Response:
                                  limit=limit + 1)
     more = len(events) > limit
     events = events[:limit]
+    for event in events:  # a payload an older version stored unreadable never breaks a page
+        event["payload"] = readable_payload(event["payload"])
     next_after = events[-1]["seq"] if more else None
     url = request.build_absolute_uri()
     page = {"results": events, "next_after": next_after, "last_seq": run.last_seq,

@@ -83,6 +83,17 @@ class Run(models.Model):
     # Set by a cancel request; the runner checks it between nodes and calls (any process).
     cancel_requested = models.BooleanField(default=False)
 
+    # Execution lease (forklab.runs.leases): the one process allowed to append to this run
+    # now, until ``lease_expires_at`` unless its heartbeat renews it. Empty: nobody executes it.
+    lease_owner = models.CharField(max_length=160, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # The background work this run waits for, kept so recovery can redo work that was lost
+    # with its process: {"task": "fork", "spec": {...}} | {"task": "record", ...} |
+    # {"task": "answer", "at_seq": N, "answer": {...}} (the answer to the gate at seq N).
+    work = models.JSONField(null=True, blank=True)
+    task_id = models.CharField(max_length=64, blank=True, default="")  # the queue's task id
+
     class Meta:
         ordering = ["-created_at", "id"]
         indexes = [
@@ -90,6 +101,7 @@ class Run(models.Model):
             models.Index(fields=["run_kind"], name="run_kind"),
             models.Index(fields=["parent_run"], name="run_parent"),
             models.Index(fields=["project", "-created_at"], name="run_project_created"),
+            models.Index(fields=["status", "lease_expires_at"], name="run_status_lease"),
         ]
 
     def __str__(self) -> str:

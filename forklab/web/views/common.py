@@ -52,11 +52,17 @@ def page_or_partial(request: HttpRequest, template: str, context: dict[str, Any]
     return render(request, name, context, status=status)
 
 
+MAX_INT_PARAM = 2**31 - 1
+
+
 def int_param(value: str | None) -> int | None:
+    """A query parameter as an integer, clamped to ±(2**31 - 1) (``?epage=10**20`` must not
+    reach the database as an offset it cannot hold); None when absent or not a number."""
     try:
-        return int(value) if value not in (None, "") else None
+        number = int(value) if value not in (None, "") else None  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
+    return None if number is None else max(-MAX_INT_PARAM, min(number, MAX_INT_PARAM))
 
 
 def roles(request: HttpRequest, project: Project) -> dict[str, bool]:

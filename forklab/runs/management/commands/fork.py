@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from forklab.engine.fork import fork
-from forklab.runs import cli
+from forklab.runs import cli, leases
 from forklab.runs.engine_env import build_environment
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.serializers_json import run_to_json
@@ -37,10 +37,8 @@ def add_policy_flags(parser: CommandParser) -> None:
 
 def policy_and_budget(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     cost = options["max_cost_usd"]
-    try:
-        max_cost = None if str(cost).lower() == "none" else float(cost)
-    except ValueError:
-        raise cli.InvalidArgument(f"--max-cost-usd takes a number or 'none'; got {cost!r}") from None
+    max_cost = None if str(cost).lower() == "none" else cli.finite(cost, "--max-cost-usd",
+                                                                   "a number or 'none'")
     return ({"side_effects": cli.side_effects(options["side_effects"]),
              "memoize": options["memoize"]},
             {"max_live_calls": options["max_live_calls"], "max_cost_usd": max_cost})
@@ -61,13 +59,14 @@ class Command(ForklabCommand):
         parser.add_argument("--source", choices=("events", "snapshot", "auto"), default="events")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        run, store = cli.store_for(options["run"])
-        policy, budget = policy_and_budget(options)
-        result = fork(run.id, at=cli.point(options["at"]),
-                      change=cli.changes_from_options(options), policy=policy, budget=budget,
-                      label=options["label"], dry_run=options["dry_run"],
-                      ignore_budget=options["ignore_budget"], source=options["source"],
-                      store=store, env=build_environment())
+        with leases.held(leases.new_owner("cli")) as owner:
+            run, store = cli.store_for(options["run"], lease=owner)
+            policy, budget = policy_and_budget(options)
+            result = fork(run.id, at=cli.point(options["at"]),
+                          change=cli.changes_from_options(options), policy=policy,
+                          budget=budget, label=options["label"], dry_run=options["dry_run"],
+                          ignore_budget=options["ignore_budget"], source=options["source"],
+                          store=store, env=build_environment())
         data = result.to_wire()
         if result.run_id:
             from forklab.runs.models import Run

@@ -6,7 +6,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from forklab.engine.fork.sweep import estimate_sweep, fork_each
-from forklab.runs import cli
+from forklab.runs import cli, leases
 from forklab.runs.engine_env import build_environment
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.management.commands.fork import add_policy_flags, policy_and_budget
@@ -25,7 +25,10 @@ class Command(ForklabCommand):
         add_policy_flags(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        run, store = cli.store_for(options["run"])
+        with leases.held(leases.new_owner("cli")) as owner:
+            self._sweep(options, *cli.store_for(options["run"], lease=owner))
+
+    def _sweep(self, options: dict[str, Any], run: Any, store: Any) -> None:
         variants = {}
         for text in options["variant"]:
             name, value = cli.split_pair(text, "variant", "terse='{\"kind\": \"prompt\", ...}'")

@@ -1,0 +1,84 @@
+"""The HTTP edge's first check: a URL or form field no store can keep is a 400, not a 500.
+
+Path segments (run ids), query parameters and form fields reach database filters and inserts
+as they are; a NUL character in any of them makes PostgreSQL raise, and a lone surrogate
+cannot be encoded; and a form's JSON editor field nested thousands deep would make the
+form's parser recurse past Python's limit. This refuses such a request before any view
+runs: ``invalid_input`` as the API's JSON error body under ``/api/``, a plain-text 400
+elsewhere. (JSON bodies are checked by the API's parser,
+``forklab.api.inputs.BoundedJSONParser``; JSON values a form carries, once parsed, by
+``specs.parse``.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.utils.decorators import sync_and_async_middleware
+
+from forklab.engine.errors import InvalidInput
+from forklab.engine.inputs import check_json_text, check_json_value, loads
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+@sync_and_async_middleware
+def refuse_unstorable_input(get_response: Callable[[HttpRequest], Any]) -> Callable[..., Any]:
+    """The checks are plain CPU work on a request whose body is already read, so they run
+    inline in both modes (no thread hop under ASGI)."""
+    if iscoroutinefunction(get_response):
+        async def async_middleware(request: HttpRequest) -> HttpResponse:
+            return refusal(request) or await get_response(request)
+
+        return async_middleware
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        return refusal(request) or get_response(request)
+
+    return middleware
+
+
+def refusal(request: HttpRequest) -> HttpResponse | None:
+    """The 400 for a request holding what no store can keep; None for any other."""
+    try:
+        check_request(request)
+    except InvalidInput as exc:
+        if request.path.startswith("/api/"):
+            return JsonResponse({"code": exc.code, "detail": exc.message,
+                                 "path": exc.context.get("path")}, status=400)
+        return HttpResponse(f"400 Bad Request: {exc.message}\n", status=400,
+                            content_type="text/plain; charset=utf-8")
+    return None
+
+
+def check_request(request: HttpRequest) -> None:
+    """Raise ``InvalidInput`` for a path, query parameter or form field holding NUL or an
+    unencodable character."""
+    check_json_value(request.path, where="the URL path")
+    _check_fields(request.GET, "query parameter")
+    if request.method == "POST" and request.content_type in FORM_TYPES:
+        _check_fields(request.POST, "form field", json_editors=True)
+
+
+def _check_fields(data: QueryDict, what: str, *, json_editors: bool = False) -> None:
+    for name, values in data.lists():
+        check_json_value(name, where=f"a {what} name")
+        where = f"{what} {name[:40]!r}"
+        for value in values:
+            check_json_value(value, where=where)
+            if json_editors and value.lstrip()[:1] in ("[", "{"):
+                _check_json_editor(value, where)
+
+
+def _check_json_editor(text: str, where: str) -> None:
+    """A form's JSON editor text: too deep to parse safely, or holding NaN, NUL or a lone
+    surrogate once parsed (``\\ud800`` escapes), is refused here; malformed JSON is left
+    for the form to report next to its field."""
+    check_json_text(text, where=where)
+    with contextlib.suppress(json.JSONDecodeError):
+        loads(text, where=where)
