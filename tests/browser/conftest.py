@@ -97,6 +97,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     port = _free_port()
     srv = Server(url=f"http://127.0.0.1:{port}", var_dir=var_dir, env=env)
     srv.manage("migrate", "--noinput", "-v0")
+    # as `./dev start` does: with debug off, WhiteNoise serves only what collectstatic wrote
+    srv.manage("collectstatic", "--noinput", "-v0")
     srv.manage("demo")
     srv.manage("record", str(ROOT / "tests" / "browser" / "slow.yaml"), "--project", "demo",
                "--label", "slow")
