@@ -36,8 +36,8 @@ from forklab.engine.events import (
     RunStarted,
 )
 from forklab.engine.graph import END, GraphSpec
-from forklab.engine.memoized import replay_memo
 from forklab.engine.inputs import check_json_value
+from forklab.engine.memoized import replay_memo
 from forklab.engine.oracle import (
     Blocked,
     BudgetExceeded,
