@@ -26,7 +26,7 @@ from forklab.engine.providers import (
     ProviderRegistry,
     ScriptedProvider,
 )
-from forklab.engine.tools import ToolContext
+from forklab.engine.tools import ReflectionStore, ToolContext
 
 WORDS = ("red", "green", "blue", "yes", "no")
 """What tools answer: a small vocabulary, so router rules (``eq``) really branch."""
@@ -152,16 +152,30 @@ def hitl(request: dict[str, Any]) -> HumanAnswer:
                        answered_by="props")
 
 
+class CountingReflections(ReflectionStore):
+    """The cross-run store, counting every write that really reaches it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, store: str, key: str, value: Any) -> None:
+        self.writes += 1
+        super().write(store, key, value)
+
+
 @dataclass
 class Harness:
     """One example's world: env, counter, outside world (fresh per example)."""
 
     counter: Counter = field(default_factory=Counter)
     world: OutsideWorld = field(default_factory=OutsideWorld)
+    reflections: CountingReflections = field(default_factory=CountingReflections)
     env: Environment = field(init=False)
 
     def __post_init__(self) -> None:
         self.env = make_env(self.counter, self.world)
+        self.env.reflections = self.reflections
 
 
 __all__ = ["PRICED_MODELS", "UNPRICED_MODEL", "Counter", "Harness", "OutsideWorld", "Price",
