@@ -21,8 +21,12 @@ from typing import Any, ClassVar
 
 from forklab.engine.errors import EventGapError
 
-REPLAY_VERSION = 1
-"""Reducer semantics version. Bump when a reducer changes meaning; forks refuse skew."""
+REPLAY_VERSION = 2
+"""Reducer semantics version. Bump when a reducer changes meaning; forks refuse skew.
+
+2: fingerprints (the memo and side-effect key recorded in ``node.started``) cover occurrence,
+iteration, absent reads and a subgraph's child graph; a failed call is a ``call.failed``
+event; runs record taint across subgraph boundaries and forks their lineage."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -81,6 +85,7 @@ class RunStarted(Event):
     replay_version: int = REPLAY_VERSION
     label: str = ""
     parent_run_id: str | None = None
+    tainted_input: list[str] = field(default_factory=list)  # a child run's tainted input keys
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,6 +106,10 @@ class RunForked(Event):
     ignore_budget: bool = False
     estimate: dict[str, Any] = field(default_factory=dict)
     point: dict[str, Any] = field(default_factory=dict)
+    # how many leading ``changes`` are the lineage's (the rest are this fork's own request)
+    inherited_changes: int = 0
+    # routers whose inherited once-only route change was already used before the point
+    routes_used: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -219,6 +228,22 @@ class ToolReturned(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CallFailed(Event):
+    """A model or tool call that raised (provider error, tool exception): still a call,
+    listed in ``calls`` and counted against a fork's budget. ``request_hash`` is the model
+    request's hash or the tool's args hash."""
+
+    TYPE: ClassVar[str] = "call.failed"
+    kind: str  # agent | tool
+    role: str | None
+    index: int | None
+    model: str | None
+    label: str
+    error: dict[str, Any]
+    request_hash: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class HumanRequested(Event):
     TYPE: ClassVar[str] = "human.requested"
     prompt: str
@@ -276,6 +301,7 @@ class SubgraphCompleted(Event):
     cost_usd: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
+    tainted: list[str] = field(default_factory=list)  # child keys tainted at its end
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -291,9 +317,9 @@ class ReflectionDiscarded(Event):
 AnyEvent = (
     RunStarted | RunForked | ChangeApplied | RunCompleted | RunFailed | RunBlocked
     | RunCancelled | NodeStarted | NodeCompleted | NodeFailed | NodeInterrupted
-    | AgentRequested | AgentResponded | ToolCalled | ToolReturned | HumanRequested
-    | HumanAnswered | RouteDecided | MemoryWritten | EffectSuppressed | SubgraphStarted
-    | SubgraphCompleted | ReflectionDiscarded
+    | AgentRequested | AgentResponded | ToolCalled | ToolReturned | CallFailed
+    | HumanRequested | HumanAnswered | RouteDecided | MemoryWritten | EffectSuppressed
+    | SubgraphStarted | SubgraphCompleted | ReflectionDiscarded
 )
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -301,9 +327,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for cls in (
         RunStarted, RunForked, ChangeApplied, RunCompleted, RunFailed, RunBlocked,
         RunCancelled, NodeStarted, NodeCompleted, NodeFailed, NodeInterrupted,
-        AgentRequested, AgentResponded, ToolCalled, ToolReturned, HumanRequested,
-        HumanAnswered, RouteDecided, MemoryWritten, EffectSuppressed, SubgraphStarted,
-        SubgraphCompleted, ReflectionDiscarded,
+        AgentRequested, AgentResponded, ToolCalled, ToolReturned, CallFailed,
+        HumanRequested, HumanAnswered, RouteDecided, MemoryWritten, EffectSuppressed,
+        SubgraphStarted, SubgraphCompleted, ReflectionDiscarded,
     )
 }
 TERMINAL_TYPES = frozenset(

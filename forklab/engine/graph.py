@@ -9,7 +9,9 @@ Invariants a valid graph guarantees to the runner:
 - node ids are unique and every reference (start, edges, router targets, ``on_reject``,
   agent ids, role ``writes``) names something that exists;
 - a graph containing a cycle declares ``max_iterations`` (loops are always bounded);
-- every ``{key}`` placeholder in a prompt template is a key the node declares in ``reads``.
+- every ``{key}`` placeholder in a prompt template is a key the node declares in ``reads``;
+- a node observes only its read slice: router rules test only keys in the router's ``reads``
+  (or ``$iteration``), and subgraph ``input`` mappings map only keys in the node's ``reads``.
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ class RoleSpec(_Model):
     def agent_for(self, index: int) -> AgentRef:
         """The agent driving instance ``index`` (an override, else the role's agent)."""
         return self.instances.get(index, self.agent)
+
+
+ITERATION_KEY = "$iteration"
+"""The loop counter a router rule may test without declaring it in ``reads``."""
 
 
 class Condition(_Model):
@@ -134,7 +140,9 @@ class RouterNode(_NodeBase):
     """Chooses the next node: the first matching rule, else ``default``; or an agent's answer."""
 
     kind: Literal["router"] = "router"
-    rules: list[RouteRule] = Field(default_factory=list)
+    rules: list[RouteRule] = Field(
+        default_factory=list,
+        description="Tested in order; a rule may test only keys in 'reads' (or '$iteration').")
     default: str | None = None
     agent: AgentRef | None = None
     prompt: str = ""
@@ -156,7 +164,9 @@ class SubgraphNode(_NodeBase):
 
     kind: Literal["subgraph"] = "subgraph"
     graph: str
-    input: dict[str, str] = Field(default_factory=dict, description="child key -> memory key")
+    input: dict[str, str] = Field(
+        default_factory=dict,
+        description="child key -> memory key; each memory key must be in the node's 'reads'")
     output: dict[str, str] = Field(default_factory=dict, description="memory key -> child key")
 
 
@@ -283,6 +293,7 @@ def _check_node(graph: GraphSpec, node: Any, ids: set[str]) -> None:
             f"{where}, field 'choices': an agent router maps each answer to a node",
             node=node.id, field="choices",
         )
+    _check_slice(node, where)
     prompt = getattr(node, "prompt", "")
     for key in _PLACEHOLDER.findall(prompt):
         if key not in node.reads:
@@ -290,6 +301,28 @@ def _check_node(graph: GraphSpec, node: Any, ids: set[str]) -> None:
                 f"{where}, field 'prompt': placeholder {{{key}}} is not in 'reads' "
                 f"({', '.join(node.reads) or 'empty'}); add it to reads",
                 node=node.id, field="prompt",
+            )
+
+
+def _slice_uses(node: Any) -> list[tuple[str, str]]:
+    """(field, key) pairs of memory keys a node's config reads outside its prompt."""
+    if isinstance(node, RouterNode):
+        return [(f"rules[{i}].when[{j}].key", c.key) for i, rule in enumerate(node.rules)
+                for j, c in enumerate(rule.when) if c.key != ITERATION_KEY]
+    if isinstance(node, SubgraphNode):
+        return [(f"input.{child}", key) for child, key in node.input.items()]
+    return []
+
+
+def _check_slice(node: Any, where: str) -> None:
+    """A node sees only its read slice: rules and input mappings use declared reads only."""
+    for field, key in _slice_uses(node):
+        if key not in node.reads:
+            raise GraphValidationError(
+                f"{where}, field '{field}': key {key!r} is not in 'reads' "
+                f"({', '.join(node.reads) or 'empty'}); a node sees only the keys it reads — "
+                "add it to reads",
+                node=node.id, field=field, key=key,
             )
 
 

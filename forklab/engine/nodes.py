@@ -15,17 +15,16 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from forklab.engine.canonical import canonical_json, fingerprint
-from forklab.engine.errors import ForklabError
 from forklab.engine.events import (
     AgentRequested,
     AgentResponded,
+    CallFailed,
     HumanAnswered,
     HumanRequested,
     MemoryWritten,
     ReflectionDiscarded,
     RouteDecided,
     SubgraphCompleted,
-    SubgraphStarted,
     ToolCalled,
     ToolReturned,
 )
@@ -38,9 +37,8 @@ from forklab.engine.graph import (
     SubgraphNode,
     ToolNode,
 )
-from forklab.engine.oracle import ChildResult, HumanAnswer, NodeCall, NodeFailure, ensure_json
+from forklab.engine.oracle import HumanAnswer, NodeCall, NodeFailure
 from forklab.engine.providers import ChatRequest
-from forklab.engine.state import Execution
 from forklab.engine.tools import ToolContext
 
 if TYPE_CHECKING:
@@ -61,11 +59,11 @@ def render(template: str, reads: dict[str, Any]) -> str:
     return _PLACEHOLDER.sub(value, template)
 
 
-def _tainted(runner: Runner, call: NodeCall, untrusted: bool = False) -> bool:
+def reads_tainted(runner: Runner, call: NodeCall, untrusted: bool = False) -> bool:
     return untrusted or any(key in runner.state.taint for key in call.reads)
 
 
-def _write(runner: Runner, call: NodeCall, key: str, value: Any, tainted: bool) -> None:
+def write_memory(runner: Runner, call: NodeCall, key: str, value: Any, tainted: bool) -> None:
     runner._envelope_emit(MemoryWritten, call, key=key, value=value, tainted=tainted)
 
 
@@ -79,7 +77,9 @@ def execute(runner: Runner, node: Any, call: NodeCall) -> str | None:
     if isinstance(node, ApprovalNode):
         return _approval_node(runner, node, call)
     if isinstance(node, SubgraphNode):
-        return _subgraph_node(runner, node, call)
+        from forklab.engine.subgraphs import run_subgraph_node
+
+        return run_subgraph_node(runner, node, call)
     raise AssertionError(f"unhandled node kind {node.kind}")
 
 
@@ -103,7 +103,13 @@ def ask(runner: Runner, call: NodeCall, agent: AgentSpec, messages: list[dict[st
                           system_prompt=request.system_prompt,
                           temperature=request.temperature, messages=list(messages),
                           params=params, request_hash=request.request_hash)
-    served = runner.oracle.agent(call, request, role, index)
+    try:
+        served = runner.oracle.agent(call, request, role, index)
+    except NodeFailure as failure:  # the call was made and failed: it is still a call
+        runner._envelope_emit(CallFailed, call, kind="agent", role=role, index=index,
+                              model=request.model, label=failure.label, error=failure.error,
+                              request_hash=request.request_hash)
+        raise
     if served.recorded:
         cost = served.cost_usd  # what the recording paid (prices may have changed since)
     elif served.label == "simulated":
@@ -131,10 +137,10 @@ def _output_value(node: AgentNode, text: str) -> Any:
 def _agent_node(runner: Runner, node: AgentNode, call: NodeCall) -> str | None:
     graph = runner.graph
     user = {"role": "user", "content": render(node.prompt, call.reads)}
-    tainted = _tainted(runner, call)
+    tainted = reads_tainted(runner, call)
     if node.agent is not None:
         text = ask(runner, call, graph.resolve_agent(node.agent), [user], choices=node.choices)
-        _write(runner, call, node.writes[0], _output_value(node, text), tainted)
+        write_memory(runner, call, node.writes[0], _output_value(node, text), tainted)
         return None
     transcript: list[str] = []
     for name, role in node.ordered_roles():
@@ -150,7 +156,7 @@ def _agent_node(runner: Runner, node: AgentNode, call: NodeCall) -> str | None:
             answers.append(text)
             transcript.append(f"{name}{'' if index is None else f'[{i}]'}: {text}")
         if role.writes:
-            _write(runner, call, role.writes, answers if role.count > 1 else answers[0], tainted)
+            write_memory(runner, call, role.writes, answers if role.count > 1 else answers[0], tainted)
     return None
 
 
@@ -178,14 +184,25 @@ def _tool_node(runner: Runner, node: ToolNode, call: NodeCall) -> str | None:
     ctx = ToolContext(run_id=runner.run_id, node=node.id, occurrence=call.occurrence,
                       reflections=runner.env.reflections,
                       capture_reflections=runner.oracle.captures_reflections)
-    result, label = runner.oracle.tool(call, node, args, ctx)
+    try:
+        result, label = runner.oracle.tool(call, node, args, ctx)
+    except NodeFailure as failure:  # the tool raised: the call is still recorded and counted
+        _discard_reflections(runner, call, ctx)
+        runner._envelope_emit(CallFailed, call, kind="tool", role=None, index=None, model=None,
+                              label=failure.label, error=failure.error,
+                              request_hash=fingerprint(args))
+        raise
+    _discard_reflections(runner, call, ctx)
+    runner._envelope_emit(ToolReturned, call, result=result, label=label)
+    tainted = reads_tainted(runner, call, untrusted=not node.trusted)
+    for key, value in _tool_writes(node, result).items():
+        write_memory(runner, call, key, value, tainted)
+    return None
+
+
+def _discard_reflections(runner: Runner, call: NodeCall, ctx: ToolContext) -> None:
     for captured in ctx.captured:
         runner._envelope_emit(ReflectionDiscarded, call, **captured)
-    runner._envelope_emit(ToolReturned, call, result=result, label=label)
-    tainted = _tainted(runner, call, untrusted=not node.trusted)
-    for key, value in _tool_writes(node, result).items():
-        _write(runner, call, key, value, tainted)
-    return None
 
 
 # -- routers ---------------------------------------------------------------------------------
@@ -207,11 +224,11 @@ def _router_node(runner: Runner, node: RouterNode, call: NodeCall) -> str | None
                               f"expected one of {choices}")
         target, reason, label = (node.choices or {})[answer], f"agent answered {answer!r}", "live"
     else:
-        target, reason = route_by_rules(node, runner.state.memory, call.iteration)
+        target, reason = route_by_rules(node, call.reads, call.iteration)
         label = "live"
     runner._envelope_emit(RouteDecided, call, to=target, reason=reason, label=label)
     for key in node.writes:
-        _write(runner, call, key, target, _tainted(runner, call))
+        write_memory(runner, call, key, target, reads_tainted(runner, call))
     return target
 
 
@@ -234,47 +251,10 @@ def finish_approval(runner: Runner, node: ApprovalNode, call: NodeCall,
                           memory_updates=dict(answer.memory_updates or {}),
                           label=answer.label, answered_by=answer.answered_by)
     if node.writes:
-        _write(runner, call, node.writes[0], answer.decision, False)
+        write_memory(runner, call, node.writes[0], answer.decision, False)
     for key, value in (answer.memory_updates or {}).items():
-        _write(runner, call, key, value, False)
+        write_memory(runner, call, key, value, False)
     return node.on_reject if answer.decision == "rejected" else None
-
-
-# -- subgraphs -------------------------------------------------------------------------------
-
-
-def _subgraph_node(runner: Runner, node: SubgraphNode, call: NodeCall) -> str | None:
-    from forklab.engine.runner import Runner as ChildRunner
-
-    child_input = {child: runner.state.memory.get(key) for child, key in node.input.items()}
-    child_id = runner.env.ids()
-    try:
-        child_graph = runner.store.load_graph(node.graph)
-    except ForklabError as exc:  # a graph missing from the store fails the node, not the engine
-        raise NodeFailure(exc.code, exc.message) from None
-
-    def run_child() -> ChildResult:
-        child = ChildRunner(child_graph, store=runner.store, run_id=child_id, env=runner.env,
-                            cancel=runner.cancel, on_event=runner.on_event)
-        state = child.start(child_input, run_kind="subgraph", parent_run_id=runner.run_id)
-        if state.status != "completed":
-            raise NodeFailure("subgraph_" + state.status,
-                              f"child run {child_id} of graph {node.graph!r} ended {state.status}")
-        return ChildResult(child_run_id=child_id, status=state.status,
-                           output=ensure_json(state.memory, "child memory"), label="live",
-                           cost_usd=state.cost_usd, input_tokens=state.input_tokens,
-                           output_tokens=state.output_tokens)
-
-    runner._envelope_emit(SubgraphStarted, call, child_run_id=child_id, graph_id=node.graph)
-    result = runner.oracle.subgraph(call, node, child_input, run_child)
-    runner._envelope_emit(SubgraphCompleted, call, child_run_id=result.child_run_id,
-                          status=result.status, output=result.output, label=result.label,
-                          cost_usd=result.cost_usd, input_tokens=result.input_tokens,
-                          output_tokens=result.output_tokens)
-    tainted = _tainted(runner, call)
-    for key, child_key in node.output.items():
-        _write(runner, call, key, result.output.get(child_key), tainted)
-    return None
 
 
 # -- substitution (a fork's output change) ---------------------------------------------------
@@ -294,61 +274,8 @@ def substitute_output(runner: Runner, node: Any, call: NodeCall,
     else:
         runner._envelope_emit(ToolReturned, call, result=memory, label="simulated")
     for key, value in memory.items():
-        _write(runner, call, key, value, False)
+        write_memory(runner, call, key, value, False)
     return None
 
 
-# -- memoization -----------------------------------------------------------------------------
-
-
-def replay_memo(runner: Runner, call: NodeCall, recorded: Execution) -> str | None:
-    """Serve a node its recorded execution: copies of its action records, labelled reused."""
-    for action in recorded.actions:
-        kind = action["type"]
-        if kind == "agent_result":
-            runner._envelope_emit(
-                AgentResponded, call, role=action["role"], index=action["index"],
-                model=action["model"], text=action["text"],
-                input_tokens=action["input_tokens"], output_tokens=action["output_tokens"],
-                cost_usd=action["cost_usd"], latency_ms=0.0, label="reused",
-                request_hash=action["request_hash"])
-        elif kind == "tool":  # what the tool was called with, so the guard can match it later
-            runner._envelope_emit(ToolCalled, call, tool=action["tool"],
-                                  effect=getattr(runner.graph.node(call.node), "effect", "read"),
-                                  args=action["args"], args_hash=action["args_hash"])
-        elif kind == "tool_result":
-            runner._envelope_emit(ToolReturned, call, result=action["result"], label="reused")
-        elif kind == "human":
-            runner._envelope_emit(HumanAnswered, call, decision=action["decision"],
-                                  data=action["data"], memory_updates=action["memory_updates"],
-                                  label="reused")
-        elif kind == "subgraph_result":
-            runner._envelope_emit(SubgraphCompleted, call, child_run_id=action["child_run_id"],
-                                  status=action["status"], output=action["output"],
-                                  label="reused", cost_usd=action["cost_usd"],
-                                  input_tokens=action["input_tokens"],
-                                  output_tokens=action["output_tokens"])
-    if recorded.status == "failed":
-        error = recorded.error or {}
-        raise NodeFailure(str(error.get("type", "failed")), str(error.get("message", "")))
-    for key in recorded.deletes:
-        runner._envelope_emit(MemoryWritten, call, key=key, value=None, deleted=True)
-    for key, value in recorded.writes.items():
-        _write(runner, call, key, value, _tainted(runner, call, untrusted=_untrusted(runner, call)))
-    if recorded.route is not None:
-        runner._envelope_emit(RouteDecided, call, to=recorded.route, reason="memoized",
-                              label="reused")
-        return recorded.route
-    node = runner.graph.node(call.node)
-    decisions = [a["decision"] for a in recorded.actions if a["type"] == "human"]
-    if isinstance(node, ApprovalNode) and decisions and decisions[-1] == "rejected":
-        return node.on_reject
-    return None
-
-
-def _untrusted(runner: Runner, call: NodeCall) -> bool:
-    node = runner.graph.node(call.node)
-    return isinstance(node, ToolNode) and not node.trusted
-
-
-__all__ = ["END", "ask", "execute", "finish_approval", "render", "replay_memo"]
+__all__ = ["END", "ask", "execute", "finish_approval", "reads_tainted", "render", "write_memory"]

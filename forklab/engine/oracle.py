@@ -56,6 +56,9 @@ class HumanAnswer:
 
 @dataclass(frozen=True, slots=True)
 class ChildResult:
+    """A child run's result: its final memory, which of its keys are tainted, its totals and
+    the labels of the calls it made (a fork labels the subgraph call from them)."""
+
     child_run_id: str
     status: str
     output: dict[str, Any]
@@ -63,14 +66,22 @@ class ChildResult:
     cost_usd: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
+    tainted: tuple[str, ...] = ()
+    call_labels: tuple[str, ...] = ()
 
 
 class NodeFailure(Exception):
-    """A node failed (tool raised, provider errored): recorded as ``node.failed``."""
+    """A node failed (tool raised, provider errored): recorded as ``node.failed``.
 
-    def __init__(self, error_type: str, message: str) -> None:
+    Raised by an oracle's ``agent``/``tool``, it is a call that failed: the node records it
+    (``call.failed``, listed in ``calls``) with ``label`` — ``live`` for a call really made,
+    what a fork decided for its own, ``reused`` for a recorded failure served again.
+    """
+
+    def __init__(self, error_type: str, message: str, *, label: str = "live") -> None:
         super().__init__(message)
         self.error = {"type": error_type, "message": message}
+        self.label = label
 
 
 class Blocked(Exception):
@@ -84,7 +95,12 @@ class Blocked(Exception):
 
 
 class BudgetExceeded(Exception):
-    """A fork's live-call or cost budget is spent: the tail stops (``live_budget_exceeded``)."""
+    """A fork's live-call or cost budget is spent: the tail stops (``live_budget_exceeded``,
+    or ``unpriced_model`` for a call whose cost a cost budget cannot bound)."""
+
+    def __init__(self, message: str, *, code: str = "live_budget_exceeded") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Oracle(Protocol):
@@ -100,6 +116,8 @@ class Oracle(Protocol):
     def human(self, call: NodeCall, node: ApprovalNode) -> HumanAnswer | None: ...
     def subgraph(self, call: NodeCall, node: SubgraphNode, child_input: dict[str, Any],
                  run_child: Callable[[], ChildResult]) -> ChildResult: ...
+    def child(self, call: NodeCall, node: SubgraphNode) -> Any:
+        """The oracle a child run started by ``node`` executes under."""
 
 
 def ensure_json(value: Any, what: str) -> Any:
@@ -158,6 +176,10 @@ class LiveOracle:
     def subgraph(self, call: NodeCall, node: SubgraphNode, child_input: dict[str, Any],
                  run_child: Callable[[], ChildResult]) -> ChildResult:
         return run_child()
+
+    def child(self, call: NodeCall, node: SubgraphNode) -> LiveOracle:
+        """A child run is live too (without ``hitl``: a gate inside a child pauses it)."""
+        return LiveOracle(self.env)
 
 
 class ResumeOracle:

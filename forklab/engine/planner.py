@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from forklab.engine.canonical import fingerprint
-from forklab.engine.graph import END, AgentNode, Condition, GraphSpec, RouterNode
+from forklab.engine.graph import END, ITERATION_KEY, AgentNode, Condition, GraphSpec, RouterNode
 from forklab.engine.state import RunState
 
 
@@ -65,8 +65,19 @@ def read_slice(node_reads: list[str], memory: dict[str, Any]) -> dict[str, Any]:
     return {key: memory[key] for key in node_reads if key in memory}
 
 
-def node_fingerprint(graph: GraphSpec, node_id: str, reads: dict[str, Any]) -> str:
-    """Hash of node id, config, effective read slice and every agent the node drives."""
+def node_fingerprint(graph: GraphSpec, node_id: str, reads: dict[str, Any], *,
+                     occurrence: int, iteration: int,
+                     child: dict[str, Any] | None = None) -> str:
+    """Hash of everything an execution of ``node_id`` can observe (its memo key).
+
+    Covers the node id and config, the read slice (values of the declared keys that are
+    present, and which declared keys are absent — canonical JSON would otherwise not tell an
+    absent key from one set to null), the loop context (occurrence and iteration), every
+    agent the node drives (resolved per role and instance) and, for a subgraph node,
+    ``child``: the child's effective input and the identity of the graph it runs. The
+    side-effect guard matches on the same hash, so "same inputs" means the same thing for
+    memoization and for side effects.
+    """
     node = graph.node(node_id)
     agents: dict[str, Any] = {}
     if isinstance(node, (AgentNode, RouterNode)) and node.agent is not None:
@@ -81,7 +92,11 @@ def node_fingerprint(graph: GraphSpec, node_id: str, reads: dict[str, Any]) -> s
         "node": node_id,
         "config": node.model_dump(mode="json", exclude={"description"}),
         "reads": reads,
+        "absent": sorted({key for key in node.reads if key not in reads}),
+        "occurrence": occurrence,
+        "iteration": iteration,
         "agents": agents,
+        "child": child,
     })
 
 
@@ -92,8 +107,8 @@ _OPS: dict[str, Callable[[Any, Any], Any]] = {
 
 
 def _holds(cond: Condition, memory: dict[str, Any], iteration: int) -> bool:
-    present = cond.key == "$iteration" or cond.key in memory
-    value = iteration if cond.key == "$iteration" else memory.get(cond.key)
+    present = cond.key == ITERATION_KEY or cond.key in memory
+    value = iteration if cond.key == ITERATION_KEY else memory.get(cond.key)
     if cond.op == "exists":
         return present
     if cond.op == "truthy":
@@ -113,7 +128,10 @@ def _holds(cond: Condition, memory: dict[str, Any], iteration: int) -> bool:
 
 
 def route_by_rules(router: RouterNode, memory: dict[str, Any], iteration: int) -> tuple[str, str]:
-    """(target, reason) of the first rule whose conditions all hold, else the default."""
+    """(target, reason) of the first rule whose conditions all hold, else the default.
+
+    ``memory`` is the router's read slice at runtime: a key outside it is absent.
+    """
     for i, rule in enumerate(router.rules):
         if all(_holds(c, memory, iteration) for c in rule.when):
             return rule.to, f"rule {i}"

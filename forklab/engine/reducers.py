@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import assert_never
+from typing import Any, assert_never
 
 from forklab.engine.canonical import merge_patch
 from forklab.engine.errors import EventGapError
@@ -23,6 +23,7 @@ from forklab.engine.events import (
     AgentRequested,
     AgentResponded,
     AnyEvent,
+    CallFailed,
     ChangeApplied,
     EffectSuppressed,
     HumanAnswered,
@@ -145,6 +146,8 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
             state.calls.append(Call(seq=event.seq, node=current.node,
                                     occurrence=current.occurrence, kind="tool",
                                     label=event.label, cost_usd=0.0))
+        case CallFailed():
+            _call_failed(state, event)
         case RouteDecided():
             current = _current(state, event)
             current.route = event.to
@@ -159,6 +162,7 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
             state.parent_run_id = event.parent_run_id
             state.input = dict(event.input)
             state.memory = dict(event.input)
+            state.taint = {key for key in event.tainted_input if key in state.memory}
             state.frontier = [event.start]
             state.started_at = event.at
         case RunForked():
@@ -225,8 +229,28 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
     return state
 
 
+def _holders(prefix: RunState) -> list[list[Any]]:
+    """Which run's log holds each inherited execution: ``[run_id, first position]`` pairs.
+
+    The prefix was folded from the log of ``prefix.run_id``; if that run is itself a fork,
+    its own executions start at its ``prefix_executions`` and the ones before it are held
+    as its own state says.
+    """
+    inherited = len(prefix.executions)
+    parent = prefix.fork
+    if not parent:
+        return [[prefix.run_id, 0]]
+    held = [h for h in parent.get("holders") or [[parent.get("base_run_id"), 0]]
+            if h[1] < inherited]
+    own_start = int(parent.get("prefix_executions", 0))
+    if own_start < inherited or not held:
+        held.append([prefix.run_id, own_start])
+    return held
+
+
 def _apply_fork(state: RunState, event: RunForked) -> None:
     prefix = RunState.from_wire(event.prefix_state)
+    holders = _holders(prefix)
     for name in RunState.__slots__:
         if name not in {"run_id", "version", "run_kind", "label", "parent_run_id",
                         "started_at", "graph_id", "graph_version", "graph_hash",
@@ -240,6 +264,7 @@ def _apply_fork(state: RunState, event: RunForked) -> None:
         "fork_node_id": event.fork_node_id, "fork_group_id": event.fork_group_id,
         "tail_from_call": len(state.calls),
         "prefix_executions": len(state.executions),
+        "holders": holders,
     }
     state.changes = list(event.changes)
 
@@ -291,6 +316,18 @@ def _agent_responded(state: RunState, event: AgentResponded) -> None:
         state.cost_usd += cost
 
 
+def _call_failed(state: RunState, event: CallFailed) -> None:
+    current = _current(state, event)
+    current.actions.append({"type": "call_failed", "seq": event.seq, "kind": event.kind,
+                            "role": event.role, "index": event.index, "model": event.model,
+                            "label": event.label, "error": event.error,
+                            "request_hash": event.request_hash})
+    current.labels.append(event.label)
+    state.calls.append(Call(seq=event.seq, node=current.node, occurrence=current.occurrence,
+                            kind=event.kind, label=event.label, role=event.role,
+                            index=event.index, model=event.model, cost_usd=0.0))
+
+
 def _memory_written(state: RunState, event: MemoryWritten) -> None:
     if state.current is None:  # outside a node: a fork change, applied at once
         if event.deleted:
@@ -316,7 +353,7 @@ def _subgraph_completed(state: RunState, event: SubgraphCompleted) -> None:
                             "child_run_id": event.child_run_id, "status": event.status,
                             "output": event.output, "label": event.label,
                             "cost_usd": event.cost_usd, "input_tokens": event.input_tokens,
-                            "output_tokens": event.output_tokens})
+                            "output_tokens": event.output_tokens, "tainted": event.tainted})
     current.labels.append(event.label)
     state.calls.append(Call(seq=event.seq, node=current.node, occurrence=current.occurrence,
                             kind="subgraph", label=event.label,

@@ -36,6 +36,7 @@ from forklab.engine.events import (
     RunStarted,
 )
 from forklab.engine.graph import END, GraphSpec
+from forklab.engine.memoized import replay_memo
 from forklab.engine.oracle import (
     Blocked,
     BudgetExceeded,
@@ -48,13 +49,13 @@ from forklab.engine.oracle import (
 from forklab.engine.planner import (
     next_execution,
     next_node,
-    node_fingerprint,
     read_slice,
     successors,
 )
 from forklab.engine.reducers import evolve, fold
 from forklab.engine.state import RunState
 from forklab.engine.store import Store, graph_hash
+from forklab.engine.subgraphs import execution_fingerprint
 from forklab.engine.telemetry import tracer
 
 log = logging.getLogger("forklab.engine.runner")
@@ -124,14 +125,16 @@ class Runner:
     # -- entry points --------------------------------------------------------------------
     def start(
         self, input: dict[str, Any], *, run_kind: str = "primary", label: str = "",
-        parent_run_id: str | None = None,
+        parent_run_id: str | None = None, tainted_input: list[str] | None = None,
     ) -> RunState:
+        """Record ``run.started`` and run to the end (or a gate). ``tainted_input`` names the
+        input keys that start tainted (a child run fed from tainted keys)."""
         version = self.graph_version or self.store.save_graph(self.graph)
         self.graph_version = version
         self.emit(RunStarted, graph_id=self.graph.id, graph_version=version,
                   graph_hash=graph_hash(self.graph), input=dict(input), start=self.graph.start,
-                  run_kind=run_kind,
-                  replay_version=REPLAY_VERSION, label=label, parent_run_id=parent_run_id)
+                  run_kind=run_kind, replay_version=REPLAY_VERSION, label=label,
+                  parent_run_id=parent_run_id, tainted_input=sorted(tainted_input or []))
         return self._loop()
 
     def resume(self) -> RunState:
@@ -210,7 +213,8 @@ class Runner:
             })
             return
         reads = read_slice(node.reads, self.state.memory)
-        fp = node_fingerprint(self.graph, node_id, reads)
+        fp = execution_fingerprint(self.graph, self.store, node_id, reads,
+                                   occurrence=occurrence, iteration=iteration)
         self.emit(NodeStarted, node=node_id, occurrence=occurrence, iteration=iteration,
                   kind=node.kind, fingerprint=fp, reads=reads)
         call = NodeCall(node=node_id, kind=node.kind, occurrence=occurrence,
@@ -221,7 +225,7 @@ class Runner:
             if substitute is not None:
                 route = nodes.substitute_output(self, node, call, substitute)
             elif memo is not None:
-                route = nodes.replay_memo(self, call, memo)
+                route = replay_memo(self, call, memo)
             else:
                 route = nodes.execute(self, node, call)
         except Paused:
@@ -230,7 +234,7 @@ class Runner:
             self.emit(RunCancelled, reason="cancelled by request")
             return
         except BudgetExceeded as exc:
-            self.emit(RunFailed, error={"code": "live_budget_exceeded", "node": node_id,
+            self.emit(RunFailed, error={"code": exc.code, "node": node_id,
                                         "message": str(exc)})
             return
         except Blocked as blocked:

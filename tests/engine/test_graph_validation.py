@@ -305,3 +305,36 @@ def test_graph_json_schema_accepts_every_scenario_and_rejects_a_bad_kind() -> No
     data = valid_graph()
     node(data, "write")["kind"] = "robot"
     assert list(validator.iter_errors(data))
+
+
+# -- read slices (issue 8 point 3) ------------------------------------------------------------
+
+
+def test_a_router_rule_over_a_key_the_router_does_not_read_is_invalid_graph() -> None:
+    data = valid_graph()
+    node(data, "gate")["rules"][0]["when"].append({"key": "draft", "op": "exists"})
+
+    error = refused(data)
+
+    assert error.code == "invalid_graph"
+    assert error.context == {"node": "gate", "field": "rules[0].when[1].key", "key": "draft"}
+    assert "node 'gate', field 'rules[0].when[1].key'" in error.message
+    assert "'draft' is not in 'reads'" in error.message
+
+
+def test_a_router_rule_may_test_iteration_without_declaring_it() -> None:
+    data = valid_graph()
+    node(data, "gate")["rules"][0]["when"].append({"key": "$iteration", "op": "lte",
+                                                   "value": 2})
+    assert parse_graph(data).node("gate").rules[0].when[1].key == "$iteration"
+
+
+def test_a_subgraph_input_mapping_a_key_the_node_does_not_read_is_invalid_graph() -> None:
+    data = valid_graph()
+    data["nodes"].append({"id": "sub", "kind": "subgraph", "graph": "child", "reads": ["goal"],
+                          "input": {"topic": "goal", "extra": "notes"}})
+
+    error = refused(data)
+
+    assert error.context == {"node": "sub", "field": "input.extra", "key": "notes"}
+    assert "'notes' is not in 'reads'" in error.message

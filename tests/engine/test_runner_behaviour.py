@@ -410,3 +410,53 @@ def test_a_json_agent_writes_its_parsed_answer() -> None:
     recorded = record(graph([json_agent(['{"items": [1, 2]}'])]))
 
     assert recorded.memory["data"] == {"items": [1, 2]}
+
+
+# -- read slices (issue 8 point 3) ------------------------------------------------------------
+
+
+def _unvalidated(nodes: list[Any], edges: list[tuple[str, str]]) -> GraphSpec:
+    """A graph whose nodes skipped cross-node validation: what the runtime does on its own."""
+    valid = [n.model_copy(update={"reads": ["secret"]}) for n in nodes]
+    spec = graph([n.model_dump(mode="json") for n in valid], edges)
+    object.__setattr__(spec, "nodes", nodes)
+    return spec
+
+
+def _run_unsaved(spec: GraphSpec, store: MemoryStore) -> Any:
+    """Run a graph the store would refuse to save (the runtime on its own)."""
+    from forklab.engine.runner import Runner
+
+    return Runner(spec, store=store, run_id="r1", env=make_env(), graph_version=1).start({})
+
+
+def test_a_router_sees_only_its_read_slice_at_runtime() -> None:
+    from forklab.engine.graph import ToolNode
+
+    spec = _unvalidated([
+        ToolNode(id="a", tool="t.const", writes=["secret"], params={"value": "yes"}),
+        RouterNode(id="r", reads=[], default="end",
+                   rules=[{"when": [{"key": "secret", "op": "exists"}], "to": "b"}]),
+        ToolNode(id="b", tool="t.const", writes=["reached"]),
+    ], [("a", "r")])
+
+    state = _run_unsaved(spec, MemoryStore())
+
+    assert [e.node for e in state.executions] == ["a", "r"]
+    assert state.executions[1].route == "end"
+
+
+def test_a_subgraph_input_mapping_sees_only_the_read_slice_at_runtime() -> None:
+    from forklab.engine.graph import SubgraphNode, ToolNode
+
+    store = MemoryStore()
+    store.save_graph(graph([tool("echo", ["got"], ["topic"], tool="t.echo")], id="child"))
+    spec = _unvalidated([
+        ToolNode(id="a", tool="t.const", writes=["secret"], params={"value": "hidden"}),
+        SubgraphNode(id="sub", graph="child", reads=[], input={"topic": "secret"},
+                     output={"got": "got"}),
+    ], [("a", "sub")])
+
+    state = _run_unsaved(spec, store)
+
+    assert state.memory["got"] == {"value": "v", "topic": None}

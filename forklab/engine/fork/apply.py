@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from forklab.engine.canonical import merge_patch
-from forklab.engine.errors import ConflictingChanges, GraphValidationError, InvalidChange
+from forklab.engine.errors import GraphValidationError, InvalidChange
 from forklab.engine.fork.changes import (
     Change,
     ConfigChange,
     HumanResponseChange,
-    InputPatchChange,
-    MemoryChange,
     ModelChange,
     OutputChange,
     PromptChange,
@@ -30,6 +29,7 @@ from forklab.engine.fork.changes import (
     TemperatureChange,
     ToolChange,
 )
+from forklab.engine.fork.conflicts import check_conflicts
 from forklab.engine.graph import (
     END,
     AgentNode,
@@ -43,42 +43,6 @@ from forklab.engine.graph import (
 
 _TARGET = re.compile(r"^(?P<node>[A-Za-z_][\w\-]*)(\.(?P<role>[A-Za-z_]\w*)(\[(?P<i>\d+)\])?)?$")
 AgentChange = ModelChange | PromptChange | TemperatureChange
-
-
-def conflict_keys(item: Change) -> list[tuple[str, ...]]:
-    """What a change writes; two changes sharing a key conflict."""
-    match item:
-        case ModelChange() | PromptChange() | TemperatureChange():
-            return [("agent", item.kind, item.target)]
-        case ConfigChange():
-            return [("config", item.node, key) for key in item.patch]
-        case MemoryChange():
-            return [("memory", key) for key in [*item.set, *item.delete]]
-        case RouteChange():
-            return [("route", item.source)]
-        case OutputChange():
-            return [("output", item.node)]
-        case ToolChange():
-            return [("tool", item.node)]
-        case HumanResponseChange():
-            return [("human_response",)]
-        case InputPatchChange():
-            return [("input_patch",)]
-    return []  # pragma: no cover
-
-
-def check_conflicts(changes: Sequence[Change]) -> None:
-    seen: dict[tuple[str, ...], Change] = {}
-    for item in changes:
-        for key in conflict_keys(item):
-            if key in seen:
-                raise ConflictingChanges(
-                    f"two changes write the same thing ({' '.join(key)}): "
-                    f"{seen[key].describe()!r} and {item.describe()!r}; keep one, or run "
-                    "them as separate variants of a sweep",
-                    key=list(key),
-                )
-            seen[key] = item
 
 
 def _modified(agent: AgentSpec, item: AgentChange) -> AgentSpec:
@@ -213,9 +177,16 @@ def _check_state_change(graph: GraphSpec, item: Change) -> None:
             pass
 
 
-def effective_graph(graph: GraphSpec, changes: Sequence[Change]) -> GraphSpec:
-    """Validate every change against ``graph`` and return the graph the tail runs under."""
-    check_conflicts(changes)
+def effective_graph(graph: GraphSpec, changes: Sequence[Change], *,
+                    one_request: bool = True) -> GraphSpec:
+    """Validate every change against ``graph`` and return the graph the tail runs under.
+
+    ``changes`` of one request are first checked for conflicts; ``one_request=False``
+    applies a lineage's requests in order instead, a later change replacing an earlier one
+    that wrote the same thing (a refinement).
+    """
+    if one_request:
+        check_conflicts(changes)
     for item in changes:
         if isinstance(item, (ModelChange, PromptChange, TemperatureChange)):
             graph = _apply_agent(graph, item)
@@ -226,12 +197,37 @@ def effective_graph(graph: GraphSpec, changes: Sequence[Change]) -> GraphSpec:
     return graph
 
 
-def agent_targets(changes: Sequence[Change]) -> set[str]:
-    """Nodes whose agents a change overrides (their calls are labelled ``live``)."""
-    nodes = set()
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a config-type change targets: a node, one role of it, or one role instance."""
+
+    node: str
+    role: str | None = None
+    index: int | None = None
+
+    def covers(self, node: str, role: str | None, index: int | None) -> bool:
+        """Whether a call of ``node`` as ``role[index]`` is one this change targets."""
+        if node != self.node:
+            return False
+        if self.role is None:
+            return True
+        return role == self.role and (self.index is None or index == self.index)
+
+
+def config_targets(changes: Sequence[Change]) -> list[Target]:
+    """What the config-type changes target (their calls are labelled ``changed``)."""
+    targets = []
     for item in changes:
         if isinstance(item, (ModelChange, PromptChange, TemperatureChange)):
-            nodes.add(item.target.split(".")[0])
+            match = _TARGET.match(item.target)
+            if match is not None:
+                index = None if match["i"] is None else int(match["i"])
+                targets.append(Target(match["node"], match["role"], index))
         elif isinstance(item, ConfigChange):
-            nodes.add(item.node)
-    return nodes
+            targets.append(Target(item.node))
+    return targets
+
+
+def target_nodes(changes: Sequence[Change]) -> set[str]:
+    """Nodes a config-type change targets."""
+    return {t.node for t in config_targets(changes)}

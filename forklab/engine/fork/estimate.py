@@ -1,32 +1,41 @@
 """Predict what a fork's tail will cost before it runs (SPEC §3.4 ``estimate``).
 
-The prediction walks the base run's executions after the fork point. A node is *affected*
-when a change targets it or it reads a key that an affected node (or a memory/input change)
-writes. With memoization on, unaffected nodes are predicted to be served from the recording
-for free; every other agent call is priced at its recorded token counts under the model the
-fork will use. It is an estimate, not a promise: a changed route can reach nodes the base
-never ran, which the warnings say.
+The prediction walks the base's logical run from the effective point. A node is *affected*
+when a change of the request targets it, when it ran under a graph without one of the
+lineage's config changes (an inherited execution re-run under the fork's graph), when it is
+a router a route change forces, or when it declares a read of a key an affected node (or a
+memory/input change) writes. With memoization on, unaffected nodes are predicted to be
+served from the recording for free. Every other model call is priced at its recorded token
+counts under the model the fork will use; tool calls count when they run for real (read
+tools, and write tools the policy allows); an allowed subgraph counts its child run's calls.
+It is an estimate, not a promise: a changed route can reach nodes the base never ran, which
+the warnings say.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from forklab.engine.fork.apply import agent_targets
+from forklab.engine.errors import ForklabError
+from forklab.engine.fork.apply import Target, config_targets
 from forklab.engine.fork.changes import (
     Change,
     HumanResponseChange,
-    InputPatchChange,
     MemoryChange,
     OutputChange,
     RouteChange,
     ToolChange,
 )
-from forklab.engine.graph import AgentNode, GraphSpec, RouterNode
+from forklab.engine.fork.effective import changed_input_keys
+from forklab.engine.graph import AgentNode, GraphSpec, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.providers import PriceTable
-from forklab.engine.state import Execution
+from forklab.engine.state import Execution, RunState
+
+if TYPE_CHECKING:
+    from forklab.engine.fork.core import BaseRun
+    from forklab.engine.fork.tail import Policy
 
 
 @dataclass
@@ -43,9 +52,9 @@ class Estimate:
                 "cost_usd": round(self.cost_usd, 8)}
 
 
-def _seed_keys(changes: Sequence[Change], changed_inputs: set[str]) -> set[str]:
-    keys = set(changed_inputs)
-    for item in changes:
+def _seed_keys(applied: Sequence[Change], dirty: set[str]) -> set[str]:
+    keys = set(dirty)
+    for item in applied:
         if isinstance(item, MemoryChange):
             keys |= set(item.set) | set(item.delete)
         elif isinstance(item, HumanResponseChange):
@@ -60,62 +69,102 @@ def _model_for(graph: GraphSpec, node: Any, role: str | None, index: int | None)
     return graph.resolve_agent(agent).model if agent is not None else "?"
 
 
-def estimate_tail(
-    *, graph: GraphSpec, tail: Sequence[Execution], changes: Sequence[Change],
-    changed_inputs: set[str], memoize: bool, prices: PriceTable,
-) -> Estimate:
-    """Predict live calls, tokens and USD of the tail (``tail`` = base executions after it)."""
-    est = Estimate()
-    targets = agent_targets(changes)
-    targets |= {c.node for c in changes if isinstance(c, (OutputChange, ToolChange))}
-    routes = {c.source for c in changes if isinstance(c, RouteChange)}
-    substituted = {c.node for c in changes if isinstance(c, OutputChange)}
-    dirty = _seed_keys(changes, changed_inputs)
-    human_changed = any(isinstance(c, HumanResponseChange) for c in changes)
-    unpriced: set[str] = set()
-    for ex in tail:
-        if ex.node not in graph.node_ids():
-            est.warnings.append(f"node {ex.node!r} is not in the fork's graph")
-            continue
-        node = graph.node(ex.node)
-        affected = (ex.node in targets or ex.node in routes or bool(dirty & set(ex.reads))
-                    or (human_changed and ex.kind == "approval"))
-        if affected:
-            dirty |= set(ex.writes) | set(ex.deletes)
-        if ex.node in substituted or (memoize and not affected):
-            continue
+@dataclass
+class _Walk:
+    """What the walk has learnt so far."""
+
+    graph: GraphSpec
+    policy: Policy
+    prices: PriceTable
+    base: BaseRun
+    est: Estimate = field(default_factory=Estimate)
+    unpriced: set[str] = field(default_factory=set)
+
+    def count(self, ex: Execution, node: Any, graph: GraphSpec | None) -> None:
         for action in ex.actions:
             if action["type"] == "agent_result":
-                model = _model_for(graph, node, action["role"], action["index"])
-                tokens = int(action["input_tokens"]) + int(action["output_tokens"])
-                cost = prices.cost(model, int(action["input_tokens"]),
-                                   int(action["output_tokens"]))
-                est.live_calls += 1
-                est.tokens += tokens
-                if cost is None:
-                    unpriced.add(model)
-                else:
-                    est.cost_usd += cost
-            elif action["type"] == "tool" and getattr(node, "effect", "read") == "read":
-                est.live_calls += 1
-    for source in routes:
-        router = graph.node(source)
-        if isinstance(router, RouterNode):
-            est.warnings.append(
+                self._agent(graph, node, action)
+            elif action["type"] == "tool" and isinstance(node, ToolNode) and (
+                    node.effect == "read" or self.policy.allows(node.id)):
+                self.est.live_calls += 1
+            elif action["type"] == "subgraph_result" and self.policy.allows(ex.node):
+                child = self.base.load_run(str(action["child_run_id"]))
+                if child is not None:
+                    self._child(child)
+
+    def _agent(self, graph: GraphSpec | None, node: Any, action: dict[str, Any]) -> None:
+        model = (str(action["model"]) if graph is None or node is None
+                 else _model_for(graph, node, action["role"], action["index"]))
+        tokens_in, tokens_out = int(action["input_tokens"]), int(action["output_tokens"])
+        cost = self.prices.cost(model, tokens_in, tokens_out)
+        self.est.live_calls += 1
+        self.est.tokens += tokens_in + tokens_out
+        if cost is None:
+            self.unpriced.add(model)
+        else:
+            self.est.cost_usd += cost
+
+    def _child(self, child: RunState) -> None:
+        """A child run that runs again: its calls, priced at the models it recorded."""
+        try:
+            graph: GraphSpec | None = self.base.store.load_graph(child.graph_id)
+        except ForklabError:
+            graph = None
+        for ex in child.executions:
+            node = graph.node(ex.node) if graph and ex.node in graph.node_ids() else None
+            self.count(ex, node, graph)
+
+
+def _stale_targets(base: BaseRun, position: int) -> list[Target]:
+    """Config targets an inherited execution at ``position`` ran without."""
+    entries = base.index.entries
+    holder = entries[position].run_id if position < len(entries) else base.run_id
+    if holder == base.run_id:
+        return []
+    return config_targets([c for link in base.lineage.after(holder)
+                           for c in link.own_changes()])
+
+
+def estimate_tail(
+    *, graph: GraphSpec, base: BaseRun, position: int, changes: Sequence[Change],
+    applied: Sequence[Change], dirty: set[str], policy: Policy, memoize: bool,
+    prices: PriceTable,
+) -> Estimate:
+    """Predict live calls, tokens and USD of the tail: the base's logical run from
+    ``position`` on, under ``graph``, with ``changes`` (the request's) and ``applied`` (every
+    change applied at the point) and ``dirty`` input keys the point writes."""
+    walk = _Walk(graph=graph, policy=policy, prices=prices, base=base)
+    targets = config_targets(changes)
+    substituted = {c.node for c in applied if isinstance(c, (OutputChange, ToolChange))}
+    routes = {c.source for c in applied if isinstance(c, RouteChange)}
+    keys = _seed_keys(applied, dirty)
+    human_changed = any(isinstance(c, HumanResponseChange) for c in applied)
+    for offset, ex in enumerate(base.state.executions[position:]):
+        if ex.node not in graph.node_ids():
+            walk.est.warnings.append(f"node {ex.node!r} is not in the fork's graph")
+            continue
+        node = graph.node(ex.node)
+        stale = _stale_targets(base, position + offset)
+        affected = (any(t.node == ex.node for t in [*targets, *stale]) or ex.node in routes
+                    or ex.node in substituted or bool(keys & set(node.reads))
+                    or (human_changed and ex.kind == "approval"))
+        if affected:
+            keys |= set(ex.writes) | set(ex.deletes)
+        if ex.node in substituted or (memoize and not affected):
+            continue
+        if isinstance(node, SubgraphNode) and not policy.allows(ex.node):
+            continue  # served from the recording, or blocked: no call either way
+        walk.count(ex, node, graph)
+    for source in sorted(routes):
+        if isinstance(graph.node(source), RouterNode):
+            walk.est.warnings.append(
                 f"route change at {source!r}: a branch the base never took is not in the "
                 "estimate; its first side-effect node will be blocked unless allowed")
     if memoize:
-        est.warnings.append("memoize is on: nodes the change cannot reach are predicted "
-                            "to be served from the recording")
-    est.unpriced_models = sorted(unpriced)
-    return est
+        walk.est.warnings.append("memoize is on: nodes the change cannot reach are predicted "
+                                 "to be served from the recording")
+    walk.est.unpriced_models = sorted(walk.unpriced)
+    return walk.est
 
 
-def changed_input_keys(old: dict[str, Any], new: dict[str, Any]) -> set[str]:
-    from forklab.engine.canonical import canonical_json
-
-    keys = set(old) | set(new)
-    return {k for k in keys if canonical_json(old.get(k)) != canonical_json(new.get(k))}
-
-
-__all__ = ["Estimate", "InputPatchChange", "changed_input_keys", "estimate_tail"]
+__all__ = ["Estimate", "changed_input_keys", "estimate_tail"]

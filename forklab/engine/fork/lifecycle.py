@@ -21,29 +21,41 @@ from forklab.engine.events import from_wire
 from forklab.engine.fork.apply import effective_graph
 from forklab.engine.fork.changes import CONFIG_KINDS, parse_change, parse_changes
 from forklab.engine.fork.points import ForkPoint
-from forklab.engine.graph import Condition, GraphSpec, parse_graph
-from forklab.engine.planner import _holds, node_fingerprint
+from forklab.engine.graph import Condition, GraphSpec, SubgraphNode, parse_graph
+from forklab.engine.planner import _holds
 from forklab.engine.reducers import fold
-from forklab.engine.store import Store
+from forklab.engine.store import MemoryStore, Store
+from forklab.engine.subgraphs import execution_fingerprint
 
 if TYPE_CHECKING:
     from forklab.engine.fork.core import BaseRun
 
 
 def rebase_graph(base: BaseRun, version: int, point: ForkPoint) -> GraphSpec:
+    """The base's effective graph rebuilt on ``version`` of its root graph: that version
+    with every lineage run's config-type changes applied in order. Refused
+    (``prefix_diverged``) unless every execution before ``point`` has the same fingerprint
+    under it (under the changes of the run that made it) as recorded."""
     graph = base.store.load_graph(base.state.graph_id, version)
-    for ex in base.own_executions():
-        if ex.start_seq > point.seq:
-            break
-        if ex.node not in graph.node_ids():
-            raise PrefixDiverged(f"graph version {version} has no node {ex.node!r}, which ran "
-                                 "before the fork point", node=ex.node, version=version)
-        if node_fingerprint(graph, ex.node, ex.reads) != ex.fingerprint:
+    graphs: dict[str, GraphSpec] = {}
+    for link in base.lineage.links:
+        config = [c for c in link.own_changes() if c.kind in CONFIG_KINDS]
+        graph = effective_graph(graph, config, one_request=False) if config else graph
+        graphs[link.run_id] = graph
+    for entry in base.index.entries[:point.position or 0]:
+        under = graphs.get(entry.run_id, graph)
+        if entry.node not in under.node_ids():
+            raise PrefixDiverged(f"graph version {version} has no node {entry.node!r}, which "
+                                 "ran before the fork point", node=entry.node, version=version)
+        ex = base.state.executions[entry.position]
+        fp = execution_fingerprint(under, base.store, ex.node, ex.reads,
+                                   occurrence=ex.occurrence, iteration=ex.iteration)
+        if fp != ex.fingerprint:
             raise PrefixDiverged(
                 f"node {ex.node!r} changed in graph version {version} and ran before the fork "
                 "point, so the recorded prefix no longer matches; fork at or before it",
                 node=ex.node, version=version)
-    return graph
+    return graphs[base.run_id]
 
 
 @dataclass
@@ -66,12 +78,14 @@ def _touched_nodes(changes: list[Any]) -> set[str]:
 
 
 def promote(fork_run_id: str, *, store: Store) -> PromoteResult:
-    """Save the fork's config-type changes as a new version of its base's graph."""
+    """Save the config-type changes of a fork and of every ancestor (its combined changes,
+    in lineage order, a later one replacing an earlier one that set the same thing) as one
+    new version of its root's graph."""
     state = fold(store.read(fork_run_id))
     if state.run_kind != "counterfactual":
         raise InvalidChange(f"run {fork_run_id!r} is a {state.run_kind} run, not a fork; only "
                             "a fork's changes can be promoted", run_id=fork_run_id)
-    changes = parse_changes(state.changes)
+    changes = parse_changes(state.changes) if state.changes else []
     config = [c for c in changes if c.kind in CONFIG_KINDS]
     skipped = [{"change": c.wire(), "reason": f"{c.kind} changes state, not the graph; "
                 "it cannot be promoted"} for c in changes if c.kind not in CONFIG_KINDS]
@@ -91,7 +105,7 @@ def promote(fork_run_id: str, *, store: Store) -> PromoteResult:
                 f"graph {graph_id!r} gained version {latest} after the fork's base (version "
                 f"{from_version}) and it changes node {node!r} too; fork the newer version "
                 "and promote that", node=node, base_version=from_version, latest=latest)
-    version = store.save_graph(effective_graph(current, config))
+    version = store.save_graph(effective_graph(current, config, one_request=False))
     return PromoteResult(graph_id=graph_id, from_version=from_version, version=version,
                          fork_run_id=fork_run_id, promoted=[c.wire() for c in config],
                          skipped=skipped)
@@ -109,6 +123,8 @@ class Case(BaseModel):
     events: list[dict[str, Any]]
     criteria: list[Condition] = Field(default_factory=list)
     final_memory: dict[str, Any] = Field(default_factory=dict)
+    graphs: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="graphs its subgraph nodes run, by id (wire form)")
 
 
 @dataclass
@@ -134,26 +150,54 @@ def save_case(fork_run_id: str, *, name: str, store: Store,
                             "only a finished fork can be saved as a case", run_id=fork_run_id)
     for item in state.changes:
         parse_change(item)
+    graph = _graph_of(state, events, store)
     return Case(name=name, fork_run_id=fork_run_id, base_run_id=state.parent_run_id,
-                graph=_graph_of(state, events, store).to_wire(), input=state.input,
+                graph=graph.to_wire(), input=state.input,
                 changes=state.changes, events=[e.to_wire() for e in events],
                 criteria=[Condition.model_validate(c) for c in criteria or []],
-                final_memory=state.memory)
+                final_memory=state.memory, graphs=_child_graphs(graph, store))
+
+
+def _child_graphs(graph: GraphSpec, store: Store) -> dict[str, dict[str, Any]]:
+    """Every graph ``graph``'s subgraph nodes run, recursively (latest stored versions)."""
+    found: dict[str, dict[str, Any]] = {}
+    pending = [graph]
+    while pending:
+        for node in pending.pop().nodes:
+            if isinstance(node, SubgraphNode) and node.graph not in found:
+                try:
+                    child = store.load_graph(node.graph)
+                except ForklabError:
+                    continue
+                found[node.graph] = child.to_wire()
+                pending.append(child)
+    return found
 
 
 def run_case(case: Case, *, graph: GraphSpec | None = None) -> CaseResult:
-    """Re-drive the case with every call served from its recording; check its criteria."""
+    """Re-drive the case with every call served from its recording; check its criteria.
+
+    A case without criteria cannot fail: it passes with a note saying so (and how it ended).
+    """
     from forklab.engine.fork.replay import replay_events
 
+    graphs = MemoryStore()
+    for wire_graph in case.graphs.values():
+        graphs.save_graph(parse_graph(wire_graph))
     events = [from_wire(e) for e in case.events]
     try:
-        state = replay_events(events, graph or parse_graph(case.graph), strict=False)
+        state = replay_events(events, graph or parse_graph(case.graph), strict=False,
+                              graphs=graphs)
     except ForklabError as exc:
+        if not case.criteria:
+            return CaseResult(case.name, True, [], _NO_CRITERIA + f" (it stopped: {exc.code})")
         return CaseResult(case.name, False, [f"{exc.code}: {exc.message}"])
+    if not case.criteria:
+        return CaseResult(case.name, True, [], _NO_CRITERIA + f" (it ended {state.status})")
     failures = [f"{c.key} {c.op} {c.value!r} does not hold (value: "
                 f"{state.memory.get(c.key)!r})" for c in case.criteria
                 if not _holds(c, state.memory, state.iteration)]
-    if state.status != "completed" and not case.criteria:
-        failures.append(f"the case ended {state.status}")
-    note = "" if case.criteria else "no criteria: this case can only fail if it stops completing"
-    return CaseResult(case.name, not failures, failures, note)
+    return CaseResult(case.name, not failures, failures)
+
+
+_NO_CRITERIA = "no criteria: this case cannot fail; add criteria to make it a check"

@@ -31,7 +31,7 @@ from forklab.engine.providers import ChatRequest
 from forklab.engine.reducers import evolve, fold
 from forklab.engine.runner import Runner
 from forklab.engine.state import Execution, RunState
-from forklab.engine.store import MemoryStore, Store
+from forklab.engine.store import GraphStore, MemoryStore, Store
 from forklab.engine.tools import ToolContext
 
 VOLATILE = frozenset({"at", "duration_ms", "latency_ms", "graph_hash", "graph_version"})
@@ -75,15 +75,19 @@ class RecordedOracle:
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
               index: int | None) -> Served:
         for action in self._exec(call).actions:
-            if action["type"] == "agent_result" and (action["role"], action["index"]) == (role, index):
-                if self.strict and action["request_hash"] != request.request_hash:
-                    raise ReplayDivergence(
-                        f"{call.node!r} execution {call.occurrence} now sends a different "
-                        "request than the recording (prompt, model or inputs drifted)",
-                        node=call.node, occurrence=call.occurrence)
-                return Served(text=action["text"], input_tokens=action["input_tokens"],
-                              output_tokens=action["output_tokens"], latency_ms=0.0,
-                              label=action["label"], cost_usd=action["cost_usd"], recorded=True)
+            if action["type"] not in ("agent_result", "call_failed") or (
+                    action.get("role"), action.get("index")) != (role, index):
+                continue
+            if self.strict and action["request_hash"] != request.request_hash:
+                raise ReplayDivergence(
+                    f"{call.node!r} execution {call.occurrence} now sends a different "
+                    "request than the recording (prompt, model or inputs drifted)",
+                    node=call.node, occurrence=call.occurrence)
+            if action["type"] == "call_failed":
+                raise _recorded_failure(action)
+            return Served(text=action["text"], input_tokens=action["input_tokens"],
+                          output_tokens=action["output_tokens"], latency_ms=0.0,
+                          label=action["label"], cost_usd=action["cost_usd"], recorded=True)
         raise NodeFailure("missing_context", f"no recorded answer for {call.node!r} role "
                           f"{role!r}[{index}]")
 
@@ -94,6 +98,8 @@ class RecordedOracle:
         for action in ex.actions:
             if action["type"] == "tool_result":
                 return action["result"], action["label"]
+            if action["type"] == "call_failed":
+                raise _recorded_failure(action)
         error = ex.error or {"type": "missing_context", "message": "no recorded tool result"}
         raise NodeFailure(str(error.get("type")), str(error.get("message")))
 
@@ -123,8 +129,18 @@ class RecordedOracle:
                                    output=action["output"], label=action["label"],
                                    cost_usd=action.get("cost_usd", 0.0),
                                    input_tokens=action.get("input_tokens", 0),
-                                   output_tokens=action.get("output_tokens", 0))
+                                   output_tokens=action.get("output_tokens", 0),
+                                   tainted=tuple(action.get("tainted") or ()))
         raise NodeFailure("missing_context", f"no recorded child run for {call.node!r}")
+
+    def child(self, call: NodeCall, node: SubgraphNode) -> Any:
+        """Never reached: every child run is served from the recording."""
+        return self
+
+
+def _recorded_failure(action: dict[str, Any]) -> NodeFailure:
+    error = action["error"]
+    return NodeFailure(str(error.get("type")), str(error.get("message")), label=action["label"])
 
 
 def _comparable(event: AnyEvent) -> str:
@@ -151,12 +167,20 @@ def _differing(want: AnyEvent, got: Event) -> list[str]:
 
 
 class _ComparingStore(MemoryStore):
-    """A scratch store that checks each appended event against the recorded log."""
+    """A scratch store that checks each appended event against the recorded log; graphs
+    (a subgraph node's child graph, for its fingerprint) come from ``graphs``."""
 
-    def __init__(self, recorded: Sequence[AnyEvent], strict: bool) -> None:
+    def __init__(self, recorded: Sequence[AnyEvent], strict: bool,
+                 graphs: GraphStore | None = None) -> None:
         super().__init__()
         self.recorded = {e.seq: e for e in recorded}
         self.strict = strict
+        self.graphs = graphs
+
+    def load_graph(self, graph_id: str, version: int | None = None) -> GraphSpec:
+        if self.graphs is not None:
+            return self.graphs.load_graph(graph_id, version)
+        return super().load_graph(graph_id, version)
 
     def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> None:
         for event in events:
@@ -174,10 +198,14 @@ class _ComparingStore(MemoryStore):
 
 
 def replay_events(events: Sequence[AnyEvent], graph: GraphSpec, *, strict: bool = True,
-                  env: Environment | None = None) -> RunState:
-    """Re-drive a recorded log through ``graph``; returns the re-driven final state."""
+                  env: Environment | None = None, graphs: GraphStore | None = None) -> RunState:
+    """Re-drive a recorded log through ``graph``; returns the re-driven final state.
+
+    ``graphs`` holds the graphs subgraph nodes run (their identity is part of a subgraph
+    node's fingerprint); without it a subgraph node's child graph counts as missing.
+    """
     recorded = fold(events)
-    store = _ComparingStore(events, strict)
+    store = _ComparingStore(events, strict, graphs)
     runner = Runner(graph, store=store, run_id=recorded.run_id, env=env or Environment(),
                     oracle=RecordedOracle(recorded, strict=strict, events=events))
     opening = []
@@ -207,4 +235,4 @@ def replay(run_id: str, *, store: Store, strict: bool = True, graph: GraphSpec |
     if graph is None:
         graph = (_graph_of(recorded, events, store) if recorded.run_kind == "counterfactual"
                  else store.load_graph(recorded.graph_id))
-    return replay_events(events, graph, strict=strict, env=env)
+    return replay_events(events, graph, strict=strict, env=env, graphs=store)

@@ -39,6 +39,14 @@ class ForkResult:
     warnings: list[str] = field(default_factory=list)
     label: str = ""
     fork_group_id: str | None = None
+    own_changes: list[dict[str, Any]] | None = None  # this request's (``changes``: combined)
+    point_notes: list[str] = field(default_factory=list)  # why the point moved
+
+    @property
+    def unpriced_calls(self) -> int:
+        """Live calls of the tail to a model with no price (not in ``incurred_cost_usd``)."""
+        return sum(1 for c in self.calls if c["label"] in ("live", "changed")
+                   and c["cost_usd"] is None)
 
     @property
     def incurred_cost_usd(self) -> float:
@@ -71,18 +79,29 @@ class ForkResult:
         point = self.point
         where = (f"before '{point.node}' execution {point.occurrence}, iteration "
                  f"{point.iteration}" if point.node else point.label)
+        held = (f" of run {point.run_id}" if point.run_id not in (None, self.base_run_id)
+                else "")
         header = (f"fork {self.run_id or '(dry run)'} of {self.base_run_id} at seq "
-                  f"{self.fork_sequence_id} ({where})")
+                  f"{self.fork_sequence_id}{held} ({where})")
+        moved = [f"  point     {note}" for note in self.point_notes]
         if self.diff is None:
             est = self.estimate
             return "\n".join([
-                header,
-                f"  change    {'; '.join(_describe(self.changes)) or 'none'}",
+                header, *moved,
+                f"  change    {'; '.join(_describe(self._own())) or 'none'}",
                 f"  estimate  {est.live_calls} live calls, {est.tokens} tokens, "
                 f"${est.cost_usd:.4f}",
-                *(f"  warning   {w}" for w in self.warnings),
+                *(f"  warning   {w}" for w in self.warnings if w not in self.point_notes),
             ])
-        return format_run_diff(self.diff, header)
+        lines = format_run_diff(self.diff, header).split("\n")
+        lines[1:1] = moved
+        if self.unpriced_calls:
+            lines.append(f"  unpriced  {self.unpriced_calls} live call(s) to a model with no "
+                         "price: not included in the cost above")
+        return "\n".join(lines)
+
+    def _own(self) -> list[dict[str, Any]]:
+        return self.changes if self.own_changes is None else self.own_changes
 
     def to_wire(self) -> dict[str, Any]:
         """The fork-specific fields of the Fork result shape (SPEC §4.6)."""
@@ -95,6 +114,7 @@ class ForkResult:
             "suppressed_effects": self.suppressed_effects, "memo_hits": self.memo_hits,
             "calls": self.calls, "diff": self.diff.wire() if self.diff else None,
             "explain": self.explain(), "warnings": self.warnings,
+            "unpriced_calls": self.unpriced_calls, "point": self.point.to_wire(),
         }
 
 
@@ -107,16 +127,17 @@ def _describe(changes: Sequence[dict[str, Any]]) -> list[str]:
 def result_of(plan: ForkPlan, state: RunState | None, *, run_id: str | None, label: str,
               fork_group_id: str | None,
               scorer: Callable[[RunState], float] | None = None) -> ForkResult:
-    changes = wire(plan.changes)
+    own = wire(plan.changes)
     diff = None if state is None else diff_runs(plan.base.state, state, scorer=scorer,
-                                                changes=_describe(changes))
+                                                changes=_describe(own))
     return ForkResult(
         run_id=run_id, base_run_id=plan.base.run_id, fork_sequence_id=plan.point.seq,
         fork_node_id=plan.effective.node, state=state, base_state=plan.base.state,
-        prefix_state=plan.prefix_state, diff=diff, changes=changes, estimate=plan.estimate,
-        point=plan.point, effective_fork_sequence_id=plan.effective.seq,
-        store=plan.base.store, warnings=plan.warnings, label=label,
-        fork_group_id=fork_group_id)
+        prefix_state=plan.prefix_state, diff=diff, changes=plan.combined,
+        estimate=plan.estimate, point=plan.point,
+        effective_fork_sequence_id=plan.effective.seq, store=plan.base.store,
+        warnings=plan.warnings, label=label, fork_group_id=fork_group_id, own_changes=own,
+        point_notes=plan.application.warnings())
 
 
 def fork(
@@ -154,28 +175,33 @@ def load_fork_result(run_id: str, *, store: Store, env: Environment | None = Non
                      scorer: Callable[[RunState], float] | None = None) -> ForkResult:
     """Rebuild a stored fork's result (diff against its base) from the two logs."""
     from forklab.engine.errors import RunNotFound
-    from forklab.engine.events import RunForked
     from forklab.engine.fork.core import load_base
+    from forklab.engine.fork.lineage import forked_event
     from forklab.engine.reducers import fold
 
     events = store.read(run_id)
-    forked = next((e for e in events[:3] if isinstance(e, RunForked)), None)
+    forked = forked_event(events)
     if forked is None:
         raise RunNotFound(f"run {run_id!r} is not a fork", run_id=run_id)
     state = fold(events)
     base = load_base(forked.base_run_id, store=store, env=env)
-    point = base.index.point_at(forked.fork_sequence_id) or ForkPoint(
-        seq=forked.fork_sequence_id, node=forked.fork_node_id, occurrence=None, iteration=None)
+    recorded = forked.point or {}
+    point = base.index.point_at(forked.fork_sequence_id, recorded.get("run_id")) or ForkPoint(
+        seq=forked.fork_sequence_id, node=recorded.get("node", forked.fork_node_id),
+        occurrence=recorded.get("occurrence"), iteration=recorded.get("iteration"),
+        kind=recorded.get("kind", "before_node"), run_id=recorded.get("run_id"))
     est = forked.estimate
     estimate = Estimate(live_calls=int(est.get("live_calls", 0)), tokens=int(est.get("tokens", 0)),
                         cost_usd=float(est.get("cost_usd", 0.0)),
                         events_reused=forked.fork_sequence_id)
     prefix = RunState.from_wire(forked.prefix_state)
-    diff = diff_runs(base.state, state, scorer=scorer, changes=_describe(forked.changes))
+    own = list(forked.changes[forked.inherited_changes:])
+    diff = diff_runs(base.state, state, scorer=scorer, changes=_describe(own))
     return ForkResult(
         run_id=run_id, base_run_id=base.run_id, fork_sequence_id=forked.fork_sequence_id,
         fork_node_id=forked.fork_node_id, state=state, base_state=base.state,
         prefix_state=prefix, diff=diff, changes=list(forked.changes), estimate=estimate,
         point=point, effective_fork_sequence_id=prefix.version, store=store,
         warnings=list(est.get("warnings", [])), label=state.label,
-        fork_group_id=forked.fork_group_id)
+        fork_group_id=forked.fork_group_id, own_changes=own,
+        point_notes=list(est.get("point_notes", [])))

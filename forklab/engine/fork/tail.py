@@ -5,18 +5,29 @@ served from the base run's recording (``reused``), executed for real (``live`` /
 or refused (the side-effect guard, budgets). It wraps the live oracle, so everything that
 does run for real goes through the same code as a primary run.
 
-Recording indexes are built once from the base run's folded executions.
+Labels (a call that runs):
+- ``changed`` when its node, role or instance is the target of a config-type change of this
+  fork, or when its request (its args, for a tool) differs from the recorded call of the same
+  node execution, role and instance;
+- ``live`` when it matches the recording (memoize off) or there is no recording to compare;
+- with memoize on, a call whose request equals the recorded one is served from it
+  (``reused``) even inside a node that executes.
+
+Side effects (write tools, subgraphs): policy ``replay`` serves the recorded result of a
+finished base execution with the same fingerprint (a recorded failure fails again) and
+blocks anything else; ``block`` blocks every one; ``allow`` runs the named ones for real.
+A subgraph that runs for real runs under a child fork oracle: same policy, same memoize, the
+same :class:`~forklab.engine.fork.spend.Spend`, reflection writes captured.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from forklab.engine.canonical import canonical_json, fingerprint
-from forklab.engine.fork.apply import agent_targets
+from forklab.engine.canonical import fingerprint
+from forklab.engine.fork.apply import Target, config_targets
 from forklab.engine.fork.changes import (
     Change,
     HumanResponseChange,
@@ -24,21 +35,25 @@ from forklab.engine.fork.changes import (
     RouteChange,
     ToolChange,
 )
+from forklab.engine.fork.memo import Recording, SharedMemo
+from forklab.engine.fork.spend import Budget, Spend, worst_case_usd
 from forklab.engine.graph import ApprovalNode, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import (
     Blocked,
-    BudgetExceeded,
     ChildResult,
     HumanAnswer,
     LiveOracle,
     NodeCall,
+    NodeFailure,
     Served,
 )
-from forklab.engine.providers import ChatRequest
-from forklab.engine.state import Execution, RunState
+from forklab.engine.providers import ChatRequest, PriceTable
+from forklab.engine.state import Execution
 from forklab.engine.tools import ToolContext
 
 SideEffects = str | dict[str, Any]  # "replay" | "block" | {"allow": [...] | True}
+
+__all__ = ["Budget", "ForkOracle", "Policy", "Recording", "SharedMemo", "Spend"]
 
 
 @dataclass(frozen=True)
@@ -67,135 +82,56 @@ class Policy:
         return {"side_effects": self.side_effects, "memoize": self.memoize}
 
 
-@dataclass(frozen=True)
-class Budget:
-    max_live_calls: int | None = 50
-    max_cost_usd: float | None = 1.00
-
-    @classmethod
-    def parse(cls, data: Any) -> Budget:
-        if data is None:
-            return cls()
-        if isinstance(data, Budget):
-            return data
-        return cls(max_live_calls=data.get("max_live_calls", 50),
-                   max_cost_usd=data.get("max_cost_usd", 1.00))
-
-    def wire(self) -> dict[str, Any]:
-        return {"max_live_calls": self.max_live_calls, "max_cost_usd": self.max_cost_usd}
+def _reused_result(ex: Execution, kind: str) -> dict[str, Any]:
+    """The recorded result action of ``ex`` (``tool_result``/``subgraph_result``), or raise
+    its recorded failure as a reused one."""
+    for action in ex.actions:
+        if action["type"] == kind:
+            return action
+    failed = next((a["error"] for a in ex.actions if a["type"] == "call_failed"), None)
+    error = failed or ex.error or {"type": "failed", "message": "recorded failure"}
+    raise NodeFailure(str(error.get("type")), str(error.get("message")), label="reused")
 
 
-class SharedMemo:
-    """Executions recorded by the variants of one sweep, by fingerprint (thread-safe)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_fp: dict[str, Execution] = {}
-        self._ambiguous: set[str] = set()
-
-    def add(self, execution: Execution) -> None:
-        with self._lock:
-            _index_execution(self._by_fp, self._ambiguous, execution)
-
-    def get(self, fp: str) -> Execution | None:
-        with self._lock:
-            return None if fp in self._ambiguous else self._by_fp.get(fp)
-
-
-def _outputs(execution: Execution) -> str:
-    return canonical_json({"writes": execution.writes, "deletes": execution.deletes,
-                           "route": execution.route, "status": execution.status,
-                           "error": execution.error})
-
-
-def _index_execution(by_fp: dict[str, Execution], ambiguous: set[str], ex: Execution) -> None:
-    """Add one finished execution; a fingerprint seen with two outputs is never reused.
-
-    Failed executions are indexed too: a null fork re-serves the recorded failure instead of
-    calling the failing tool again. So are memoized ones (a fork's memo hits carry the
-    recorded actions and outputs), so a null fork of a fork is free as well.
-    """
-    if ex.status not in ("completed", "failed"):
-        return
-    known = by_fp.get(ex.fingerprint)
-    if known is not None and _outputs(known) != _outputs(ex):
-        ambiguous.add(ex.fingerprint)
-    by_fp.setdefault(ex.fingerprint, ex)
-
-
-@dataclass
-class Recording:
-    """The base run's executions, indexed for memo, side-effect replay and labels."""
-
-    by_fingerprint: dict[str, Execution] = field(default_factory=dict)
-    ambiguous: set[str] = field(default_factory=set)
-    by_occurrence: dict[tuple[str, int], Execution] = field(default_factory=dict)
-    effects: dict[tuple[str, str], Any] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, state: RunState) -> Recording:
-        rec = cls()
-        for ex in state.executions:
-            _index_execution(rec.by_fingerprint, rec.ambiguous, ex)
-            rec.by_occurrence[(ex.node, ex.occurrence)] = ex
-            args_hash = None
-            for action in ex.actions:
-                if action["type"] == "tool":
-                    args_hash = action["args_hash"]
-                elif action["type"] == "tool_result" and args_hash is not None:
-                    rec.effects[(ex.node, args_hash)] = action["result"]
-                elif action["type"] == "subgraph_result":
-                    rec.effects[(ex.node, fingerprint(ex.reads))] = action
-        return rec
-
-    def memo(self, fp: str) -> Execution | None:
-        return None if fp in self.ambiguous else self.by_fingerprint.get(fp)
-
-    def request_hash(self, node: str, occurrence: int, role: str | None,
-                     index: int | None) -> str | None:
-        ex = self.by_occurrence.get((node, occurrence))
-        if ex is None:
-            return None
-        for action in ex.actions:  # a memo hit records only the answer, which has the hash too
-            if (action["type"] in ("agent", "agent_result") and action["role"] == role
-                    and action["index"] == index):
-                return str(action["request_hash"])
-        return None
-
-    def tool_args(self, node: str, occurrence: int) -> str | None:
-        ex = self.by_occurrence.get((node, occurrence))
-        for action in ex.actions if ex else ():
-            if action["type"] == "tool":
-                return str(action["args_hash"])
-        return None
+def _child_result(action: dict[str, Any], label: str) -> ChildResult:
+    return ChildResult(child_run_id=action["child_run_id"], status=action["status"],
+                       output=action["output"], label=label,
+                       cost_usd=action.get("cost_usd", 0.0),
+                       input_tokens=action.get("input_tokens", 0),
+                       output_tokens=action.get("output_tokens", 0),
+                       tainted=tuple(action.get("tainted") or ()))
 
 
 class ForkOracle:
-    """Serves a fork's tail: changes, recordings, the side-effect guard and budgets."""
+    """Serves a fork's tail: changes, recordings, the side-effect guard and budgets.
+
+    ``changes`` are every change active in the tail (the lineage's and this fork's; later
+    ones win); ``targets`` are this fork's config-type targets (their calls are ``changed``).
+    """
 
     captures_reflections = True
 
     def __init__(self, live: LiveOracle, *, recording: Recording, changes: Sequence[Change],
-                 policy: Policy, budget: Budget, enforce_budget: bool, prices: Any,
-                 memoize: bool, shared_memo: SharedMemo | None = None,
-                 hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None = None) -> None:
+                 policy: Policy, spend: Spend, prices: PriceTable, memoize: bool,
+                 targets: Sequence[Target] | None = None,
+                 shared_memo: SharedMemo | None = None,
+                 hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None = None,
+                 routes_used: Sequence[str] = ()) -> None:
         self.live = live
         self.recording = recording
         self.policy = policy
-        self.budget = budget
-        self.enforce_budget = enforce_budget
+        self.spend = spend
         self.prices = prices
         self.memoize = memoize
         self.shared_memo = shared_memo
         self.hitl = hitl
-        self.live_calls = 0
-        self.incurred_usd = 0.0
-        self.overridden = agent_targets(changes)
+        self.targets = list(config_targets(changes) if targets is None else targets)
         self.outputs = {c.node: c.memory for c in changes if isinstance(c, OutputChange)}
         self.tools = {c.node: c.result for c in changes if isinstance(c, ToolChange)}
         self.routes = {c.source: c for c in changes if isinstance(c, RouteChange)}
-        self.routes_used: set[str] = set()
-        self.human_change = next((c for c in changes if isinstance(c, HumanResponseChange)), None)
+        self.routes_used: set[str] = set(routes_used)
+        humans = [c for c in changes if isinstance(c, HumanResponseChange)]
+        self.human_change = humans[-1] if humans else None
 
     # -- node level ------------------------------------------------------------------------
     def output(self, call: NodeCall) -> dict[str, Any] | None:
@@ -213,61 +149,93 @@ class ForkOracle:
             found = self.shared_memo.get(call.fingerprint)
         return found
 
+    def child(self, call: NodeCall, node: SubgraphNode) -> ForkOracle:
+        """The oracle of a child run started in the tail: the guard, memo and budget of this
+        fork, the recording of the child run the base started at this execution."""
+        return ForkOracle(self.live.child(call, node),
+                          recording=self.recording.child(call.node, call.occurrence),
+                          changes=(), targets=(), policy=self.policy, spend=self.spend,
+                          prices=self.prices, memoize=self.memoize)
+
+    # -- labels ----------------------------------------------------------------------------
+    def _targeted(self, node: str, role: str | None, index: int | None) -> bool:
+        return any(t.covers(node, role, index) for t in self.targets)
+
+    def _label(self, node: str, role: str | None, index: int | None, recorded: str | None,
+               actual: str) -> str:
+        if self._targeted(node, role, index) or (recorded is not None and recorded != actual):
+            return "changed"
+        return "live"
+
     # -- actions ---------------------------------------------------------------------------
-    def _spend(self, call: NodeCall) -> None:
-        if not self.enforce_budget:
-            return
-        limit = self.budget.max_live_calls
-        if limit is not None and self.live_calls + 1 > limit:
-            raise BudgetExceeded(f"live-call budget of {limit} is spent; node {call.node!r} "
-                                 "would make one more live call")
-        cap = self.budget.max_cost_usd
-        if cap is not None and self.incurred_usd >= cap:
-            raise BudgetExceeded(f"cost budget of ${cap:.4f} is spent (${self.incurred_usd:.4f} "
-                                 f"incurred); node {call.node!r} would spend more")
-
-    def _label(self, call: NodeCall, recorded: str | None, actual: str) -> str:
-        if call.node in self.overridden or recorded is None:
-            return "live"
-        return "changed" if recorded != actual else "live"
-
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
               index: int | None) -> Served:
-        self._spend(call)
-        served = self.live.agent(call, request, role, index)
-        self.live_calls += 1
-        cost = self.prices.cost(request.model, served.input_tokens, served.output_tokens)
-        self.incurred_usd += cost or 0.0
-        recorded = self.recording.request_hash(call.node, call.occurrence, role, index)
-        label = self._label(call, recorded, request.request_hash)
+        recorded = self.recording.agent_call(call.node, call.occurrence, role, index)
+        recorded_hash = None if recorded is None else str(recorded["request_hash"])
+        if self.memoize and recorded is not None and recorded_hash == request.request_hash:
+            return self._reuse_agent(recorded)
+        label = self._label(call.node, role, index, recorded_hash, request.request_hash)
+        self.spend.before(call.node, worst_case_usd(request, self.prices), request.model)
+        try:
+            served = self.live.agent(call, request, role, index)
+        except NodeFailure as failure:
+            self.spend.after(0.0)
+            failure.label = label
+            raise
+        self.spend.after(self.prices.cost(request.model, served.input_tokens,
+                                          served.output_tokens))
         return Served(text=served.text, input_tokens=served.input_tokens,
                       output_tokens=served.output_tokens, latency_ms=served.latency_ms,
                       label=label)
+
+    @staticmethod
+    def _reuse_agent(action: dict[str, Any]) -> Served:
+        if action["type"] == "call_failed":
+            error = action["error"]
+            raise NodeFailure(str(error.get("type")), str(error.get("message")), label="reused")
+        return Served(text=action["text"], input_tokens=action["input_tokens"],
+                      output_tokens=action["output_tokens"], latency_ms=0.0, label="reused",
+                      cost_usd=action["cost_usd"], recorded=True)
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
              ctx: ToolContext) -> tuple[Any, str]:
         if node.id in self.tools:
             return self.tools[node.id], "simulated"
-        args_hash = fingerprint(args)
         if node.effect == "write" and not self.policy.allows(node.id):
-            self._guard(node.id, args, (node.id, args_hash))
-            return self.recording.effects[(node.id, args_hash)], "reused"
-        self._spend(call)
-        result, _ = self.live.tool(call, node, args, ctx)
-        self.live_calls += 1
-        return result, self._label(call, self.recording.tool_args(node.id, call.occurrence),
-                                   args_hash)
+            ex = self._guard(call, args)
+            return _reused_result(ex, "tool_result")["result"], "reused"
+        args_hash = fingerprint(args)
+        recorded_hash, outcome = self.recording.tool_call(node.id, call.occurrence)
+        if self.memoize and outcome is not None and recorded_hash == args_hash:
+            if outcome["type"] == "call_failed":
+                error = outcome["error"]
+                raise NodeFailure(str(error.get("type")), str(error.get("message")),
+                                  label="reused")
+            return outcome["result"], "reused"
+        label = self._label(node.id, None, None, recorded_hash, args_hash)
+        self.spend.before(node.id, 0.0)
+        try:
+            result, _ = self.live.tool(call, node, args, ctx)
+        except NodeFailure as failure:
+            self.spend.after(0.0)
+            failure.label = label
+            raise
+        self.spend.after(0.0)
+        return result, label
 
-    def _guard(self, node: str, inputs: dict[str, Any], key: tuple[str, str]) -> None:
-        """Raise Blocked unless policy ``replay`` has a recording for these exact inputs."""
+    def _guard(self, call: NodeCall, inputs: dict[str, Any]) -> Execution:
+        """The base execution to serve for this side effect, or raise Blocked."""
+        node = call.node
         if self.policy.blocks_all:
             raise Blocked(f"side effects are blocked by policy; {node!r} was not executed",
                           inputs)
-        if key not in self.recording.effects:
+        found = self.recording.effect(call.fingerprint)
+        if found is None:
             raise Blocked(
                 f"the base run never executed {node!r} with these inputs, so there is no "
                 f"recorded result to serve; allow it ({{\"allow\": [\"{node}\"]}}) to run it "
                 "for real", inputs)
+        return found
 
     def route(self, call: NodeCall, node: RouterNode) -> str | None:
         forced = self.routes.get(node.id)
@@ -288,18 +256,18 @@ class ForkOracle:
 
     def subgraph(self, call: NodeCall, node: SubgraphNode, child_input: dict[str, Any],
                  run_child: Callable[[], ChildResult]) -> ChildResult:
-        key = (node.id, fingerprint(call.reads))
         if not self.policy.allows(node.id):
-            self._guard(node.id, child_input, key)
-            action = self.recording.effects[key]
-            return ChildResult(child_run_id=action["child_run_id"], status=action["status"],
-                               output=action["output"], label="reused",
-                               cost_usd=action.get("cost_usd", 0.0),
-                               input_tokens=action.get("input_tokens", 0),
-                               output_tokens=action.get("output_tokens", 0))
-        self._spend(call)
-        self.live_calls += 1
+            ex = self._guard(call, child_input)
+            return _child_result(_reused_result(ex, "subgraph_result"), "reused")
         result = run_child()
-        self.incurred_usd += result.cost_usd
-        return result
-
+        labels = set(result.call_labels)
+        if self._targeted(node.id, None, None) or "changed" in labels:
+            label = "changed"
+        elif labels == {"reused"}:
+            label = "reused"
+        else:
+            label = "live"
+        return ChildResult(child_run_id=result.child_run_id, status=result.status,
+                           output=result.output, label=label, cost_usd=result.cost_usd,
+                           input_tokens=result.input_tokens, output_tokens=result.output_tokens,
+                           tainted=result.tainted, call_labels=result.call_labels)

@@ -281,7 +281,7 @@ def test_a_valid_config_change_reaches_the_tail() -> None:
 
     requested = of_type(result.event_log, "agent.requested")
     assert requested[0].messages[0]["content"] == "Goal: Explain how vaccines work. Short."
-    assert result.calls[0]["label"] == "live"
+    assert result.calls[0]["label"] == "changed"  # the targeted node: never "live"
 
 
 @pytest.mark.parametrize(("spec", "fragment"), [

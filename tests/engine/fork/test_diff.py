@@ -45,7 +45,8 @@ def test_a_shorter_loop_skips_the_iterations_the_variant_never_ran() -> None:
                   policy={"memoize": True})
 
     assert _ops(result.diff) == [
-        ("same", "draft", "draft"), ("changed", "review", "review"), ("same", "gate", "gate"),
+        ("same", "draft", "draft"), ("changed", "review", "review"),
+        ("changed", "gate", "gate"),
         ("skipped", "revise", None), ("skipped", "review", None), ("skipped", "gate", None),
         ("skipped", "revise", None), ("skipped", "review", None), ("skipped", "gate", None)]
     assert result.diff.path["skipped"] == ["revise", "review", "gate"] * 2
@@ -56,7 +57,7 @@ def test_a_shorter_loop_skips_the_iterations_the_variant_never_ran() -> None:
     assert result.diff.cost["incurred_usd"] == 0
     assert result.diff.cost["tokens_delta"] < 0
     assert result.diff.cost["per_node"]["revise"]["variant_usd"] == 0.0
-    assert "draft → review@fork → gate → -revise → -review → -gate" in result.explain()
+    assert "draft → review@fork → gate@fork → -revise → -review → -gate" in result.explain()
 
 
 def test_memory_deltas_carry_op_byte_delta_and_values() -> None:

@@ -26,7 +26,7 @@ def test_fork_points_list_every_boundary_of_the_review_loop_with_node_occurrence
     assert [p.kind for p in points] == ["before_node"] * 9 + ["end"]
     assert points[4].to_wire() == {
         "seq": 19, "node": "review", "occurrence": 2, "iteration": 2, "kind": "before_node",
-        "label": "before 'review' execution 2, iteration 2"}
+        "label": "before 'review' execution 2, iteration 2", "run_id": base.run_id}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -82,7 +82,7 @@ def test_a_fork_before_the_second_review_re_executes_it_and_keeps_the_first() ->
     assert result.fork_node_id == "review"
     assert result.prefix_state.occurrences == {"draft": 1, "review": 1, "gate": 1, "revise": 1}
     first = result.calls[0]
-    assert (first["node"], first["occurrence"], first["label"]) == ("review", 2, "live")
+    assert (first["node"], first["occurrence"], first["label"]) == ("review", 2, "changed")
 
 
 @pytest.mark.parametrize(("text", "expected"), [

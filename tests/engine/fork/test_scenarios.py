@@ -20,7 +20,7 @@ def test_a_prompt_change_before_write_makes_one_live_call_and_never_reruns_resea
 
     assert [(r.system_prompt, r.model) for r in counter.model_calls] == [
         ("Be terse.", "scripted-large")]
-    assert labels(result.calls) == [("write", "agent", "live")]
+    assert labels(result.calls) == [("write", "agent", "changed")]
     assert [e.node for e in result.event_log if e.type == "node.started"] == ["write"]
     assert result.state.status == "completed"
     assert result.state.memory["notes"] == base.state.memory["notes"]
@@ -68,7 +68,7 @@ def test_changing_one_diamond_branch_reexecutes_it_and_the_join_and_memos_the_ot
         "Combine both parts into one answer.", "Do your part badly."]
     assert result.memo_hits == [{"node": "plan", "occurrence": 1},
                                 {"node": "right", "occurrence": 1}]
-    assert labels(result.calls) == [("plan", "agent", "reused"), ("left", "agent", "live"),
+    assert labels(result.calls) == [("plan", "agent", "reused"), ("left", "agent", "changed"),
                                     ("right", "agent", "reused"), ("join", "agent", "changed")]
     assert result.state.memory["right"] == base.state.memory["right"]
     assert result.state.memory["left"] != base.state.memory["left"]
@@ -198,7 +198,8 @@ def test_a_patch_of_an_input_read_before_the_point_moves_the_fork_to_the_start()
 
     assert result.fork_sequence_id == 11
     assert result.effective_fork_sequence_id == 1
-    assert any("starts from the beginning" in w for w in result.warnings)
+    assert any("the fork point moved from seq 11" in w and "to seq 1" in w
+               and "'lookup_price' (execution 1) read 'order'" in w for w in result.warnings)
     assert result.state.input["order"] == {"sku": "WIDGET-1", "qty": 2, "note": "gift"}
     assert counter.tool_calls == ["forklab.engine.scenarios.tools.lookup_price"]
     assert world() == before
@@ -216,7 +217,7 @@ def test_a_patch_of_an_input_only_the_tail_reads_keeps_the_fork_point() -> None:
                   change=change.input_patch({"email": "eve@example.com"}))
 
     assert result.effective_fork_sequence_id == result.fork_sequence_id == 16
-    assert not any("starts from the beginning" in w for w in result.warnings)
+    assert not any("the fork point moved" in w for w in result.warnings)
 
 
 # -- triage-router -----------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def test_a_point_behind_the_compaction_boundary_names_the_earliest_forkable_poin
         fork(base, at={"sequence": 14}, change=change.prompt("revise", "x"))
 
     assert raised.value.context["earliest_forkable"] == 24
-    assert "earliest forkable point (seq 24)" in raised.value.message
+    assert "earliest forkable point is seq 24" in raised.value.message
 
 
 @pytest.mark.parametrize("at", ["start", {"before_node": "review"},
@@ -74,7 +74,7 @@ def test_a_mid_node_snapshot_forks_by_version_and_reruns_that_node() -> None:
     assert result.fork_node_id == "review"
     assert result.point.occurrence == 2
     first = result.calls[0]
-    assert (first["node"], first["occurrence"], first["label"]) == ("review", 2, "live")
+    assert (first["node"], first["occurrence"], first["label"]) == ("review", 2, "changed")
     assert result.prefix_state.current is None
     assert result.prefix_state.occurrences["review"] == 1
     assert result.state.status == "completed"

@@ -146,7 +146,7 @@ def test_with_memoize_a_suffix_the_variants_share_is_paid_for_once() -> None:
     assert prompts.count("Do your part in French.") == 1
     left_labels = [next(c["label"] for c in r.calls if c["node"] == "left")
                    for r in sweep.results.values()]
-    assert left_labels == ["live", "reused"]
+    assert left_labels == ["changed", "reused"]
     assert sweep.results["cold"].memo_hits == [{"node": "plan", "occurrence": 1},
                                                {"node": "left", "occurrence": 1}]
 

@@ -145,7 +145,8 @@ def test_a_fork_of_a_fork_forms_a_lineage_chain() -> None:
     assert second.state.memory["notes"] == base.state.memory["notes"]
     requested = of_type(second.event_log, "agent.requested")
     assert [(r.system_prompt, r.temperature) for r in requested] == [("Be terse.", 1.5)]
-    assert [p.node for p in fork_points(second.event_log)] == ["write", None]
+    assert [(p.node, p.run_id) for p in fork_points(second.event_log)] == [
+        ("research", base.run_id), ("write", second.run_id), (None, second.run_id)]
 
 
 def test_a_fork_of_a_memoized_fork_still_serves_recorded_writes() -> None:

@@ -1,0 +1,141 @@
+"""What a fork's tail can be served from: the recording of the run it forks.
+
+:class:`Recording` indexes, once, the executions a tail may reuse:
+
+- by fingerprint (memoization and the side-effect guard — one key for both): every finished
+  execution of every run in the base's lineage (the base's logical run and its ancestors'),
+  so an execution any of them really made is served, never made again. A fingerprint
+  recorded twice with different outputs is *ambiguous*: memoization skips it, the guard
+  serves the base's own execution (or the first recorded);
+- by (node, occurrence): the base's logical run, for labels and per-call reuse — a call is
+  compared with the recorded call of the same node execution, role and instance;
+- child recordings: the child runs a subgraph node started in the base, for a child that
+  runs again in the tail.
+
+:class:`SharedMemo` offers the executions of a sweep's variants to each other.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from forklab.engine.canonical import canonical_json
+from forklab.engine.state import Execution, RunState
+
+FINISHED = ("completed", "failed")
+
+
+class SharedMemo:
+    """Executions recorded by the variants of one sweep, by fingerprint (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_fp: dict[str, Execution] = {}
+        self._ambiguous: set[str] = set()
+
+    def add(self, execution: Execution) -> None:
+        with self._lock:
+            index_execution(self._by_fp, self._ambiguous, execution)
+
+    def get(self, fp: str) -> Execution | None:
+        with self._lock:
+            return None if fp in self._ambiguous else self._by_fp.get(fp)
+
+
+def _outputs(execution: Execution) -> str:
+    return canonical_json({"writes": execution.writes, "deletes": execution.deletes,
+                           "route": execution.route, "status": execution.status,
+                           "error": execution.error})
+
+
+def index_execution(by_fp: dict[str, Execution], ambiguous: set[str], ex: Execution) -> None:
+    """Add one finished execution; a fingerprint seen with two outputs is never reused.
+
+    Failed executions are indexed too: a null fork re-serves the recorded failure instead of
+    calling the failing tool again. So are memoized ones (a fork's memo hits carry the
+    recorded actions and outputs), so a null fork of a fork is free as well.
+    """
+    if ex.status not in FINISHED:
+        return
+    known = by_fp.get(ex.fingerprint)
+    if known is not None and _outputs(known) != _outputs(ex):
+        ambiguous.add(ex.fingerprint)
+    by_fp.setdefault(ex.fingerprint, ex)
+
+
+def _call_action(ex: Execution | None, kinds: tuple[str, ...], role: str | None,
+                 index: int | None) -> dict[str, Any] | None:
+    for action in ex.actions if ex else ():
+        if (action["type"] in kinds and action.get("role") == role
+                and action.get("index") == index
+                and (action["type"] != "call_failed" or action["kind"] == "agent")):
+            return action
+    return None
+
+
+RunLoader = Callable[[str], RunState | None]
+
+
+@dataclass
+class Recording:
+    """The base run's executions, indexed for memo, the guard, labels and child runs."""
+
+    by_fingerprint: dict[str, Execution] = field(default_factory=dict)
+    ambiguous: set[str] = field(default_factory=set)
+    effects: dict[str, Execution] = field(default_factory=dict)
+    by_occurrence: dict[tuple[str, int], Execution] = field(default_factory=dict)
+    load_run: RunLoader | None = None
+
+    @classmethod
+    def of(cls, state: RunState, *, lineage: Sequence[RunState] = (),
+           load_run: RunLoader | None = None) -> Recording:
+        """Index ``state`` (the base) and the states of its ``lineage`` (its ancestors)."""
+        rec = cls(load_run=load_run)
+        for ex in state.executions:
+            rec.by_occurrence[(ex.node, ex.occurrence)] = ex
+        for run in (state, *lineage):
+            for ex in run.executions:
+                index_execution(rec.by_fingerprint, rec.ambiguous, ex)
+                if ex.status in FINISHED:
+                    rec.effects.setdefault(ex.fingerprint, ex)
+        return rec
+
+    def memo(self, fp: str) -> Execution | None:
+        """A finished execution to serve whole, unless the fingerprint is ambiguous."""
+        return None if fp in self.ambiguous else self.by_fingerprint.get(fp)
+
+    def effect(self, fp: str) -> Execution | None:
+        """The finished execution whose recorded result the guard serves for ``fp``."""
+        return self.effects.get(fp)
+
+    def agent_call(self, node: str, occurrence: int, role: str | None,
+                   index: int | None) -> dict[str, Any] | None:
+        """The recorded answer (or failure) of that model call in the base, if any."""
+        return _call_action(self.by_occurrence.get((node, occurrence)),
+                            ("agent_result", "call_failed"), role, index)
+
+    def tool_call(self, node: str, occurrence: int) -> tuple[str | None, dict[str, Any] | None]:
+        """(args hash, result or failure action) of that tool call in the base."""
+        ex = self.by_occurrence.get((node, occurrence))
+        args_hash, outcome = None, None
+        for action in ex.actions if ex else ():
+            if action["type"] == "tool":
+                args_hash = str(action["args_hash"])
+            elif action["type"] == "tool_result" or (action["type"] == "call_failed"
+                                                     and action["kind"] == "tool"):
+                outcome = action
+        return args_hash, outcome
+
+    def child(self, node: str, occurrence: int) -> Recording:
+        """The recording of the child run that execution started in the base (may be empty)."""
+        ex = self.by_occurrence.get((node, occurrence))
+        child_id = next((a["child_run_id"] for a in (ex.actions if ex else ())
+                         if a["type"] in ("subgraph", "subgraph_result")
+                         and a["child_run_id"] != "(simulated)"), None)
+        state = self.load_run(child_id) if child_id and self.load_run else None
+        if state is None:
+            return Recording(load_run=self.load_run)
+        return Recording.of(state, load_run=self.load_run)

@@ -1,0 +1,190 @@
+"""Executing a prepared fork: the variant's opening events, then the tail.
+
+The variant's log opens with ``run.started`` (kind ``counterfactual``), ``run.forked`` (the
+prefix state, the combined changes, the effective graph, policy and budget), one
+``change.applied`` per change applied at the point, then the memory writes those changes
+make; the tail then runs through the ordinary runner and planner with a
+:class:`~forklab.engine.fork.tail.ForkOracle`. :func:`fork_runner` rebuilds that oracle from
+the log to answer or resume a fork, its spend counted again from the calls already made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from forklab.engine.canonical import canonical_json
+from forklab.engine.environment import Environment
+from forklab.engine.errors import RunNotFound
+from forklab.engine.events import (
+    REPLAY_VERSION,
+    ChangeApplied,
+    Event,
+    MemoryWritten,
+    RunForked,
+    RunStarted,
+)
+from forklab.engine.fork.apply import config_targets
+from forklab.engine.fork.changes import parse_changes
+from forklab.engine.fork.effective import DELETE
+from forklab.engine.fork.lineage import forked_event
+from forklab.engine.fork.memo import Recording, SharedMemo
+from forklab.engine.fork.spend import Budget, Spend
+from forklab.engine.fork.tail import ForkOracle, Policy
+from forklab.engine.graph import parse_graph
+from forklab.engine.oracle import HumanAnswer, LiveOracle
+from forklab.engine.reducers import fold
+from forklab.engine.runner import CancelToken, Runner
+from forklab.engine.state import RunState
+from forklab.engine.store import Store, graph_hash
+from forklab.engine.telemetry import tracer
+
+if TYPE_CHECKING:
+    from forklab.engine.fork.core import BaseRun, ForkPlan
+
+
+def begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
+                  fork_group_id: str | None, ignore_budget: bool) -> None:
+    """Append the variant's opening events: identity, prefix, changes, memory writes."""
+    base = plan.base
+    runner.emit(RunStarted, graph_id=base.state.graph_id,
+                graph_version=base.state.graph_version, graph_hash=graph_hash(plan.graph),
+                input=plan.new_input, start=plan.graph.start, run_kind="counterfactual",
+                replay_version=REPLAY_VERSION, label=label, parent_run_id=base.run_id)
+    runner.emit(RunForked, base_run_id=base.run_id, fork_sequence_id=plan.point.seq,
+                fork_node_id=plan.effective.node, prefix_state=plan.prefix_state.to_wire(),
+                changes=plan.combined, inherited_changes=len(plan.inherited),
+                graph=plan.graph.to_wire(), fork_group_id=fork_group_id,
+                policy=plan.policy.wire(), budget=plan.budget.wire(), memoize=plan.memoize,
+                ignore_budget=ignore_budget,
+                estimate={**plan.estimate.wire(), "warnings": plan.warnings,
+                          "point_notes": plan.application.warnings()},
+                point=plan.point.to_wire(), routes_used=plan.routes_used)
+    for item in plan.application.applied:
+        runner.emit(ChangeApplied, change=item.wire())
+    for key, value in plan.application.writes():
+        if value is DELETE:
+            runner.emit(MemoryWritten, key=key, value=None, deleted=True)
+        else:
+            runner.emit(MemoryWritten, key=key, value=value)
+
+
+def _recording(base: BaseRun) -> Recording:
+    ancestors = [link.state for link in base.lineage.links[:-1] if link.state is not None]
+    return Recording.of(base.state, lineage=ancestors, load_run=base.load_run)
+
+
+def run_plan(
+    plan: ForkPlan, *, run_id: str | None = None, label: str = "",
+    fork_group_id: str | None = None, ignore_budget: bool = False,
+    hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None = None,
+    shared_memo: SharedMemo | None = None, on_event: Callable[[Event], None] | None = None,
+    cancel: CancelToken | None = None, store: Store | None = None,
+    base_trace_id: str | None = None,
+) -> Runner:
+    """Execute a prepared fork; returns the runner (its ``state`` is the variant's)."""
+    import logging
+
+    base = plan.base
+    env = base.env
+    oracle = ForkOracle(
+        LiveOracle(env), recording=_recording(base), changes=plan.active,
+        targets=config_targets(plan.changes), policy=plan.policy,
+        spend=Spend(plan.budget, enforce=not ignore_budget), prices=env.prices,
+        memoize=plan.memoize, shared_memo=shared_memo, hitl=hitl,
+        routes_used=plan.routes_used)
+
+    def observe(event: Event) -> None:
+        if (shared_memo is not None and event.type == "node.completed"
+                and event.run_id == runner.run_id):
+            shared_memo.add(runner.state.executions[-1])
+        if on_event is not None:
+            on_event(event)
+
+    runner = Runner(plan.graph, store=store or base.store, run_id=run_id or env.ids(), env=env,
+                    oracle=oracle, cancel=cancel, on_event=observe,
+                    graph_version=base.state.graph_version)
+    logging.getLogger("forklab.engine.fork").info("replay.fork.fork_started", extra={
+        "base_run_id": base.run_id, "fork_run_id": runner.run_id,
+        "fork_sequence_id": plan.point.seq, "fork_node_id": plan.point.node})
+    attributes: dict[str, str | int] = {
+        "fork.run_id": runner.run_id, "fork.base_run_id": base.run_id,
+        "fork.sequence_id": plan.point.seq, "fork.node_id": plan.point.node or "",
+        "fork.changes": canonical_json([c.wire() for c in plan.changes]),
+        "fork.base_trace_id": base_trace_id or "",
+    }
+    with tracer.start_as_current_span("replay.fork", attributes=attributes):
+        begin_variant(runner, plan, label=label, fork_group_id=fork_group_id,
+                      ignore_budget=ignore_budget)
+        runner.resume_loop()
+    return runner
+
+
+def _child_run_id(state: RunState, seq: int) -> str | None:
+    for ex in state.all_executions():
+        for action in ex.actions:
+            if action["seq"] == seq and action["type"] == "subgraph_result":
+                return str(action["child_run_id"])
+    return None
+
+
+def tail_spend(state: RunState, store: Store, *, start: int | None = None) -> Spend:
+    """What a run's tail has spent: every live or changed call, a subgraph's counted call
+    by call from its child run (so a resumed fork keeps one budget)."""
+    spend = Spend(Budget(None, None), enforce=False)
+    first = (state.fork or {}).get("tail_from_call", 0) if start is None else start
+    for call in state.calls[first:]:
+        if call.label not in ("live", "changed"):
+            continue
+        if call.kind != "subgraph":
+            spend.after(call.cost_usd)
+            continue
+        child_id = _child_run_id(state, call.seq)
+        events = store.read(child_id) if child_id else []
+        if events:
+            child = tail_spend(fold(events), store, start=0)
+            spend.live_calls += child.live_calls
+            spend.incurred_usd += child.incurred_usd
+            spend.unpriced_calls += child.unpriced_calls
+    return spend
+
+
+def fork_runner(
+    run_id: str, *, store: Store, env: Environment | None = None,
+    hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None = None,
+    on_event: Callable[[Event], None] | None = None, cancel: CancelToken | None = None,
+) -> Runner:
+    """Rebuild the runner of an existing fork from its log (to answer a gate or resume).
+
+    The oracle is configured exactly as when the fork started — changes, policy, budget and
+    memoization come from its ``run.forked`` event — and its budget counters resume from the
+    calls the tail already made (its subgraphs' included).
+    """
+    from forklab.engine.fork.core import load_base
+
+    events = store.read(run_id)
+    forked = forked_event(events)
+    if forked is None:
+        raise RunNotFound(f"run {run_id!r} is not a fork", run_id=run_id)
+    env = env or Environment()
+    base = load_base(forked.base_run_id, store=store, env=env)
+    state = fold(events)
+    changes = parse_changes(forked.changes) if forked.changes else []
+    spend = Spend(Budget.parse(forked.budget), enforce=not forked.ignore_budget)
+    done = tail_spend(state, store)
+    spend.live_calls, spend.incurred_usd = done.live_calls, done.incurred_usd
+    spend.unpriced_calls = done.unpriced_calls
+    used = set(forked.routes_used)
+    own = state.executions[(state.fork or {}).get("prefix_executions", 0):]
+    used |= {ex.node for ex in own for a in ex.actions
+             if a["type"] == "route" and a["label"] == "simulated"}
+    oracle = ForkOracle(
+        LiveOracle(env), recording=_recording(base), changes=changes,
+        targets=config_targets(changes[forked.inherited_changes:]),
+        policy=Policy.parse(forked.policy), spend=spend, prices=env.prices,
+        memoize=forked.memoize, hitl=hitl, routes_used=sorted(used))
+    runner = Runner(parse_graph(forked.graph), store=store, run_id=run_id, env=env,
+                    oracle=oracle, cancel=cancel, on_event=on_event,
+                    graph_version=state.graph_version)
+    runner.state = state
+    return runner
