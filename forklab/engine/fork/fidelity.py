@@ -13,7 +13,8 @@
      point (``start``) and at the fork's own first point.
 
 Every variant is written to a :class:`ScratchStore` over the run's store, which is never
-written. Deep checks need deterministic answers: a run whose graph (or a child graph) drives
+written; approval gates are answered as recorded when shown what they were shown before
+(:func:`recorded_human`). Deep checks need deterministic answers: a run whose graph (or a child graph) drives
 an agent on any provider but ``scripted`` is reported skipped, never failed — two live calls
 to a sampling model may differ, which says nothing about forking.
 """
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from forklab.engine.canonical import canonical_equals
+from forklab.engine.canonical import canonical_equals, canonical_json
 from forklab.engine.environment import Environment
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import (
@@ -40,7 +41,8 @@ from forklab.engine.fork.points import ForkPoint
 from forklab.engine.fork.result import ForkResult, fork
 from forklab.engine.fork.scratch import ScratchStore
 from forklab.engine.graph import AgentNode, GraphSpec, RouterNode, SubgraphNode
-from forklab.engine.state import Execution
+from forklab.engine.oracle import HumanAnswer
+from forklab.engine.state import Execution, RunState
 from forklab.engine.store import MemoryStore, Store
 
 DEEP_MARKER = "forkcheck --deep"
@@ -219,11 +221,32 @@ def _first_affected(item: Change, graph: GraphSpec,
 
 
 Fork = Callable[..., ForkResult]
+Human = Callable[[dict[str, Any]], HumanAnswer | None]
 
 
-def _runner(scratch: ScratchStore, env: Environment) -> Fork:
+def recorded_human(state: RunState) -> Human:
+    """A human who gives a gate the answer it gave when shown exactly the same thing.
+
+    Approval gates are the one live call forkcheck cannot make deterministic by itself: with
+    memoize off, a gate the run passed would otherwise pause every variant. Shown anything
+    else, this human does not answer (the variant pauses, as it would for a person).
+    """
+    answers: dict[tuple[str, str], HumanAnswer] = {}
+    for ex in state.executions:
+        for action in ex.actions:
+            if action["type"] == "human":
+                answers.setdefault((ex.node, canonical_json(ex.reads)), HumanAnswer(
+                    decision=action["decision"], data=action["data"],
+                    memory_updates=action["memory_updates"], answered_by="forkcheck"))
+
+    def answer(request: dict[str, Any]) -> HumanAnswer | None:
+        return answers.get((request["node"], canonical_json(request.get("context") or {})))
+    return answer
+
+
+def _runner(scratch: ScratchStore, env: Environment, human: Human) -> Fork:
     def run(base: str, *, at: Any, changes: list[Change], memoize: bool = True) -> ForkResult:
-        return fork(base, store=scratch, env=env, at=at, change=changes,
+        return fork(base, store=scratch, env=env, at=at, change=changes, hitl=human,
                     policy={"memoize": memoize}, ignore_budget=True)
     return run
 
@@ -305,7 +328,7 @@ def deep_check(run_id: str, *, store: Store,
         why = reason or "the run has no agent node and no read to derive a change from"
         return [MetamorphicResult(run_id, check, [], skipped=why)
                 for check in ("point_independence", "memoize", "fork_of_fork")]
-    run = _runner(ScratchStore(store), base.env)
+    run = _runner(ScratchStore(store), base.env, recorded_human(base.state))
     results = [check(base, item, run) for item in items
                for check in (_point_independence, _memoize)]
     pair = [i for i in items if not isinstance(i, InputPatchChange)]

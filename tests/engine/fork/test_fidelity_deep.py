@@ -164,3 +164,26 @@ def test_deep_check_of_an_unknown_run_is_not_found() -> None:
         deep_check("nope", store=MemoryStore(), env=Environment())
 
     assert refused.value.code == "not_found"
+
+
+def test_a_gate_shown_what_it_was_shown_before_gets_its_recorded_answer_and_otherwise_none(
+) -> None:
+    from forklab.engine.fork.fidelity import recorded_human
+
+    base = record("order-fulfilment")
+    gate = next(e for e in base.state.executions if e.kind == "approval")
+    human = recorded_human(base.state)
+
+    same = human({"node": gate.node, "prompt": "?", "context": dict(gate.reads)})
+    other = human({"node": gate.node, "prompt": "?", "context": {"receipt": "another"}})
+
+    assert same is not None and same.decision == "approved"
+    assert other is None
+
+
+def test_memoize_off_replays_a_gate_as_recorded_instead_of_pausing() -> None:
+    base = record("order-fulfilment")
+
+    results = deep_check(base.run_id, store=base.store, env=base.env)
+
+    assert all(r.ok for r in results), [r.detail for r in results if not r.ok]
