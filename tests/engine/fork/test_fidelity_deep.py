@@ -181,9 +181,24 @@ def test_a_gate_shown_what_it_was_shown_before_gets_its_recorded_answer_and_othe
     assert other is None
 
 
+GATED = {
+    "id": "gated", "start": "gate",
+    "nodes": [
+        {"id": "gate", "kind": "approval", "reads": ["q"], "writes": ["decision"]},
+        {"id": "say", "kind": "agent", "agent": {"model": "scripted-small"},
+         "reads": ["decision"], "writes": ["said"], "prompt": "Say {decision}"},
+    ],
+    "edges": [{"from": "gate", "to": "say"}],
+}
+
+
 def test_memoize_off_replays_a_gate_as_recorded_instead_of_pausing() -> None:
-    base = record("order-fulfilment")
+    from forklab.engine.oracle import HumanAnswer
+
+    base = run_recorded(parse_graph(GATED), {"q": "ship?"}, env=make_env(),
+                        hitl=lambda request: HumanAnswer(decision="approved"))
 
     results = deep_check(base.run_id, store=base.store, env=base.env)
 
-    assert all(r.ok for r in results), [r.detail for r in results if not r.ok]
+    memo = [r for r in results if r.check == "memoize" and r.compared]
+    assert memo and all(r.ok for r in memo), [r.detail for r in memo]
