@@ -111,6 +111,8 @@ class ForkPointSerializer(Shape):
     iteration = nullable_int()
     kind = s.ChoiceField(choices=["before_node", "end"])
     label = s.CharField()
+    run_id = nullable_str(help_text="the run whose log holds this boundary (on a fork, an "
+                                    "inherited one is held by an ancestor)")
 
 
 # -- diffs -------------------------------------------------------------------------------

@@ -195,7 +195,7 @@ def _tool_node(runner: Runner, node: ToolNode, call: NodeCall) -> str | None:
     _discard_reflections(runner, call, ctx)
     runner._envelope_emit(ToolReturned, call, result=result, label=label)
     tainted = reads_tainted(runner, call, untrusted=not node.trusted)
-    for key, value in _tool_writes(node, result).items():
+    for key, value in sorted(_tool_writes(node, result).items()):  # key order: not stored
         write_memory(runner, call, key, value, tainted)
     return None
 
@@ -252,7 +252,7 @@ def finish_approval(runner: Runner, node: ApprovalNode, call: NodeCall,
                           label=answer.label, answered_by=answer.answered_by)
     if node.writes:
         write_memory(runner, call, node.writes[0], answer.decision, False)
-    for key, value in (answer.memory_updates or {}).items():
+    for key, value in sorted((answer.memory_updates or {}).items()):
         write_memory(runner, call, key, value, False)
     return node.on_reject if answer.decision == "rejected" else None
 
@@ -273,7 +273,7 @@ def substitute_output(runner: Runner, node: Any, call: NodeCall,
                               status="completed", output=memory, label="simulated")
     else:
         runner._envelope_emit(ToolReturned, call, result=memory, label="simulated")
-    for key, value in memory.items():
+    for key, value in sorted(memory.items()):
         write_memory(runner, call, key, value, False)
     return None
 

@@ -135,6 +135,6 @@ def write_outputs(runner: Runner, node: SubgraphNode, call: NodeCall, output: di
                   child_tainted: Any) -> None:
     """Map the child's keys back; each is tainted if the child's key was or a read was."""
     read_taint = reads_tainted(runner, call)
-    for key, child_key in node.output.items():
+    for key, child_key in sorted(node.output.items()):  # a stored graph keeps no key order
         write_memory(runner, call, key, output.get(child_key),
                      read_taint or child_key in set(child_tainted))

@@ -114,7 +114,7 @@ def _queued_fork(run_id: str, base: Run, plan: Any, spec: ForkSpec, user: User,
         run_kind=RunKind.COUNTERFACTUAL, status=RunStatus.QUEUED, label=spec.label,
         created_by=user if user.is_authenticated else None, parent_run=base,
         fork_sequence_id=plan.point.seq, fork_node_id=plan.effective.node,
-        fork_mutations=[c.wire() for c in plan.changes], fork_group_id=fork_group_id,
+        fork_mutations=plan.combined, fork_group_id=fork_group_id,
         replay_version=base.replay_version, input=plan.new_input)
 
 

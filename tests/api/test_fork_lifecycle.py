@@ -51,7 +51,7 @@ def test_a_fork_runs_in_the_background_and_reads_back_complete_with_its_diff(
     assert fork["explain"].startswith(
         f"fork {fork['id']} of {fresh_world.lab_diamond} at seq 6 (before 'left' execution 1")
     assert [(c["node"], c["label"]) for c in fork["calls"]] == [
-        ("left", "live"), ("right", "reused"), ("join", "changed")]
+        ("left", "changed"), ("right", "reused"), ("join", "changed")]
     assert fork["incurred_cost_usd"] == pytest.approx(diff["cost"]["incurred_usd"])
     assert fork["incurred_cost_usd"] > 0
     assert set(fork["estimate"]) == {"live_calls", "tokens", "cost_usd"}

@@ -101,7 +101,7 @@ def test_metrics_count_a_forks_tail_as_counterfactual(member: Any) -> None:
         "nodes": sample("forklab_node_executions_total", run_kind="counterfactual",
                         node_kind="agent", status="completed"),
         "calls": sample("forklab_model_calls_total", run_kind="counterfactual",
-                        model="scripted-small", label="live"),
+                        model="scripted-small", label="changed"),
     }
     fork_research_write(member)
     assert sample("forklab_workflow_runs_started_total",
@@ -111,7 +111,7 @@ def test_metrics_count_a_forks_tail_as_counterfactual(member: Any) -> None:
     assert sample("forklab_node_executions_total", run_kind="counterfactual",
                   node_kind="agent", status="completed") == before["nodes"] + 1
     assert sample("forklab_model_calls_total", run_kind="counterfactual",
-                  model="scripted-small", label="live") == before["calls"] + 1
+                  model="scripted-small", label="changed") == before["calls"] + 1
 
     response = Client().get("/metrics")
     assert response.status_code == 200

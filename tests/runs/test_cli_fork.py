@@ -111,7 +111,7 @@ def test_fork_json_is_the_fork_result_with_the_variant_run(
     assert data["changes"] == [{"kind": "model", "target": "write", "model": "scripted-small",
                                "provider": None}]
     assert [(c["node"], c["model"], c["label"]) for c in data["calls"]] == [
-        ("write", "scripted-small", "live")]  # the tail's calls: 'research' is the prefix
+        ("write", "scripted-small", "changed")]  # the tail's calls: 'research' is the prefix
     assert data["incurred_cost_usd"] > 0 and data["estimate"]["live_calls"] == 1
     assert data["explain"].startswith(f"fork {data['id']} of {run.id}")
     assert Run.objects.get(pk=data["id"]).parent_run_id == run.id
@@ -240,15 +240,16 @@ def test_forkcheck_passes_on_the_demo_data(capsys: pytest.CaptureFixture[str]) -
 def test_forkcheck_fails_on_a_run_whose_log_was_edited(
         capsys: pytest.CaptureFixture[str]) -> None:
     run = record("research-write")
-    # the write node's recorded fingerprint no longer matches what it read: its recording
-    # cannot be served, so the null fork pays a live call and the check fails
-    started = Event.objects.get(run=run, type="node.started", node="write")
-    started.payload = {**started.payload, "fingerprint": "0" * 32}
-    started.save(update_fields=["payload"])
+    # the write node's recorded fingerprint and request no longer match what it read and
+    # sent: its recording cannot be served, so the null fork pays a live call and fails
+    for type_, field in (("node.started", "fingerprint"), ("agent.responded", "request_hash")):
+        edited = Event.objects.get(run=run, type=type_, node="write")
+        edited.payload = {**edited.payload, field: "0" * 32}
+        edited.save(update_fields=["payload"])
     code, out, _ = cli(capsys, "forkcheck", "--run", run.id)
     assert code == 1
     assert out.splitlines()[0].startswith("FAIL")
-    assert "paid call(s): write:agent:live" in out
+    assert "paid call(s): write:agent:changed" in out
     assert out.splitlines()[-1].endswith("1 mismatch")
 
 

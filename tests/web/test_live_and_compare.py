@@ -41,7 +41,7 @@ def test_the_panel_of_a_finished_fork_turns_the_page_into_its_diff(world: World)
     sums = dict(re.findall(r'<dd data-sum="(\w+)">([^<]*)</dd>', full))
     assert sums["nodes"] == "1" and sums["calls"] == "1" and sums["incurred"].startswith("$0.0")
     assert re.search(r'data-type="agent.responded" data-tokens="\d+" data-cost="[\d.e-]+" '
-                     r'data-label="live"', full)
+                     r'data-label="changed"', full)  # the targeted node: never "live"
 
 
 def test_the_stream_template_appends_rows_and_asks_for_the_panel_on_status(world: World
@@ -89,7 +89,7 @@ def test_the_diff_page_shows_paths_memory_cost_calls_and_explain(world: World) -
     assert '<tr class="op-changed">' in html and '<tr class="op-same">' in html
     draft = html.split('id="key-draft"')[1].split("</article>")[0]
     assert "<del>" in draft and "<ins>" in draft and "% alike" in draft
-    assert "Incurred by the tail" in html and 'class="label label-live"' in html
+    assert "Incurred by the tail" in html and 'class="label label-changed"' in html
     assert re.search(r'<pre class="explain" id="explain">fork \w+ of \w+ at seq 6 \(before '
                      r"&#x27;write&#x27; execution 1, iteration 1\)", html)
     assert 'data-copy-from="explain"' in html

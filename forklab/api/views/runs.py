@@ -93,7 +93,8 @@ def run_events(request: Request, run_id: str) -> Response:
 @api_view(["GET"])
 def run_fork_points(request: Request, run_id: str) -> Response:
     run = queries.get_run(run_id, user=request.user)
-    points = [p.to_wire() for p in engine_fork_points(DjangoStore(run.project).read(run.id))]
+    store = DjangoStore(run.project)
+    points = [p.to_wire() for p in engine_fork_points(store.read(run.id), store=store)]
     return Response(ForkPointSerializer(points, many=True).data)
 
 

@@ -275,11 +275,16 @@ def fork_points(events: Sequence[AnyEvent], *, store: Any = None) -> list[ForkPo
     ``events`` is the run's own log; with ``store``, a fork's ancestors are looked up so
     boundaries in a log that is gone are left out.
     """
-    if store is not None and events:
+    from forklab.engine.errors import ForklabError
+
+    if store is not None and len(events) > 1 and isinstance(events[1], RunForked):
         from forklab.engine.fork.core import load_base
 
-        return load_base(events[0].run_id, store=store, env=None,
-                         require_finished=False).index.points()
+        try:
+            return load_base(events[0].run_id, store=store, env=None,
+                             require_finished=False).index.points()
+        except ForklabError:  # listing never fails: the log alone still lists its points
+            pass
     return RunIndex.build(events).points()
 
 

@@ -17,6 +17,8 @@ class Command(ForklabCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         run, store = store_for(options["run"])
-        points = [p.to_wire() for p in fork_points(store.read(run.id))]
-        lines = [f"seq {p['seq']:>6}  {p['label']}" for p in points] or ["no fork points"]
+        points = [p.to_wire() for p in fork_points(store.read(run.id), store=store)]
+        lines = [f"seq {p['seq']:>6}  {p['label']}"
+                 + (f"  (inherited: seq:{p['seq']}@{p['run_id']})" if p["run_id"] != run.id
+                    else "") for p in points] or ["no fork points"]
         self.out(options, points, "\n".join(lines))
