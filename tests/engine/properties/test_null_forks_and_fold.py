@@ -45,13 +45,18 @@ def test_a_null_fork_at_every_point_makes_no_call_and_reproduces_the_base(case: 
 @given(case=graph_cases(), data=st.data())
 def test_a_null_fork_of_a_fork_at_any_point_of_its_logical_run_reproduces_it(
         case: Any, data: st.DataObject) -> None:
-    from tests.engine.properties.changes import changes
+    """Taken where its change has not bitten yet, a fork's inherited prefix is its root's
+    unchanged; a null fork anywhere in its logical run then reproduces it without a call. (At
+    an inherited point the change is re-applied from there: semantics "Forks of forks".)"""
+    from tests.engine.properties.changes import changes, first_affected
 
     h = Harness()
     base = record_case(case, h)
-    point = data.draw(st.sampled_from(fork_points(base.event_log)), label="point")
     item = data.draw(changes(case.graph, base.state,
                              kinds=("model", "prompt", "memory", "output", "tool")), label="change")
+    bite = first_affected(item, case.graph, base.state)
+    points = [p for p in fork_points(base.event_log) if bite is None or p.seq < bite.start_seq]
+    point = data.draw(st.sampled_from(points), label="point")
     first = fork(base, at={"sequence": point.seq}, change=item, ignore_budget=True,
                  policy={"side_effects": {"allow": True}}, hitl=None)
     if not first.state.finished:
