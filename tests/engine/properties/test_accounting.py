@@ -61,7 +61,7 @@ def _fork(data: st.DataObject, case: Any, h: Harness, **extra: Any) -> tuple[Any
     return base, result, before
 
 
-@examples(60)
+@examples(80)
 @given(case=st.one_of(graph_cases(), graph_cases(FLAKY)), data=st.data())
 def test_every_real_call_of_a_tail_is_listed_with_a_paying_label(
         case: Any, data: st.DataObject) -> None:
@@ -126,7 +126,7 @@ def expected_label(*, memoize: bool, targeted: bool, recorded: str | None,
     return "live"
 
 
-@examples(60)
+@examples(80)
 @given(case=graph_cases(), data=st.data())
 def test_each_call_is_labelled_by_its_own_cause(case: Any, data: st.DataObject) -> None:
     h = Harness()
@@ -171,7 +171,7 @@ def test_each_call_is_labelled_by_its_own_cause(case: Any, data: st.DataObject) 
                 assert label == want, f"{where}: labelled {label!r}, expected {want!r}"
 
 
-@examples(50)
+@examples(60)
 @given(case=graph_cases(), data=st.data())
 def test_the_cost_cap_is_never_overshot_by_more_than_one_call(
         case: Any, data: st.DataObject) -> None:

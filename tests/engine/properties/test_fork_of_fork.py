@@ -52,7 +52,7 @@ def _first_fork(data: st.DataObject, case: Any, h: Harness, kinds: tuple[str, ..
     return base, c1, first, policy
 
 
-@examples(30)
+@examples(40)
 @given(case=graph_cases(), data=st.data())
 def test_a_fork_of_a_fork_at_an_inherited_point_is_the_root_fork_with_both_changes(
         case: Any, data: st.DataObject) -> None:
@@ -75,7 +75,7 @@ def test_a_fork_of_a_fork_at_an_inherited_point_is_the_root_fork_with_both_chang
     assert_fold_matches(base.store, second.state)
 
 
-@examples(30)
+@examples(40)
 @given(case=graph_cases(), data=st.data())
 def test_a_fork_of_a_fork_at_its_own_point_is_the_root_fork_with_both_changes(
         case: Any, data: st.DataObject) -> None:
@@ -117,7 +117,7 @@ def _same_thing(a: Any, b: Any) -> bool:
     return a.kind == "human_response"
 
 
-@examples(30)
+@examples(40)
 @given(case=graph_cases(), data=st.data())
 def test_a_change_writing_what_an_ancestors_change_wrote_replaces_it(
         case: Any, data: st.DataObject) -> None:
@@ -138,7 +138,7 @@ def test_a_change_writing_what_an_ancestors_change_wrote_replaces_it(
                                                                        second.state)
 
 
-@examples(30)
+@examples(40)
 @given(case=graph_cases(), data=st.data())
 def test_the_points_of_a_fork_are_the_boundaries_of_its_logical_run(
         case: Any, data: st.DataObject) -> None:
@@ -157,7 +157,7 @@ def test_the_points_of_a_fork_are_the_boundaries_of_its_logical_run(
         assert p.seq == ex.start_seq - 1
 
 
-@examples(30)
+@examples(40)
 @given(case=graph_cases(), data=st.data())
 def test_an_input_patch_on_a_fork_means_its_root_had_started_with_that_input(
         case: Any, data: st.DataObject) -> None:
@@ -175,7 +175,7 @@ def test_an_input_patch_on_a_fork_means_its_root_had_started_with_that_input(
     assert same_outcome(second.state, combined.state), show(combined.state, second.state)
 
 
-@examples(25)
+@examples(30)
 @given(case=graph_cases(), data=st.data())
 def test_promoting_a_fork_of_a_fork_carries_every_change_and_reproduces_it_when_re_run(
         case: Any, data: st.DataObject) -> None:

@@ -14,7 +14,7 @@ from tests.engine.properties.recording import record_case
 from tests.engine.properties.world import Harness
 
 
-@examples(30)
+@examples(40)
 @given(case=graph_cases())
 def test_every_metamorphic_check_holds_on_a_generated_run(case: Any) -> None:
     h = Harness()

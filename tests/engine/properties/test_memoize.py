@@ -25,7 +25,7 @@ from tests.engine.properties.recording import assert_fold_matches, record_case, 
 from tests.engine.properties.world import Harness, hitl
 
 
-@examples(60)
+@examples(100)
 @given(case=graph_cases(), data=st.data())
 def test_memoize_on_and_off_give_the_same_outcome_and_path(case: Any, data: st.DataObject) -> None:
     h = Harness()
@@ -45,7 +45,7 @@ def test_memoize_on_and_off_give_the_same_outcome_and_path(case: Any, data: st.D
     assert_fold_matches(base.store, off.state)
 
 
-@examples(40)
+@examples(60)
 @given(case=graph_cases(), data=st.data())
 def test_a_memo_hit_is_served_only_where_a_base_execution_saw_the_same_fingerprint(
         case: Any, data: st.DataObject) -> None:

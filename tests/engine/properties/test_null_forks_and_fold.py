@@ -20,7 +20,7 @@ from tests.engine.properties.recording import (
 from tests.engine.properties.world import Harness
 
 
-@examples(30)
+@examples(50)
 @given(case=graph_cases())
 def test_a_null_fork_at_every_point_makes_no_call_and_reproduces_the_base(case: Any) -> None:
     h = Harness()
@@ -41,7 +41,7 @@ def test_a_null_fork_at_every_point_makes_no_call_and_reproduces_the_base(case: 
         assert_fold_matches(base.store, result.state)
 
 
-@examples(20)
+@examples(30)
 @given(case=graph_cases(), data=st.data())
 def test_a_null_fork_of_a_fork_at_any_point_of_its_logical_run_reproduces_it(
         case: Any, data: st.DataObject) -> None:

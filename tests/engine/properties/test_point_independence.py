@@ -31,7 +31,7 @@ from tests.engine.properties.world import Harness, hitl
 POLICIES = st.sampled_from(["replay", {"allow": True}])
 
 
-@examples(40)
+@examples(60)
 @given(case=graph_cases(), data=st.data())
 def test_a_change_gives_the_same_variant_from_start_and_from_any_point_before_it_bites(
         case: Any, data: st.DataObject) -> None:
@@ -57,7 +57,7 @@ def test_a_change_gives_the_same_variant_from_start_and_from_any_point_before_it
     assert_fold_matches(base.store, from_point.state)
 
 
-@examples(40)
+@examples(60)
 @given(case=graph_cases(), data=st.data())
 def test_an_input_patch_gives_the_variant_of_a_fresh_run_on_the_patched_input_from_any_point(
         case: Any, data: st.DataObject) -> None:
@@ -83,7 +83,7 @@ def test_an_input_patch_gives_the_variant_of_a_fresh_run_on_the_patched_input_fr
             f"input patch at {point.label} vs a fresh run:\n" + show(fresh.state, result.state))
 
 
-@examples(40)
+@examples(60)
 @given(case=graph_cases(), data=st.data())
 def test_an_input_patch_read_before_the_point_moves_it_before_the_first_reader_and_says_so(
         case: Any, data: st.DataObject) -> None:
@@ -115,7 +115,7 @@ def _names_point(text: str, seq: int, label: str) -> bool:
     return f"seq {seq}" in text or label in text
 
 
-@examples(40)
+@examples(60)
 @given(case=graph_cases(), data=st.data())
 def test_a_patched_key_a_prefix_node_overwrote_without_reading_keeps_that_nodes_value(
         case: Any, data: st.DataObject) -> None:
