@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 PROFILE = os.environ.get("FORKLAB_HYPOTHESIS_PROFILE", "ci")
@@ -38,6 +39,20 @@ _PARENT = settings.get_profile("forklab-nightly" if PROFILE == "nightly" else "f
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def examples(count: int) -> Callable[[F], F]:
-    """``@settings`` for one property: ``count`` examples in CI, ``count * SCALE`` nightly."""
-    return settings(_PARENT, max_examples=count * SCALE)  # type: ignore[return-value]
+def examples(count: int, *, known_failure: str = "") -> Callable[[F], F]:
+    """``@settings`` for one property: ``count`` examples in CI, ``count * SCALE`` nightly.
+
+    ``known_failure`` (what still fails, and why it is kept) marks the property a strict
+    xfail and skips shrinking: CI stays green, the failure is still found on every run, and
+    the day the engine is fixed the XPASS fails the suite until the mark is removed.
+    """
+    phases = {"phases": [Phase.explicit, Phase.reuse, Phase.generate]} if known_failure else {}
+    chosen = settings(_PARENT, max_examples=count * SCALE, **phases)
+
+    def apply(test: F) -> F:
+        test = chosen(test)
+        if known_failure:
+            test = pytest.mark.xfail(strict=True, reason=known_failure)(test)
+        return test
+
+    return apply

@@ -22,7 +22,6 @@ from forklab.engine import (
     run_case,
     save_case,
 )
-from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import ConflictingChanges, ForklabError, ForkPointNotFound
 from forklab.engine.graph import GraphSpec
 from forklab.engine.recording import run_recorded
@@ -420,9 +419,3 @@ def test_a_case_with_no_criteria_from_a_blocked_fork_passes_and_says_it_cannot_f
     outcome = run_case(save_case(blocked.run_id, name="blocked", store=base.store))
 
     assert outcome.passed and "cannot fail" in outcome.note
-
-
-def test_the_fold_of_every_example_log_is_its_live_state() -> None:
-    h = Harness()
-    base = record(h, _parent(), {}, _child())
-    assert canonical_equals(fold(base.event_log).to_wire(), base.state.to_wire())
