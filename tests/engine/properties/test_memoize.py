@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from forklab.engine import fork, fork_points
 from tests.engine.properties.changes import changes
-from tests.engine.properties.graphs import graph_cases
+from tests.engine.properties.graphs import Options, graph_cases
 from tests.engine.properties.profiles import examples
 from tests.engine.properties.recording import assert_fold_matches, record_case, same_outcome, show
 from tests.engine.properties.world import Harness, hitl
@@ -43,6 +43,32 @@ def test_memoize_on_and_off_give_the_same_outcome_and_path(case: Any, data: st.D
         + show(on.state, off.state))
     assert_fold_matches(base.store, on.state)
     assert_fold_matches(base.store, off.state)
+
+
+LOOPS = Options(segments=("loop", "loop", "single"), singles=("tool", "agent", "multi"),
+                flaky_tools=False, min_segments=2, max_segments=4)
+"""Loops whose bodies read their own last output and whose routers test ``$iteration``: a
+fingerprint that forgot the iteration or the occurrence serves another pass's recording."""
+
+
+@examples(60)
+@given(case=graph_cases(LOOPS), data=st.data())
+def test_memoize_on_and_off_give_the_same_path_through_loops(case: Any,
+                                                            data: st.DataObject) -> None:
+    h = Harness()
+    base = record_case(case, h)
+    item = data.draw(st.one_of(st.none(), changes(case.graph, base.state,
+                                                  ("output", "tool", "memory", "config"))),
+                     label="change")
+    point = data.draw(st.sampled_from(fork_points(base.event_log)), label="point")
+    run = {"at": {"sequence": point.seq}, "change": item, "hitl": hitl, "ignore_budget": True}
+
+    on = fork(base, policy={"memoize": True}, **run)
+    off = fork(base, policy={"memoize": False}, **run)
+
+    assert same_outcome(on.state, off.state), (
+        f"{item.describe() if item else 'no change'} at {point.label}: memoize on vs off\n"
+        + show(on.state, off.state))
 
 
 @examples(60)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from forklab.engine import fork, fork_points
-from tests.engine.properties.graphs import graph_cases
+from tests.engine.properties.graphs import Options, graph_cases
 from tests.engine.properties.profiles import examples
 from tests.engine.properties.recording import (
     assert_fold_matches,
@@ -19,9 +19,13 @@ from tests.engine.properties.recording import (
 )
 from tests.engine.properties.world import Harness
 
+GATES = Options(segments=("single", "diamond", "loop"),
+                singles=("tool", "approval", "approval", "agent", "subgraph"))
+"""Gates after untrusted tools: a memo hit must write what a live gate writes, taint too."""
+
 
 @examples(50)
-@given(case=graph_cases())
+@given(case=st.one_of(graph_cases(), graph_cases(GATES)))
 def test_a_null_fork_at_every_point_makes_no_call_and_reproduces_the_base(case: Any) -> None:
     h = Harness()
     base = record_case(case, h)

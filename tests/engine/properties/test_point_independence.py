@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from forklab.engine import fork, fork_points
+from forklab.engine import change, fork, fork_points
 from forklab.engine.canonical import canonical_equals, merge_patch
 from forklab.engine.fork.estimate import changed_input_keys
 from forklab.engine.recording import run_recorded
@@ -121,24 +121,23 @@ def test_a_patched_key_a_prefix_node_overwrote_without_reading_keeps_that_nodes_
         case: Any, data: st.DataObject) -> None:
     h = Harness()
     base = record_case(case, h)
-    item = data.draw(changes(case.graph, base.state, ("input_patch",)), label="change")
     point = data.draw(st.sampled_from(fork_points(base.event_log)), label="point")
-    changed = changed_input_keys(case.input, merge_patch(case.input, item.patch))
     prefix = [e for e in base.state.executions if e.start_seq <= point.seq]
-    if any(changed & set(case.graph.node(e.node).reads) for e in prefix):
-        return  # the point moves: the other property covers it
+    read = {k for e in prefix for k in case.graph.node(e.node).reads}
+    overwritten = sorted({k for e in prefix for k in e.writes} - read)
+    assume(overwritten)
+    key = data.draw(st.sampled_from(overwritten), label="key")
+    value = data.draw(st.sampled_from(["patched", 42, {"n": 9}]), label="value")
+    item = change.input_patch({key: value})
 
     result = fork(base, at={"sequence": point.seq}, change=item, hitl=hitl, ignore_budget=True,
                   policy={"memoize": True})
 
-    tail_writes = {k for e in result.state.executions[len(prefix):]
-                   for k in (*e.writes, *e.deletes)}
-    for key in sorted(changed - tail_writes):
-        written = [e for e in prefix if key in e.writes or key in e.deletes]
-        if written:
-            assert canonical_equals(result.state.memory.get(key), base.state.memory.get(key)), (
-                f"{written[-1].node!r} overwrote {key!r} before the point; the patch clobbered it")
-        else:
-            assert canonical_equals(result.state.memory.get(key), item.patch.get(key)), (
-                f"{key!r} was patched and nothing wrote it; memory has "
-                f"{result.state.memory.get(key)!r}")
+    assert result.effective_fork_sequence_id == point.seq, "no prefix node read the patch"
+    tail = result.state.executions[len(prefix):]
+    if not any(key in e.writes or key in e.deletes for e in tail):
+        writer = [e for e in prefix if key in e.writes][-1]
+        assert canonical_equals(result.state.memory.get(key), base.state.memory.get(key)), (
+            f"{writer.node!r} overwrote {key!r} before the point without reading it; the "
+            f"patch clobbered it: {result.state.memory.get(key)!r}")
+    assert canonical_equals(result.state.input, merge_patch(case.input, item.patch))
