@@ -362,11 +362,15 @@ def _check_agent_node(node: AgentNode, where: str) -> None:
             )
 
 
-def _has_cycle(graph: GraphSpec) -> bool:
+def has_cycle(graph: GraphSpec, extra_edges: tuple[tuple[str, str], ...] = ()) -> bool:
+    """Whether the graph's edges and router targets (plus ``extra_edges``) form a cycle."""
     adjacency: dict[str, list[str]] = {n.id: [] for n in graph.nodes}
     for node in graph.nodes:
         adjacency[node.id] += graph.successors(node.id)
         adjacency[node.id] += [t for _, t in _targets(node) if t != END]
+    for source, target in extra_edges:
+        if target != END:
+            adjacency[source].append(target)
     state: dict[str, int] = {}
 
     def visit(node_id: str) -> bool:
@@ -398,7 +402,7 @@ def check_references(graph: GraphSpec) -> None:
                 )
     for node in graph.nodes:
         _check_node(graph, node, ids)
-    if graph.max_iterations is None and _has_cycle(graph):
+    if graph.max_iterations is None and has_cycle(graph):
         raise UnboundedCycleError(
             f"graph {graph.id!r} contains a cycle but sets no 'max_iterations'; "
             "loops must be bounded: add max_iterations (e.g. 3)",

@@ -108,6 +108,7 @@ class Runner:
         self.on_event = on_event
         self.graph_version = graph_version
         self.state = RunState()
+        self.ancestry: tuple[str, ...] = ()  # graphs of the runs this child run nests in
 
     # -- the log -------------------------------------------------------------------------
     def emit(self, cls: type[Event], **fields: Any) -> Event:

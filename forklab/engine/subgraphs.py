@@ -109,6 +109,10 @@ def run_subgraph_node(runner: Runner, node: SubgraphNode, call: NodeCall) -> str
     child_id = runner.env.ids()
 
     def run_child() -> ChildResult:
+        nesting = (*runner.ancestry, runner.graph.id)
+        if node.graph in nesting:  # a graph running itself would nest child runs forever
+            raise NodeFailure("subgraph_cycle", f"subgraph node {node.id!r} would run graph "
+                              f"{node.graph!r} inside itself ({' > '.join(nesting)})")
         try:  # loaded only when the child really runs: a recorded child needs no graph
             child_graph = runner.store.load_graph(node.graph)
         except ForklabError as exc:  # a graph missing from the store fails the node
@@ -116,6 +120,7 @@ def run_subgraph_node(runner: Runner, node: SubgraphNode, call: NodeCall) -> str
         child = ChildRunner(child_graph, store=runner.store, run_id=child_id, env=runner.env,
                             oracle=runner.oracle.child(call, node), cancel=runner.cancel,
                             on_event=runner.on_event)
+        child.ancestry = nesting
         state = child.start(inputs, run_kind="subgraph", parent_run_id=runner.run_id,
                             tainted_input=tainted_input)
         _child_outcome(node, child_id, state)

@@ -460,3 +460,15 @@ def test_a_subgraph_input_mapping_sees_only_the_read_slice_at_runtime() -> None:
     state = _run_unsaved(spec, store)
 
     assert state.memory["got"] == {"value": "v", "topic": None}
+
+
+def test_a_subgraph_that_runs_its_own_graph_fails_its_node_instead_of_nesting_forever() -> None:
+    store = MemoryStore()
+    spec = graph([{"id": "again", "kind": "subgraph", "graph": "g"}])
+    store.save_graph(spec)
+
+    recorded = record(spec, store=store)
+
+    assert recorded.state.status == "failed"
+    assert recorded.state.error["type"] == "subgraph_cycle"
+    assert "would run graph 'g' inside itself" in recorded.state.error["message"]

@@ -38,6 +38,7 @@ from forklab.engine.graph import (
     GraphSpec,
     RouterNode,
     ToolNode,
+    has_cycle,
     parse_graph,
 )
 
@@ -169,6 +170,12 @@ def _check_state_change(graph: GraphSpec, item: Change) -> None:
             if item.to != END and item.to not in graph.node_ids():
                 raise InvalidChange(f"route change: unknown target {item.to!r}; expected one "
                                     f"of {', '.join([*graph.node_ids(), END])}", kind="route")
+            if (not item.once and graph.max_iterations is None
+                    and has_cycle(graph, ((item.source, item.to),))):
+                raise InvalidChange(
+                    f"route change {item.source!r} -> {item.to!r} closes a loop in graph "
+                    f"{graph.id!r}, which sets no max_iterations: forced every time, it would "
+                    "never end; force it once (once=True)", kind="route", target=node.id)
         case HumanResponseChange():
             if not any(isinstance(n, ApprovalNode) for n in graph.nodes):
                 raise InvalidChange(f"human_response change: graph {graph.id!r} has no "

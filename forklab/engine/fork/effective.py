@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from forklab.engine.canonical import canonical_json, merge_patch
 from forklab.engine.fork.changes import Change, InputPatchChange, MemoryChange
-from forklab.engine.fork.points import ForkPoint, _forkable
+from forklab.engine.fork.points import ForkPoint
+from forklab.engine.fork.resolve import forkable
 
 if TYPE_CHECKING:
     from forklab.engine.fork.core import BaseRun
@@ -134,7 +135,7 @@ def _readers(base: BaseRun, point: ForkPoint, keys: set[str]) -> Reader | None:
         read = tuple(k for k in entry.reads if k in keys)
         if read:
             what = f"execution {entry.occurrence} of {entry.node!r}"
-            return Reader(entry.node, entry.occurrence, read, _forkable(base.index, entry, what))
+            return Reader(entry.node, entry.occurrence, read, forkable(base.index, entry, what))
     return None
 
 

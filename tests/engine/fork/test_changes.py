@@ -312,3 +312,13 @@ def test_any_memory_change_round_trips_through_json(set_: dict, delete: list) ->
     (back,) = parse_changes(json.loads(json.dumps(built.wire())))
 
     assert back.wire() == built.wire()
+
+
+def test_a_route_change_forced_every_time_into_an_unbounded_loop_is_refused() -> None:
+    base = record("triage-router")
+
+    message = _refused("triage-router", change.route("route", "classify"))
+    once = prepare_fork(base, at="start", change=change.route("route", "classify", once=True))
+
+    assert "closes a loop" in message and "once=True" in message
+    assert once.changes[0].once

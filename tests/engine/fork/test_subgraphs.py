@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from forklab.engine import change, fork, prepare_fork, replay, run_case, save_case
+from forklab.engine import HumanAnswer, change, fork, prepare_fork, replay, run_case, save_case
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.graph import parse_graph
 from forklab.engine.recording import RecordedRun, run_recorded
@@ -213,3 +213,23 @@ def test_a_case_saved_from_a_subgraph_fork_passes_cases_run() -> None:
     assert set(case.graphs) == {"child"}
     outcome = run_case(case)
     assert outcome.passed, outcome.failures
+
+
+def test_a_resumed_fork_counts_the_calls_its_child_runs_already_made() -> None:
+    from forklab.engine.fork.core import fork_runner
+
+    store = MemoryStore()
+    store.save_graph(parse_graph(CHILD))
+    spec = {**PARENT, "id": "gated-end", "nodes": [
+        *PARENT["nodes"], {"id": "ok", "kind": "approval", "reads": ["answer"]}],
+        "edges": [*PARENT["edges"], {"from": "final", "to": "ok"}]}
+    base = run_recorded(parse_graph(spec), {"goal": "g"}, env=_env(), store=store,
+                        hitl=lambda request: HumanAnswer(decision="approved"))
+
+    paused = fork(base, at="start", change=NEW_TOPIC, policy=ALLOW_ALL)
+    assert paused.state.status == "paused"
+
+    runner = fork_runner(paused.run_id, store=store, env=base.env)
+
+    # prep, the child's summarize / notify / remember / fetch, final
+    assert runner.oracle.spend.live_calls == 6

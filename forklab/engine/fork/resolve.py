@@ -1,0 +1,256 @@
+"""Resolving a fork-point address in a run's logical run (SPEC §3.2).
+
+Every form resolves to one :class:`~forklab.engine.fork.points.ForkPoint` of a
+:class:`~forklab.engine.fork.points.RunIndex`, or raises an error naming the real cause: an
+unknown node lists the nodes that ran, an out-of-range occurrence says how many executions
+there were, a seq inside a node names it (``fork_point_mid_node``), an execution behind a
+compaction boundary names the earliest forkable point, one in an archived log is
+``source_missing``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from forklab.engine.errors import ForkPointMidNode, ForkPointNotFound, SourceMissing
+from forklab.engine.fork.points import Entry, ForkPoint, RunIndex
+
+
+def forkable(index: RunIndex, entry: Entry, what: str) -> ForkPoint:
+    """The entry's point, or why it cannot be forked (compacted, archived)."""
+    if entry.missing is None:
+        return entry.point()
+    earliest = index.earliest()
+    if earliest is None:
+        raise SourceMissing(
+            f"{what} is in a log that is gone and no boundary of this run is left to fork from "
+            "its events; fork a snapshot instead (source='snapshot', at={'version': N})",
+            run_id=entry.run_id)
+    if entry.missing == "archived":
+        raise SourceMissing(
+            f"{what} is in the log of run {entry.run_id!r}, which was archived (its events are "
+            f"gone); fork a later point (the earliest forkable point is seq {earliest})",
+            run_id=entry.run_id, earliest_forkable=earliest)
+    raise ForkPointNotFound(
+        f"{what} is behind the compaction boundary of run {entry.run_id!r} (its events are "
+        f"gone); the earliest forkable point is seq {earliest}",
+        earliest_forkable=earliest, node=entry.node)
+
+
+def _occurrence(index: RunIndex, node: str, occurrence: int | str | None) -> Entry:
+    runs = index.executions_of(node)
+    if not runs:
+        raise ForkPointNotFound(
+            f"node {node!r} never ran in this run; nodes that ran: "
+            f"{', '.join(index.nodes_that_ran()) or 'none'}",
+            node=node, nodes_that_ran=index.nodes_that_ran(),
+        )
+    if occurrence == "last":
+        return runs[-1]
+    occurrence = 1 if occurrence is None else occurrence
+    found = next((e for e in runs if e.occurrence == occurrence), None)
+    if found is not None:
+        return found
+    executions = runs[-1].occurrence
+    if isinstance(occurrence, int) and 1 <= occurrence < runs[0].occurrence:
+        earliest = index.earliest()
+        raise ForkPointNotFound(
+            f"execution {occurrence} of node {node!r} is not in this log (it starts at "
+            f"execution {runs[0].occurrence}); the earliest forkable point is seq {earliest}",
+            node=node, executions=executions, earliest_forkable=earliest,
+        )
+    raise ForkPointNotFound(
+        f"node {node!r} executed {executions} time(s); occurrence {occurrence!r} is out of "
+        f"range (use 1..{executions} or \"last\")",
+        node=node, executions=executions,
+    )
+
+
+def _check_sequence(index: RunIndex, seq: int, run_id: str | None = None) -> ForkPoint:
+    if run_id and run_id != index.run_id:
+        return _inherited_sequence(index, seq, run_id)
+    point = index.point_at(seq)
+    if point is not None:
+        return point
+    for entry in index.entries:
+        if entry.run_id == index.run_id and entry.start - 1 == seq:
+            return forkable(index, entry, f"seq {seq}")
+    if seq < index.first_seq - 1 or seq < 1:
+        earliest = index.earliest()
+        raise ForkPointNotFound(
+            f"seq {seq} is before the earliest forkable point (seq {earliest}); events before "
+            f"seq {index.first_seq} are not available",
+            seq=seq, earliest_forkable=earliest,
+        )
+    for ex in index.own:
+        if ex.start <= seq and (ex.end is None or seq < ex.end):
+            raise ForkPointMidNode(
+                f"seq {seq} is inside the execution of node {ex.node!r} (execution "
+                f"{ex.occurrence}, seqs {ex.start}..{ex.end}); fork at seq {ex.start - 1} "
+                f"(before it) or seq {ex.end} (after it)",
+                seq=seq, node=ex.node, occurrence=ex.occurrence,
+            )
+    raise ForkPointNotFound(
+        f"seq {seq} is not a node boundary of this run (last seq {index.last_seq}); list the "
+        "boundaries with fork_points()",
+        seq=seq,
+    )
+
+
+def _inherited_sequence(index: RunIndex, seq: int, run_id: str) -> ForkPoint:
+    held = [e for e in index.entries if e.run_id == run_id]
+    for entry in held:
+        if entry.start - 1 == seq:
+            return forkable(index, entry, f"seq {seq} of run {run_id!r}")
+    holders = list(dict.fromkeys(e.run_id for e in index.entries))
+    raise ForkPointNotFound(
+        f"seq {seq} of run {run_id!r} is not a boundary of this run's logical run; it holds "
+        + (f"seqs {', '.join(str(e.start - 1) for e in held)} of that run" if held else
+           f"no execution of that run (runs: {', '.join(holders)})"),
+        seq=seq, run_id=run_id)
+
+
+def _at_position(index: RunIndex, position: int, what: str) -> ForkPoint:
+    if position < len(index.entries):
+        return forkable(index, index.entries[position], what)
+    end = index.end_point()
+    if end is None:
+        raise ForkPointNotFound(f"{what}: nothing follows it in this run (it ended "
+                                "without running out of nodes); fork before it instead")
+    return end
+
+
+def resolve_point(index: RunIndex, at: Any, *, status: str,
+                  failed_node: str | None = None) -> ForkPoint:
+    """Resolve any JSON/Python fork-point form (not ``version``/``where``) to a boundary."""
+    at = parse_point(at) if isinstance(at, str) and at not in ("start", "failure") else at
+    if at is None:
+        if status != "failed":
+            raise ForkPointNotFound(
+                f"no fork point given and the run is {status}; 'failure' is only the default "
+                "for a failed run — pass at (e.g. {\"before_node\": \"write\"})",
+            )
+        at = "failure"
+    if at == "start":
+        if not index.entries:
+            raise ForkPointNotFound("the run executed no node; there is nothing to fork")
+        return forkable(index, index.entries[0], "the start of the run")
+    if at == "failure":
+        failed = [e for e in index.entries if e.outcome == "failed"]
+        if not failed:
+            raise ForkPointNotFound(
+                f"the run is {status} and no node failed; choose another fork point",
+                status=status,
+            )
+        return forkable(index, failed[-1], f"the failed node {failed[-1].node!r}")
+    if not isinstance(at, dict):
+        raise ForkPointNotFound(f"unrecognised fork point {at!r}; see SPEC §3.2 for the forms")
+    return _resolve_dict(index, at)
+
+
+def _resolve_dict(index: RunIndex, at: dict[str, Any]) -> ForkPoint:
+    if "sequence" in at:
+        run_id = at.get("run_id")
+        if run_id is not None and not isinstance(run_id, str):
+            raise ForkPointNotFound(f"fork point 'run_id' takes a run id; got {run_id!r}")
+        return _check_sequence(index, point_number(at, "sequence"), run_id)
+    if "before_node" in at:
+        ex = _occurrence(index, at["before_node"], at.get("occurrence"))
+        return forkable(index, ex, f"execution {ex.occurrence} of {ex.node!r}")
+    if "after_node" in at:
+        ex = _occurrence(index, at["after_node"], at.get("occurrence"))
+        if ex.outcome != "completed":
+            raise ForkPointNotFound(
+                f"execution {ex.occurrence} of {ex.node!r} did not complete ({ex.outcome}); "
+                "fork before it instead", node=ex.node,
+            )
+        return _at_position(index, ex.position + 1, f"after execution {ex.occurrence} of "
+                                                    f"{ex.node!r}")
+    if "before_iteration" in at:
+        return _iteration(index, point_number(at, "before_iteration"))
+    for form, attr in (("before_first_write_of", "writes"), ("before_first_read_of", "reads")):
+        if form in at:
+            return _first_use(index, form, attr, at[form])
+    if at.get("before_human_input"):
+        for ex in index.entries:
+            if ex.kind == "approval":
+                return forkable(index, ex, f"the approval gate {ex.node!r}")
+        raise ForkPointNotFound("no approval gate ran in this run")
+    raise ForkPointNotFound(
+        f"unrecognised fork point {at!r}; expected one of start, failure, sequence, "
+        "before_node, after_node, before_iteration, before_human_input, "
+        "before_first_write_of, before_first_read_of, version"
+    )
+
+
+def _iteration(index: RunIndex, n: int) -> ForkPoint:
+    for ex in index.entries:
+        if ex.iteration == n:
+            return forkable(index, ex, f"iteration {n}")
+    most = max((e.iteration for e in index.entries), default=0)
+    raise ForkPointNotFound(f"the run has {most} iteration(s); iteration {n} never started",
+                            iterations=most)
+
+
+def _first_use(index: RunIndex, form: str, attr: str, key: Any) -> ForkPoint:
+    if not isinstance(key, str):
+        raise ForkPointNotFound(f"fork point {form!r} takes a memory key (a string); "
+                                f"got {key!r}", form=form)
+    for ex in index.entries:
+        if key in getattr(ex, attr) and (attr == "reads" or ex.outcome == "completed"):
+            verb = "write" if attr == "writes" else "read"
+            return forkable(index, ex, f"the first {verb} of {key!r} ({ex.node!r})")
+    verb = "wrote" if attr == "writes" else "read"
+    raise ForkPointNotFound(f"no node {verb} memory key {key!r} in this run", key=key)
+
+
+def point_number(at: dict[str, Any], form: str) -> int:
+    """A point form's number: an int, or a string of digits (as the CLI form gives it)."""
+    value = at[form]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        return int(value)
+    raise ForkPointNotFound(f"fork point {form!r} takes an integer; got {value!r}", form=form)
+
+
+_CLI = re.compile(r"^(?P<verb>seq|before|after|iteration|first-write|first-read|version)"
+                  r":(?P<arg>[^#@]+)(#(?P<occ>\d+|last))?(@(?P<run>[\w\-]+))?$")
+
+
+def parse_point(text: str) -> dict[str, Any] | str:
+    """The CLI form (``before:write#2``, ``seq:6``, ``seq:6@RUN``, ``human``…) as JSON."""
+    text = text.strip()
+    if text in ("start", "failure"):
+        return text
+    if text == "human":
+        return {"before_human_input": True}
+    match = _CLI.match(text)
+    if not match:
+        raise ForkPointNotFound(
+            f"cannot read fork point {text!r}; use start, failure, seq:N[@RUN], "
+            "before:NODE[#N|#last], after:NODE[#N|#last], iteration:N, human, "
+            "first-write:KEY, first-read:KEY or version:N"
+        )
+    verb, arg, occ = match["verb"], match["arg"], match["occ"]
+    occurrence: int | str | None = None if occ is None else (occ if occ == "last" else int(occ))
+    try:
+        simple: dict[str, Callable[[], dict[str, Any]]] = {
+            "seq": lambda: {"sequence": int(arg),
+                            **({"run_id": match["run"]} if match["run"] else {})},
+            "iteration": lambda: {"before_iteration": int(arg)},
+            "version": lambda: {"version": int(arg)},
+            "first-write": lambda: {"before_first_write_of": arg},
+            "first-read": lambda: {"before_first_read_of": arg},
+        }
+        if verb in simple:
+            return simple[verb]()
+    except ValueError:
+        raise ForkPointNotFound(f"fork point {text!r}: {arg!r} is not a number") from None
+    key = "before_node" if verb == "before" else "after_node"
+    point: dict[str, Any] = {key: arg}
+    if occurrence is not None:
+        point["occurrence"] = occurrence
+    return point
