@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from forklab.engine.fork import change
@@ -87,6 +88,7 @@ def changes(draw: Any, graph: GraphSpec, state: RunState,
     """One valid change of a random kind among ``kinds`` that this graph can take."""
     makers = {kind: maker for kind, maker in _MAKERS.items() if kind in kinds}
     usable = [kind for kind, maker in makers.items() if maker[0](graph)]
+    assume(usable)  # e.g. config changes of a graph of routers and gates only
     kind = draw(st.sampled_from(sorted(usable)))
     return makers[kind][1](draw, graph, state)
 
