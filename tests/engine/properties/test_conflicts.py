@@ -93,12 +93,15 @@ def conflicting_pairs(draw: Any, graph: GraphSpec, state: Any) -> tuple[str, Any
     if kind == "two config changes":
         return (kind, change.config(node.id, {"prompt": "One"}),
                 change.config(node.id, {"prompt": "Two"}))
-    if node.roles is None:
-        patch = {"agent": {"model": "scripted-large"}}
+    agent_change = _agent_change(attr, target, draw)
+    field = {"model": "model", "prompt": "system_prompt", "temperature": "temperature"}[attr]
+    value = agent_change.wire()[field]
+    if node.roles is None:  # the config change sets the very field the agent change sets
+        patch: dict[str, Any] = {"agent": {field: value}}
     else:
         role = target.split(".")[1]
-        patch = {"roles": {role: {"agent": {"model": "scripted-large"}}}}
-    return kind, change.config(node.id, patch), _agent_change(attr, target, draw)
+        patch = {"roles": {role: {"agent": {field: value}}}}
+    return kind, change.config(node.id, patch), agent_change
 
 
 def _names(item: Any) -> list[str]:
@@ -140,8 +143,8 @@ def compatible_pairs(draw: Any, graph: GraphSpec, state: Any) -> tuple[str, Any,
     """Two changes that write different things (accepted together)."""
     from tests.engine.properties.changes import changes
 
-    options = ["independent", "two attributes of one agent", "two memory keys",
-               "memory and another input key"]
+    options = ["independent", "two memory keys", "memory and another input key"]
+    options += ["two attributes of one agent"] * bool(agent_targets(graph))
     options += ["two instances"] * any(c > 1 for _, _, c in _multi_roles(graph))
     kind = draw(st.sampled_from(options))
     if kind == "independent":

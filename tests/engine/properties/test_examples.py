@@ -278,6 +278,22 @@ def test_a_case_saved_from_a_fork_with_a_subgraph_passes() -> None:
     assert run_case(case).passed
 
 
+def test_a_case_saved_from_a_fork_that_substituted_a_subgraphs_output_passes() -> None:
+    """Found by the nightly profile: the case's re-drive maps the substituted output through
+    the node's ``output`` mapping instead of replaying the substitution."""
+    h = Harness()
+    parent = parse_graph({"id": "parent", "start": "sub", "nodes": [
+        {"id": "sub", "kind": "subgraph", "graph": "child", "output": {"answer": "r1"},
+         "writes": ["answer"]}]})
+    base = record(h, parent, {}, _child())
+    result = fork(base, at="start", change=change.output("sub", {"answer": "forced"}))
+    case = save_case(result.run_id, name="forced", store=base.store,
+                     criteria=[{"key": "answer", "op": "eq", "value": "forced"}])
+
+    assert result.state.memory["answer"] == "forced"
+    assert run_case(case).passed, run_case(case).failures
+
+
 def test_a_new_child_graph_version_is_not_served_the_old_childs_recording() -> None:
     h = Harness()
     base = record(h, _parent(), {}, _child())
