@@ -65,22 +65,24 @@ class Spend:
         self.unpriced_calls = 0
 
     def before(self, node: str, worst_case: float | None, model: str | None = None) -> None:
-        """Refuse the next live call of ``node`` if it could break the budget."""
+        """Refuse the next live call of ``node`` if it could break the budget.
+
+        ``ignore_budget`` (``enforce=False``) waives the limits but, as up front, not the
+        refusal of an unpriced model under a cost budget.
+        """
+        cap = self.budget.max_cost_usd
+        if cap is not None and worst_case is None:
+            raise BudgetExceeded(
+                f"node {node!r} would call model {model!r}, which has no price, under a cost "
+                f"budget of ${cap:.4f}; add a price or clear max_cost_usd",
+                code="unpriced_model")
         if not self.enforce:
             return
         limit = self.budget.max_live_calls
         if limit is not None and self.live_calls + 1 > limit:
             raise BudgetExceeded(f"live-call budget of {limit} is spent; node {node!r} would "
                                  "make one more live call")
-        cap = self.budget.max_cost_usd
-        if cap is None:
-            return
-        if worst_case is None:
-            raise BudgetExceeded(
-                f"node {node!r} would call model {model!r}, which has no price, under a cost "
-                f"budget of ${cap:.4f}; add a price or clear max_cost_usd",
-                code="unpriced_model")
-        if self.incurred_usd + worst_case > cap:
+        if cap is not None and worst_case is not None and self.incurred_usd + worst_case > cap:
             raise BudgetExceeded(
                 f"cost budget of ${cap:.4f}: ${self.incurred_usd:.4f} incurred and node "
                 f"{node!r}'s next call may cost up to ${worst_case:.4f}")

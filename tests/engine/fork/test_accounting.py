@@ -143,10 +143,14 @@ BRANCH = {
 }
 
 
-def test_an_unpriced_call_the_estimate_did_not_foresee_is_refused_under_a_cost_cap() -> None:
+@pytest.mark.parametrize("ignore_budget", [False, True])
+def test_an_unpriced_call_the_estimate_did_not_foresee_is_refused_under_a_cost_cap(
+    ignore_budget: bool,
+) -> None:
     base = run_recorded(parse_graph(BRANCH), {"x": 0}, env=make_env())
 
-    result = fork(base, at="start", change=change.memory(set={"x": 1}))
+    result = fork(base, at="start", change=change.memory(set={"x": 1}),
+                  ignore_budget=ignore_budget)
 
     assert result.state.status == "failed"
     assert result.state.error["code"] == "unpriced_model"
