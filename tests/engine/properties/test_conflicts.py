@@ -49,7 +49,8 @@ def conflicting_pairs(draw: Any, graph: GraphSpec, state: Any) -> tuple[str, Any
     tools = [n for n in graph.nodes if isinstance(n, ToolNode)]
     agents = [n for n in graph.nodes if isinstance(n, AgentNode)]
     routers = [n for n in graph.nodes if isinstance(n, RouterNode)]
-    options = ["same attribute twice", "two memory changes", "memory and input patch"]
+    options = ["two memory changes", "memory and input patch"]
+    options += ["same attribute twice"] * bool(agent_targets(graph))
     options += ["role-wide and instance"] * any(c > 1 for _, _, c in _multi_roles(graph))
     options += ["output and tool", "two tool changes"] * bool(tools)
     options += ["output and agent change", "config and agent change",
