@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from forklab.engine.fork.fidelity import fork_check
+from forklab.engine.fork.fidelity import FidelityResult, MetamorphicResult, deep_check, fork_check
 from forklab.engine.scenarios import get_scenario
 from forklab.runs import cli
 from forklab.runs.engine_env import build_environment
@@ -15,11 +15,15 @@ from forklab.runs.models import Run, RunKind
 
 class Command(ForklabCommand):
     help = ("Null-fork every point of every recorded run (or one scenario / run) and fail on "
-            "the first that does not reproduce the base exactly with zero calls.")
+            "the first that does not reproduce the base exactly with zero calls. --deep adds "
+            "the metamorphic checks (point independence, memoize on = off, fork of a fork = "
+            "combined fork) with changes derived from each run; any failure exits 1.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--scenario", help="only runs of this demo scenario")
         parser.add_argument("--run", help="only this run")
+        parser.add_argument("--deep", action="store_true",
+                            help="also run the metamorphic checks 1, 2 and 4 on every run")
 
     def handle(self, *args: Any, **options: Any) -> None:
         runs = Run.objects.filter(run_kind=RunKind.PRIMARY,
@@ -28,21 +32,56 @@ class Command(ForklabCommand):
             runs = runs.filter(graph_slug=get_scenario(options["scenario"]).graph().id)
         if options["run"]:
             runs = Run.objects.filter(pk=cli.store_for(options["run"])[0].id)
-        env, results, failed = build_environment(), [], None
-        for run in runs.order_by("created_at"):
-            _, store = cli.store_for(run.id)
-            for result in fork_check(run.id, store=store, env=env):
-                results.append(result.wire())
-                if not result.ok:
-                    failed = result
-                    break
-            if failed:
-                break
+        env = build_environment()
+        results, failed = self._null_forks(list(runs.order_by("created_at")), env)
+        deep = self._deep(list(runs.order_by("created_at")), env) if options["deep"] else None
+        broken = [r for r in deep or [] if not r.ok]
         lines = [f"{'ok ' if r['ok'] else 'FAIL'} {r['run_id'][:12]} seq {r['point']['seq']:>5} "
                  f"{r['point']['label']}" for r in results]
         if failed is not None:
             lines.append(failed.detail)
-        lines.append(f"{len(results)} null forks checked, {'1 mismatch' if failed else 'all reproduce'}")
-        self.out(options, {"ok": failed is None, "results": results}, "\n".join(lines))
-        if failed is not None:
+        lines.append(f"{len(results)} null forks checked, "
+                     f"{'1 mismatch' if failed else 'all reproduce'}")
+        if deep is not None:
+            lines += _deep_lines(deep)
+        data: dict[str, Any] = {"ok": failed is None and not broken, "results": results}
+        if deep is not None:
+            data["deep"] = [r.wire() for r in deep]
+        self.out(options, data, "\n".join(lines))
+        if failed is not None or broken:
             sys.exit(1)
+
+    def _null_forks(self, runs: list[Run], env: Any) -> tuple[list[dict[str, Any]],
+                                                               FidelityResult | None]:
+        results: list[dict[str, Any]] = []
+        for run in runs:
+            _, store = cli.store_for(run.id)
+            for result in fork_check(run.id, store=store, env=env):
+                results.append(result.wire())
+                if not result.ok:
+                    return results, result
+        return results, None
+
+    def _deep(self, runs: list[Run], env: Any) -> list[MetamorphicResult]:
+        found: list[MetamorphicResult] = []
+        for run in runs:
+            _, store = cli.store_for(run.id)
+            found += deep_check(run.id, store=store, env=env)
+        return found
+
+
+def _deep_lines(deep: list[MetamorphicResult]) -> list[str]:
+    lines = []
+    for r in deep:
+        mark = "skip" if r.skipped else ("ok  " if r.ok else "FAIL")
+        said = r.skipped or (", ".join(r.compared) if r.ok else r.compared[-1])
+        lines.append(f"{mark} {r.run_id[:12]} {r.title} — {said}")
+        if not r.ok:
+            lines.append(r.detail)
+    held = sum(1 for r in deep if r.ok and not r.skipped)
+    broken = sum(1 for r in deep if not r.ok)
+    skipped = sum(1 for r in deep if r.skipped)
+    verdict = f"{broken} failed" if broken else "all hold"
+    lines.append(f"{held + broken} metamorphic checks, {verdict}"
+                 + (f" ({skipped} skipped)" if skipped else ""))
+    return lines
