@@ -253,8 +253,10 @@ def prepare_fork(
     memoize = policy.memoize or application.moved
     estimate = estimate_tail(
         graph=graph, base=base, position=effective.position or 0, changes=changes,
-        applied=application.applied, dirty=application.written_inputs, policy=policy,
-        memoize=memoize, prices=base.env.prices)
+        applied=application.applied,
+        active=parse_changes([*base.state.changes, *wire(changes)]),
+        dirty=application.written_inputs, policy=policy, memoize=memoize,
+        prices=base.env.prices)
     estimate.events_reused = effective.seq
     plan = ForkPlan(base=base, point=point, effective=effective, changes=changes, graph=graph,
                     prefix_state=prefix, new_input=application.new_input,

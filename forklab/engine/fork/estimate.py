@@ -82,6 +82,8 @@ class _Walk:
 
     def count(self, ex: Execution, node: Any, graph: GraphSpec | None) -> None:
         for action in ex.actions:
+            if action.get("label") == "simulated":
+                continue  # supplied by a change: never a call
             if action["type"] == "agent_result":
                 self._agent(graph, node, action)
             elif action["type"] == "tool" and isinstance(node, ToolNode) and (
@@ -127,18 +129,19 @@ def _stale_targets(base: BaseRun, position: int) -> list[Target]:
 
 def estimate_tail(
     *, graph: GraphSpec, base: BaseRun, position: int, changes: Sequence[Change],
-    applied: Sequence[Change], dirty: set[str], policy: Policy, memoize: bool,
-    prices: PriceTable,
+    applied: Sequence[Change], active: Sequence[Change], dirty: set[str], policy: Policy,
+    memoize: bool, prices: PriceTable,
 ) -> Estimate:
     """Predict live calls, tokens and USD of the tail: the base's logical run from
-    ``position`` on, under ``graph``, with ``changes`` (the request's) and ``applied`` (every
-    change applied at the point) and ``dirty`` input keys the point writes."""
+    ``position`` on, under ``graph``, with ``changes`` (the request's), ``applied`` (every
+    change applied at the point), ``active`` (every change the tail serves: the node-level
+    ones of the whole lineage) and ``dirty`` input keys the point writes."""
     walk = _Walk(graph=graph, policy=policy, prices=prices, base=base)
     targets = config_targets(changes)
-    substituted = {c.node for c in applied if isinstance(c, (OutputChange, ToolChange))}
-    routes = {c.source for c in applied if isinstance(c, RouteChange)}
+    substituted = {c.node for c in active if isinstance(c, (OutputChange, ToolChange))}
+    routes = {c.source for c in active if isinstance(c, RouteChange)}
     keys = _seed_keys(applied, dirty)
-    human_changed = any(isinstance(c, HumanResponseChange) for c in applied)
+    human_changed = any(isinstance(c, HumanResponseChange) for c in active)
     for offset, ex in enumerate(base.state.executions[position:]):
         if ex.node not in graph.node_ids():
             walk.est.warnings.append(f"node {ex.node!r} is not in the fork's graph")
