@@ -61,6 +61,15 @@ class RecordedOracle:
         return ex
 
     def output(self, call: NodeCall) -> dict[str, Any] | None:
+        """A node whose output a change substituted is substituted again, with what it wrote.
+
+        Such an execution opens with its simulated result: no request, call or child run
+        came before it (a ``tool`` change, by contrast, follows the tool's call)."""
+        ex = self.by_occurrence.get((call.node, call.occurrence))
+        first = ex.actions[0] if ex is not None and ex.actions else None
+        if (first is not None and first.get("label") == "simulated"
+                and first["type"] in ("agent_result", "tool_result", "subgraph_result")):
+            return dict(ex.writes)  # type: ignore[union-attr]
         return None
 
     def memo(self, call: NodeCall) -> Execution | None:
