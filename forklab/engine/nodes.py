@@ -219,7 +219,9 @@ def _router_node(runner: Runner, node: RouterNode, call: NodeCall) -> str | None
     if forced is not None:
         target, reason, label = forced, "forced by a route change", "simulated"
     elif node.agent is not None:
-        choices = list(node.choices or {})
+        # sorted: a graph stored as JSON (jsonb, canonical JSON) keeps no key order, and the
+        # order the answers are offered in is part of the request
+        choices = sorted(node.choices or {})
         answer = ask(runner, call, runner.graph.resolve_agent(node.agent),
                      [{"role": "user", "content": render(node.prompt, call.reads)}],
                      choices=choices).strip()

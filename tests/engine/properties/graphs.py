@@ -269,10 +269,10 @@ class _Builder:
         target = self.single(("agent", "tool", "approval", "multi"))
         other = NEXT if self.flag(0.5) else END
         if self.flag(0.25):
-            # keys in sorted order: a stored graph comes back with sorted keys, and an agent
-            # router's answer depends on the order of its choices (see test_examples)
+            # not in sorted order: a stored graph comes back with sorted keys, and an agent
+            # router's request must not depend on the order its choices were written in
             router.update(agent=self.agent_ref(), prompt=self.prompt(reads),
-                          choices={"no": other, "yes": target})
+                          choices={"yes": target, "no": other})
         else:
             rules = [{"when": [self.condition(reads)], "to": target}]
             if self.flag(0.3):
