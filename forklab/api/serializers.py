@@ -173,8 +173,10 @@ class NodeCostSerializer(Shape):
 
 class DiffCostSerializer(Shape):
     tokens_delta = s.IntegerField()
-    usd_delta = s.FloatField()
-    incurred_usd = s.FloatField(help_text="what the tail spent (inherited prefix excluded)")
+    usd_delta = s.FloatField(allow_null=True, help_text="null when either run called an "
+                             "unpriced model (the delta is unknown)")
+    incurred_usd = s.FloatField(allow_null=True, help_text="what the tail spent (inherited "
+                                "prefix excluded); null when it called an unpriced model")
     per_node = s.DictField(child=NodeCostSerializer())
 
 
@@ -291,8 +293,8 @@ class DiffSummarySerializer(Shape):
     divergence = DivergenceSerializer(allow_null=True)
     terminal = TerminalSerializer()
     tokens_delta = s.IntegerField()
-    usd_delta = s.FloatField()
-    incurred_usd = s.FloatField()
+    usd_delta = s.FloatField(allow_null=True)
+    incurred_usd = s.FloatField(allow_null=True)
     memory = s.DictField(child=s.ChoiceField(choices=["added", "removed", "changed"]))
     inserted = s.ListField(child=s.CharField())
     skipped = s.ListField(child=s.CharField())
@@ -304,7 +306,7 @@ class SweepVariantSerializer(Shape):
     status = s.ChoiceField(choices=RunStatus.values)
     state = s.ChoiceField(choices=FORK_STATES)
     not_run_reason = nullable_str()
-    incurred_cost_usd = s.FloatField()
+    incurred_cost_usd = s.FloatField(allow_null=True)
     error = JSON_OBJECT(allow_null=True)
     diff = DiffSummarySerializer(allow_null=True, help_text="when the variant finished")
 
@@ -313,7 +315,7 @@ class SweepSerializer(Shape):
     fork_group_id = s.CharField()
     base_run_id = nullable_str()
     fork_sequence_id = nullable_int()
-    incurred_cost_usd = s.FloatField()
+    incurred_cost_usd = s.FloatField(allow_null=True)
     variants = s.DictField(child=SweepVariantSerializer())
 
 

@@ -343,11 +343,12 @@ def sweep_summary(*, user: User, group_id: str) -> dict[str, Any]:
             summary = _diff_summary(diff_runs(base_state, _final_state(run)).wire())
         variants[name] = {"run_id": run.id, "status": run.status, "state": state,
                           "not_run_reason": reason,
-                          "incurred_cost_usd": float(run.incurred_cost_usd),
+                          "incurred_cost_usd": _usd_or_none(run.incurred_cost_usd),
                           "error": run.error, "diff": summary}
-    total = sum(v["incurred_cost_usd"] for v in variants.values())
+    costs = [v["incurred_cost_usd"] for v in variants.values()]
+    total = None if None in costs else round(sum(costs), 10)
     return {**{k: detail[k] for k in ("fork_group_id", "base_run_id", "fork_sequence_id")},
-            "incurred_cost_usd": round(total, 10), "variants": variants}
+            "incurred_cost_usd": total, "variants": variants}
 
 
 def _final_state(run: Run) -> Any:
@@ -365,3 +366,8 @@ def _diff_summary(diff: dict[str, Any]) -> dict[str, Any]:
             "memory": {key: delta["op"] for key, delta in diff["memory"].items()},
             "inserted": diff["path"]["inserted"], "skipped": diff["path"]["skipped"],
             "suppressed_effects": len(diff["suppressed_effects"])}
+
+
+def _usd_or_none(value: Any) -> float | None:
+    """A stored amount as a float; None stays None (an unpriced call made it unknown)."""
+    return None if value is None else float(value)

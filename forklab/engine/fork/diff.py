@@ -273,11 +273,21 @@ def _per_node(base: list[Execution], variant: list[Execution]) -> dict[str, dict
     return nodes
 
 
-def incurred_usd(variant: RunState) -> float:
-    """What a fork's tail itself paid: live and changed calls after the fork point."""
+def incurred_usd(variant: RunState) -> float | None:
+    """What a fork's tail itself paid: live and changed calls after the fork point.
+
+    None when one of them called a model with no price: the spend is unknown, and a partial
+    sum would read as a saving (SPEC §3.4: an unpriced call is never reported as $0)."""
     start = (variant.fork or {}).get("tail_from_call", 0)
-    return round(sum(((c.cost_usd or 0.0) for c in variant.calls[start:]
-                      if c.label in ("live", "changed")), 0.0), 10)
+    paid = [c.cost_usd for c in variant.calls[start:] if c.label in ("live", "changed")]
+    if any(cost is None for cost in paid):
+        return None
+    return round(sum((cost or 0.0 for cost in paid), 0.0), 10)
+
+
+def usd_text(amount: float | None) -> str:
+    """``$0.0034``, or ``unpriced`` for an unknown amount."""
+    return "unpriced" if amount is None else f"${amount:.4f}"
 
 
 STOPPED_EARLY = frozenset({"failed", "blocked", "cancelled", "paused", "running", "queued"})
@@ -346,7 +356,9 @@ def diff_runs(base_state: RunState, variant_state: RunState, *,
                                                - reached.duration_ms, 3)},
         cost={"tokens_delta": variant_state.input_tokens + variant_state.output_tokens
               - reached.tokens,
-              "usd_delta": round(variant_state.cost_usd - reached.usd, 8),
+              # unknown when either side called an unpriced model: never shown as a saving
+              "usd_delta": None if base_state.unpriced_calls or variant_state.unpriced_calls
+              else round(variant_state.cost_usd - reached.usd, 8),
               "incurred_usd": incurred_usd(variant_state),
               "per_node": _per_node(reached.executions, variant_state.executions)},
         suppressed_effects=list(variant_state.suppressed_effects),
@@ -395,7 +407,7 @@ def format_run_diff(diff: RunDiff, header: str = "") -> str:
     if diff.path.get("not_reached"):
         lines.append(f"  unreached {len(diff.path['not_reached'])} base step(s) the variant "
                      "never reached (?node): left out of the deltas")
-    lines.append(f"  cost      ${diff.cost['incurred_usd']:.4f} incurred, "
+    lines.append(f"  cost      {usd_text(diff.cost['incurred_usd'])} incurred, "
                  f"{diff.cost['tokens_delta']:+d} tokens")
     lines.append(f"  memory    {_render_memory(diff)}")
     for effect in diff.suppressed_effects:

@@ -49,7 +49,8 @@ class ForkResult:
                    and c["cost_usd"] is None)
 
     @property
-    def incurred_cost_usd(self) -> float:
+    def incurred_cost_usd(self) -> float | None:
+        """What the tail paid; None when it called an unpriced model (see ``unpriced``)."""
         return incurred_usd(self.state) if self.state else 0.0
 
     @property

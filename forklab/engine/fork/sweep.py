@@ -31,8 +31,12 @@ class SweepResult:
     errors: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
-    def incurred_cost_usd(self) -> float:
-        return round(sum(r.incurred_cost_usd for r in self.results.values()), 10)
+    def incurred_cost_usd(self) -> float | None:
+        """Total spend of the variants; None when one of them called an unpriced model."""
+        costs = [r.incurred_cost_usd for r in self.results.values()]
+        if any(cost is None for cost in costs):
+            return None
+        return round(sum(cost or 0.0 for cost in costs), 10)
 
     def wire(self) -> dict[str, Any]:
         variants: dict[str, Any] = {}

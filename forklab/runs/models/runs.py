@@ -72,7 +72,8 @@ class Run(models.Model):
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
     cost_usd = models.DecimalField(default=0, **USD)  # totals, inherited prefix included
-    incurred_cost_usd = models.DecimalField(default=0, **USD)  # what this run paid itself
+    # what this run paid itself; null when its tail called an unpriced model (unknown)
+    incurred_cost_usd = models.DecimalField(default=0, null=True, blank=True, **USD)
     unpriced_calls = models.PositiveIntegerField(default=0)
 
     last_seq = models.PositiveIntegerField(default=0)  # kept after archival/compaction

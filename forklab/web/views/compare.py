@@ -42,9 +42,9 @@ def compare_context(request: HttpRequest, base: Run, variant: Run, *,
                 "unstarted": unstarted, "is_fork": variant.parent_run_id == base.id}
     result = queries.compare_runs(base, variant)
     diff = result["diff"]
-    incurred = diff["cost"]["incurred_usd"]
-    inherited = max(0.0, float(variant.cost_usd) - incurred)
-    total = max(incurred + inherited, 1e-12)
+    incurred = diff["cost"]["incurred_usd"]  # None: the tail called an unpriced model
+    inherited = max(0.0, float(variant.cost_usd) - (incurred or 0.0))
+    total = max((incurred or 0.0) + inherited, 1e-12)
     return {
         "base": base, "variant": variant, "diff": diff, "readonly": readonly, **access,
         "steps": fold_steps(diff["path"]["aligned"], start=int_param(request.GET.get("from"))),
@@ -52,7 +52,7 @@ def compare_context(request: HttpRequest, base: Run, variant: Run, *,
         "memory": [_memory_row(key, delta) for key, delta in diff["memory"].items()],
         "cost": {"base": float(base.cost_usd), "variant": float(variant.cost_usd),
                  "incurred": incurred, "inherited": inherited,
-                 "incurred_pct": round(100 * incurred / total, 1),
+                 "incurred_pct": round(100 * (incurred or 0.0) / total, 1),
                  "inherited_pct": round(100 * inherited / total, 1),
                  "per_node": sorted(diff["cost"]["per_node"].items())},
         "calls": _calls(result["calls"], every=request.GET.get("calls") == "all"),

@@ -210,8 +210,13 @@ def sweep_context(request: HttpRequest, detail: dict[str, Any], base: Run, *,
                                                                            base.project)
     return {"detail": detail, "base": base, "rows": rows, "keys": keys, "live": unfinished,
             "readonly": readonly, **access,
-            "incurred": sum(float(r["run"].incurred_cost_usd) for r in rows)}
+            "incurred": _total([r["run"].incurred_cost_usd for r in rows])}
 
 
 def _diff_url(base: Run, run: Run) -> str:
     return reverse("compare", args=[base.id, run.id])
+
+
+def _total(amounts: list[Any]) -> float | None:
+    """The variants' total spend; None (shown "unpriced") when one is unknown."""
+    return None if None in amounts else sum(float(a) for a in amounts)

@@ -199,9 +199,7 @@ def test_the_cost_cap_is_never_overshot_by_more_than_one_call(
 UNPRICED = Options(unpriced=True)
 
 
-@examples(40, known_failure=(
-    "open: a tail whose only live calls are unpriced reports incurred_cost_usd 0.0 beside "
-    "an unpriced count; semantics say an unpriced call is never reported as 0"))
+@examples(40)
 @given(case=graph_cases(UNPRICED), data=st.data())
 def test_an_unpriced_call_is_reported_unpriced_never_as_zero_or_a_saving(
         case: Any, data: st.DataObject) -> None:

@@ -63,12 +63,6 @@ def test_an_input_patch_keeps_the_value_a_prefix_node_overwrote_without_reading(
     assert result.state.input["topic"] == "cats"
 
 
-STORED_CHOICES = (
-    "open (outside issue 8): a stored graph comes back with sorted keys, and an agent router "
-    "sends its choices in mapping order, so a re-run router asks another question")
-
-
-@pytest.mark.xfail(strict=True, reason=STORED_CHOICES)
 def test_an_agent_router_asks_the_same_question_after_its_graph_was_stored() -> None:
     """Found by the generator: a stored graph comes back with its keys sorted, and an agent
     router's choices are sent to the model in mapping order — so a fork that re-runs the
@@ -178,12 +172,6 @@ def test_start_on_a_fork_re_runs_the_whole_graph_with_both_changes() -> None:
     assert second.state.parent_run_id == first.run_id
 
 
-SIMULATED_ROLE = (
-    "open: a fork of a fork whose parent substituted a multi-agent node's output estimates "
-    "that node's simulated call as a live call of model '?', and refuses it as unpriced_model")
-
-
-@pytest.mark.xfail(strict=True, reason=SIMULATED_ROLE)
 def test_a_fork_of_a_fork_that_substituted_a_panels_output_is_not_refused_as_unpriced() -> None:
     """Found by the nightly profile."""
     h = Harness()
@@ -306,12 +294,6 @@ def test_a_case_saved_from_a_fork_with_a_subgraph_passes() -> None:
     assert run_case(case).passed
 
 
-SUBSTITUTED_SUBGRAPH = (
-    "open: cases run re-drives an output-substituted subgraph node through its output "
-    "mapping instead of replaying the substitution")
-
-
-@pytest.mark.xfail(strict=True, reason=SUBSTITUTED_SUBGRAPH)
 def test_a_case_saved_from_a_fork_that_substituted_a_subgraphs_output_passes() -> None:
     """Found by the nightly profile: the case's re-drive maps the substituted output through
     the node's ``output`` mapping instead of replaying the substitution."""
@@ -328,7 +310,6 @@ def test_a_case_saved_from_a_fork_that_substituted_a_subgraphs_output_passes() -
     assert run_case(case).passed, run_case(case).failures
 
 
-@pytest.mark.xfail(strict=True, reason=SUBSTITUTED_SUBGRAPH)
 def test_a_case_saved_from_a_fork_that_substituted_a_tools_output_passes() -> None:
     """Same cause, any node kind: an output change writing nothing leaves memory alone in the
     fork; the case's re-drive writes the substituted result through the tool's ``writes``."""
@@ -432,12 +413,6 @@ def test_a_call_whose_worst_case_would_pass_the_cost_cap_is_not_made() -> None:
     assert result.state.error and result.state.error["code"] == "live_budget_exceeded"
 
 
-UNPRICED_AS_ZERO = (
-    "open: a tail whose only live calls are unpriced reports incurred_cost_usd 0.0 (and "
-    "'$0.0000 incurred') beside an unpriced count; semantics say never 0")
-
-
-@pytest.mark.xfail(strict=True, reason=UNPRICED_AS_ZERO)
 def test_an_unpriced_call_is_reported_as_unpriced_not_as_zero() -> None:
     h = Harness()
     base = record(h, chain("g", agent("a", [], "x")), {})

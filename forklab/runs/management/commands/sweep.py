@@ -5,6 +5,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from forklab.engine.fork.diff import usd_text
 from forklab.engine.fork.sweep import estimate_sweep, fork_each
 from forklab.runs import cli, leases
 from forklab.runs.engine_env import build_environment
@@ -47,8 +48,8 @@ class Command(ForklabCommand):
         for name, result in sweep.results.items():
             state = result.state
             lines.append(f"  {name:<16} {state.status if state else '?':<10} "
-                         f"{result.run_id}  ${result.incurred_cost_usd:.4f}")
+                         f"{result.run_id}  {usd_text(result.incurred_cost_usd)}")
         for name, error in sweep.errors.items():
             lines.append(f"  {name:<16} error      {error['code']}: {error['detail']}")
-        lines.append(f"  total incurred ${sweep.incurred_cost_usd:.4f}")
+        lines.append(f"  total incurred {usd_text(sweep.incurred_cost_usd)}")
         self.out(options, json.loads(json.dumps(sweep.wire(), default=str)), "\n".join(lines))
