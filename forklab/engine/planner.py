@@ -44,16 +44,17 @@ def successors(
     ``route`` is a router's decision (``END`` finishes that branch). Waiting successors are
     ``join: all`` nodes still missing a predecessor.
     """
+    index = graph.index
     if route is not None:
-        candidates = [] if route == END else [route]
+        candidates: tuple[str, ...] | list[str] = [] if route == END else [route]
     else:
-        candidates = graph.successors(node_id)
+        candidates = index.successors.get(node_id, ())
     ready: list[str] = []
     waiting: list[str] = []
     for succ in candidates:
-        if graph.node(succ).join == "all":
-            arrived = set(state.arrivals.get(succ, ())) | {node_id}
-            if not set(graph.predecessors(succ)) <= arrived:
+        if index.nodes[succ].join == "all":
+            missing = index.predecessor_sets.get(succ, frozenset()) - {node_id}
+            if not missing.issubset(state.arrivals.get(succ, ())):
                 waiting.append(succ)
                 continue
         ready.append(succ)
