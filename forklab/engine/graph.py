@@ -22,7 +22,7 @@ import threading
 from collections.abc import Set as AbstractSet
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import yaml
 from pydantic import (
@@ -34,7 +34,7 @@ from pydantic import (
     field_validator,
 )
 
-from forklab.engine.canonical import fingerprint
+from forklab.engine.canonical import canonical_json, fingerprint
 from forklab.engine.errors import GraphValidationError, UnboundedCycleError, UnknownNodeReference
 from forklab.engine.graph_index import GraphIndex
 
@@ -242,6 +242,22 @@ class GraphSpec(_Model):
                 copied.__dict__.pop(name, None)
         return copied
 
+    @cached_property
+    def _fingerprint_parts(self) -> dict[str, FingerprintParts]:
+        return {}
+
+    def fingerprint_parts(self, node_id: str) -> FingerprintParts:
+        """The canonical JSON of the node's config and agents (the parts of its fingerprint
+        that do not depend on the execution), serialised once per graph version."""
+        parts = self._fingerprint_parts.get(node_id)
+        if parts is None:
+            node = self.node(node_id)
+            parts = FingerprintParts(
+                config=canonical_json(node.model_dump(mode="json", exclude={"description"})),
+                agents=canonical_json(node_agents(self, node)))
+            self._fingerprint_parts[node_id] = parts
+        return parts
+
     def node(self, node_id: str) -> AgentNode | ToolNode | RouterNode | ApprovalNode | SubgraphNode:
         found = self.index.nodes.get(node_id)
         if found is None:
@@ -285,6 +301,8 @@ class GraphSpec(_Model):
         nodes = [*self.nodes[:position], node, *self.nodes[position + 1:]]
         graph = self.model_copy(update={"nodes": nodes})
         graph.__dict__["index"] = self.index.with_node(node)
+        graph.__dict__["_fingerprint_parts"] = {  # agents resolve in the unchanged registry
+            k: v for k, v in self._fingerprint_parts.items() if k != node.id}
         if self.max_iterations is None and _targets(node) != _targets(old) and has_cycle(graph):
             raise UnboundedCycleError(
                 f"node {node.id!r}: its targets make a cycle in graph {self.id!r}, which sets "
@@ -302,7 +320,27 @@ class GraphSpec(_Model):
         return self.model_dump(mode="json", by_alias=True, exclude_defaults=False)
 
 
-_CACHED = ("index", "content_hash")
+_CACHED = ("index", "content_hash", "_fingerprint_parts")
+
+
+class FingerprintParts(NamedTuple):
+    """Canonical JSON texts of a node's config (description aside) and of its agents."""
+
+    config: str
+    agents: str
+
+
+def node_agents(graph: GraphSpec, node: Any) -> dict[str, Any]:
+    """Every agent ``node`` drives, resolved (``agent``, or ``role[i]`` per instance)."""
+    agents: dict[str, Any] = {}
+    if isinstance(node, (AgentNode, RouterNode)) and node.agent is not None:
+        agents["agent"] = graph.resolve_agent(node.agent).model_dump(mode="json")
+    if isinstance(node, AgentNode) and node.roles:
+        for name, role in node.roles.items():
+            for i in range(role.count):
+                agents[f"{name}[{i}]"] = graph.resolve_agent(role.agent_for(i)).model_dump(
+                    mode="json")
+    return agents
 _NODE_ADAPTER: TypeAdapter[Any] = TypeAdapter(Node)
 
 

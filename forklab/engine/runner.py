@@ -2,7 +2,10 @@
 
 Each event is appended to the store (``expected_seq`` = the state's version) and then folded
 into the runner's state through the same ``evolve`` the fold uses, so the live state always
-equals the state rebuilt from the log. Node failures become ``node.failed`` + ``run.failed``
+equals the state rebuilt from the log. The one exception is a run of memo hits in a fork
+tail: their events are folded as they are made and appended together, in one store call, at
+the next node that runs for real (or when the loop stops) — so a reused node costs a lookup
+and its events, not a transaction; the durable log still only ever ends at a node boundary. Node failures become ``node.failed`` + ``run.failed``
 events; only integrity violations (a seq conflict: someone else wrote this run) escape.
 
 Control flow: ``start`` / ``resume`` / ``answer`` enter ``_loop``, which asks the planner for
@@ -62,6 +65,10 @@ from forklab.engine.telemetry import tracer
 log = logging.getLogger("forklab.engine.runner")
 
 
+BATCH_MAX = 1000
+"""Events a batch of memo hits may hold before it is appended (at the next node boundary)."""
+
+
 class Paused(Exception):
     """Internal: the node is waiting for a human; the run stops with status ``paused``."""
 
@@ -109,20 +116,49 @@ class Runner:
         self.on_event = on_event
         self.graph_version = graph_version
         self.state = RunState()
+        self._batch: list[Event] | None = None  # events folded but not yet appended
         self.ancestry: tuple[str, ...] = ()  # graphs of the runs this child run nests in
 
     # -- the log -------------------------------------------------------------------------
     def emit(self, cls: type[Event], **fields: Any) -> Event:
-        """Append one event after the current version, then fold it into the state."""
+        """Append one event after the current version, then fold it into the state.
+
+        While a batch is open (:meth:`_defer`) the event is folded at once but appended —
+        and handed to ``on_event`` — when the batch is flushed, in seq order."""
         # microsecond precision: what the wire form (ISO time) keeps, so a log read back from
         # a durable store folds to exactly the state the runner had
         at = round(self.env.clock(), 6)
         event = cls(run_id=self.run_id, seq=self.state.version + 1, at=at, **fields)
+        if self._batch is not None:
+            self._batch.append(event)
+            evolve(self.state, event)  # type: ignore[arg-type]
+            return event
         self.store.append(self.run_id, [event], expected_seq=self.state.version)
         evolve(self.state, event)  # type: ignore[arg-type]
         if self.on_event is not None:
             self.on_event(event)
         return event
+
+    def _defer(self) -> None:
+        """Open a batch (a memo hit is about to start): its events are appended together.
+
+        Batches open and close only at node boundaries, so the durable log always ends at
+        one: a process that dies with a batch open loses only whole served-from-recording
+        executions, which a resume serves again."""
+        if self._batch is not None and len(self._batch) >= BATCH_MAX:
+            self.flush()
+        if self._batch is None:
+            self._batch = []
+
+    def flush(self) -> None:
+        """Append the open batch in one store call (one transaction) and close it."""
+        batch, self._batch = self._batch, None
+        if not batch:
+            return
+        self.store.append(self.run_id, batch, expected_seq=batch[0].seq - 1)
+        if self.on_event is not None:
+            for event in batch:
+                self.on_event(event)
 
     # -- entry points --------------------------------------------------------------------
     def start(
@@ -186,7 +222,10 @@ class Runner:
         with tracer.start_as_current_span("workflow.run", attributes={
             "run.id": self.run_id, "run.kind": self.state.run_kind, "graph.id": self.graph.id,
         }):
-            return self._drive()
+            try:
+                return self._drive()
+            finally:
+                self.flush()
 
     def _drive(self) -> RunState:
         while self.state.status == "running":
@@ -218,12 +257,16 @@ class Runner:
         reads = read_slice(node.reads, self.state.memory)
         fp = execution_fingerprint(self.graph, self.store, node_id, reads,
                                    occurrence=occurrence, iteration=iteration)
-        self.emit(NodeStarted, node=node_id, occurrence=occurrence, iteration=iteration,
-                  kind=node.kind, fingerprint=fp, reads=reads)
         call = NodeCall(node=node_id, kind=node.kind, occurrence=occurrence,
                         iteration=iteration, fingerprint=fp, reads=reads)
-        substitute = self.oracle.output(call)
+        substitute = self.oracle.output(call)  # both are lookups: nothing runs yet
         memo = None if substitute is not None else self.oracle.memo(call)
+        if memo is not None:
+            self._defer()  # served from the recording: no call to wait for, batch its events
+        else:
+            self.flush()  # what runs for real appends (and broadcasts) as it goes
+        self.emit(NodeStarted, node=node_id, occurrence=occurrence, iteration=iteration,
+                  kind=node.kind, fingerprint=fp, reads=reads)
         try:
             if substitute is not None:
                 route = nodes.substitute_output(self, node, call, substitute)

@@ -127,7 +127,7 @@ class Lineage:
         """The reads ``node`` declares in the graph run ``run_id`` executed."""
         for link in self.links:
             if link.run_id == run_id and link.graph is not None \
-                    and node in link.graph.node_ids():
+                    and link.graph.has_node(node):
                 return list(link.graph.node(node).reads)
         return None
 
