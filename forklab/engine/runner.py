@@ -272,7 +272,7 @@ class Runner:
                     self.emit(RunCompleted)
                     break
                 scheduler.launch()
-                flight = scheduler.flights.pop(node_id, None)
+                flight = scheduler.flights.get(node_id)
                 if flight is not None:
                     self._land(scheduler, flight)
                     continue
@@ -348,6 +348,7 @@ class Runner:
                 polled = time.monotonic()
                 if self.cancel.cancelled:
                     scheduler.stop.set()  # workers check it before each call
+        scheduler.flights.pop(call.node, None)
         self._finish(call, flight.route, flight.error, finished_at=flight.finished_at)
 
     def _finish(self, call: NodeCall, route: str | None, error: BaseException | None, *,

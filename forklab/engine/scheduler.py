@@ -150,6 +150,18 @@ class Scheduler:
         unsettled: set[str] = set()
         pending_calls: int | None = 0
         pending_usd: float | None = 0.0
+        at_head = state.current is None
+        if state.current is not None:  # the head is still running: everything else is ahead
+            current = state.current
+            node = graph.node(current.node)
+            writes = potential_writes(node)
+            if barrier(node) or writes is None:
+                return
+            unsettled |= writes
+            pending_calls, pending_usd = self._worst(node, NodeCall(
+                node=current.node, kind=current.kind, occurrence=current.occurrence,
+                iteration=current.iteration, fingerprint=current.fingerprint,
+                reads=current.reads))
         lookahead = 4 * self.width + 8
         for position, node_id in enumerate(state.frontier[:lookahead]):
             if len(self.flights) >= self.width and position > 0 and node_id not in self.flights:
@@ -166,8 +178,9 @@ class Scheduler:
             worst = self._worst(node, call)
             if (call is not None and node_id not in self.flights and poolable(node)
                     and len(self.flights) < self.width and not self._instant(call)
-                    and (position == 0 or self._admits(pending_calls, pending_usd, worst))):
-                self._start(node, call, prediction.tainted, head=position == 0)
+                    and ((at_head and position == 0)
+                         or self._admits(pending_calls, pending_usd, worst))):
+                self._start(node, call, prediction.tainted, head=at_head and position == 0)
             if barrier(node):
                 break
             writes = potential_writes(node)
