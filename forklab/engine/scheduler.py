@@ -58,12 +58,17 @@ BufferedEvent = tuple[type, dict[str, Any], float | None]
 
 @dataclass
 class Prediction:
-    """What a frontier node's next execution will be (its call once its reads are final)."""
+    """What a frontier node's next execution will be (its call once its reads are final),
+    and what the scheduler decided about it once (cached: the walk repeats per node)."""
 
+    node: Any
     occurrence: int
     iteration: int
+    writes: set[str] | None
     call: NodeCall | None = None
     tainted: frozenset[str] = frozenset()
+    instant: bool = False
+    worst: tuple[int | None, float | None] | None = None
 
 
 @dataclass
@@ -118,6 +123,7 @@ class Scheduler:
         self.enabled = width > 1 and bool(getattr(runner.oracle, "overlaps_calls", False))
         self.flights: dict[str, Flight] = {}
         self.predictions: dict[str, Prediction] = {}
+        self.nodes = {node.id: node for node in runner.graph.nodes}
         self.cond = threading.Condition()
         self.stop = threading.Event()
         self.changed = False
@@ -162,9 +168,9 @@ class Scheduler:
                 node=current.node, kind=current.kind, occurrence=current.occurrence,
                 iteration=current.iteration, fingerprint=current.fingerprint,
                 reads=current.reads))
-        lookahead = 4 * self.width + 8
+        lookahead = 2 * self.width + 4
         for position, node_id in enumerate(state.frontier[:lookahead]):
-            if len(self.flights) >= self.width and position > 0 and node_id not in self.flights:
+            if len(self.flights) >= self.width and node_id not in self.flights:
                 break
             # the iteration this node starts in follows from the starts before it
             if node_id in seen:
@@ -172,21 +178,16 @@ class Scheduler:
             seen.add(node_id)
             if limit is not None and iteration > limit:
                 break
-            node = graph.node(node_id)
-            prediction = self._predict(node_id, iteration, unsettled)
-            call = prediction.call
-            worst = self._worst(node, call)
-            if (call is not None and node_id not in self.flights and poolable(node)
-                    and len(self.flights) < self.width and not self._instant(call)
+            p = self._predict(node_id, iteration, unsettled)
+            worst = p.worst if p.worst is not None else self._worst(p.node, p.call)
+            if (p.call is not None and node_id not in self.flights and not p.instant
+                    and poolable(p.node)
                     and ((at_head and position == 0)
                          or self._admits(pending_calls, pending_usd, worst))):
-                self._start(node, call, prediction.tainted, head=at_head and position == 0)
-            if barrier(node):
+                self._start(p.node, p.call, p.tainted, head=at_head and position == 0)
+            if p.writes is None or barrier(p.node):
                 break
-            writes = potential_writes(node)
-            if writes is None:
-                break
-            unsettled |= writes
+            unsettled |= p.writes
             pending_calls = None if pending_calls is None or worst[0] is None \
                 else pending_calls + worst[0]
             pending_usd = None if pending_usd is None or worst[1] is None \
@@ -194,24 +195,23 @@ class Scheduler:
 
     def _predict(self, node_id: str, iteration: int, unsettled: set[str]) -> Prediction:
         state = self.runner.state
-        prediction = self.predictions.get(node_id)
-        if prediction is None:
-            prediction = Prediction(occurrence=state.occurrences.get(node_id, 0) + 1,
-                                    iteration=iteration)
-            self.predictions[node_id] = prediction
-        if prediction.call is None:
-            node = self.runner.graph.node(node_id)
-            if not unsettled & set(node.reads):  # final: nothing before it writes its reads
-                reads = read_slice(node.reads, state.memory)
-                fp = execution_fingerprint(self.runner.graph, self.runner.store, node_id, reads,
-                                           occurrence=prediction.occurrence,
-                                           iteration=prediction.iteration)
-                prediction.call = NodeCall(node=node_id, kind=node.kind,
-                                           occurrence=prediction.occurrence,
-                                           iteration=prediction.iteration, fingerprint=fp,
-                                           reads=reads)
-                prediction.tainted = frozenset(k for k in reads if k in state.taint)
-        return prediction
+        p = self.predictions.get(node_id)
+        if p is None:
+            node = self.nodes[node_id]
+            p = Prediction(node=node, occurrence=state.occurrences.get(node_id, 0) + 1,
+                           iteration=iteration, writes=potential_writes(node))
+            self.predictions[node_id] = p
+        if p.call is None and not unsettled.intersection(p.node.reads):
+            # final: nothing before it may write what it reads
+            reads = read_slice(p.node.reads, state.memory)
+            fp = execution_fingerprint(self.runner.graph, self.runner.store, node_id, reads,
+                                       occurrence=p.occurrence, iteration=p.iteration)
+            p.call = NodeCall(node=node_id, kind=p.node.kind, occurrence=p.occurrence,
+                              iteration=p.iteration, fingerprint=fp, reads=reads)
+            p.tainted = frozenset(k for k in reads if k in state.taint)
+            p.instant = self._instant(p.call)
+            p.worst = (0, 0.0) if p.instant else self._worst(p.node, p.call)
+        return p
 
     def _instant(self, call: NodeCall) -> bool:
         """Served without a call (a substituted output, a memo hit): run at the head."""
