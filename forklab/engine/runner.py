@@ -7,7 +7,12 @@ events; only integrity violations (a seq conflict: someone else wrote this run) 
 
 Control flow: ``start`` / ``resume`` / ``answer`` enter ``_loop``, which asks the planner for
 the next node until the frontier is empty, the run pauses at a human gate, the side-effect
-guard blocks it, a node fails, or the cancel token is set.
+guard blocks it, a node fails, or the cancel token is set. Before each node the
+:class:`~forklab.engine.scheduler.Scheduler` starts independent ready nodes ahead on a thread
+pool; the node at the head either ran ahead (``_land``: its buffered events are appended) or
+executes in place (``_execute``). Either way its events land between its ``node.started`` and
+its ``node.completed`` in frontier order, so the log is the sequential one. Only this thread
+touches the store and the state; handlers get a :class:`~forklab.engine.context.NodeContext`.
 """
 
 from __future__ import annotations
@@ -173,10 +178,6 @@ class Runner:
         if memo is not None:
             return replay_memo(ctx, memo)
         return nodes.execute(ctx, node)
-
-    @staticmethod
-    def cancelled_error() -> Exception:
-        return Cancelled()
 
     # -- child runs (what a subgraph node's context may do) ---------------------------------
     def child_graph(self, graph_id: str) -> GraphSpec:

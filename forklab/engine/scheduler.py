@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 
+from forklab.engine.context import Cancelled
 from forklab.engine.graph import AgentNode, ApprovalNode, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import NodeCall
 from forklab.engine.planner import read_slice
@@ -150,8 +151,7 @@ class Scheduler:
         """Start every node that may run ahead now (the head included), in frontier order."""
         if not self.enabled or self.stop.is_set():
             return
-        runner, state = self.runner, self.runner.state
-        graph, limit = runner.graph, runner.graph.max_iterations
+        state, limit = self.runner.state, self.runner.graph.max_iterations
         iteration, seen = state.iteration, set(state.iteration_nodes)
         unsettled: set[str] = set()
         pending_calls: int | None = 0
@@ -159,7 +159,7 @@ class Scheduler:
         at_head = state.current is None
         if state.current is not None:  # the head is still running: everything else is ahead
             current = state.current
-            node = graph.node(current.node)
+            node = self.nodes[current.node]
             writes = potential_writes(node)
             if barrier(node) or writes is None:
                 return
@@ -248,7 +248,7 @@ class Scheduler:
         runner = self.runner
         try:
             if self.stop.is_set():
-                raise runner.cancelled_error()
+                raise Cancelled()
             with tracer.start_as_current_span(
                 f"node.execute.{flight.node.kind}",
                 attributes={"node.id": flight.call.node, "run.id": runner.run_id},
