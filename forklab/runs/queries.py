@@ -6,15 +6,16 @@ from typing import Any
 
 from django.db.models import Max, QuerySet
 
+from forklab.engine.graph import GraphSpec
 from forklab.runs.access import User
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Case, Event, Graph, Project, Run, RunKind, RunStatus
-from forklab.runs.readcache import (  # noqa: F401 - the cached reads, read through queries
-    clear_caches,
-    compare_runs,
-    run_events,
-    state_at,
-)
+
+# the cached reads, read through queries (re-exported)
+from forklab.runs.readcache import clear_caches as clear_caches
+from forklab.runs.readcache import compare_runs as compare_runs
+from forklab.runs.readcache import run_events as run_events
+from forklab.runs.readcache import state_at as state_at
 
 
 def _check_choice(name: str, value: str | None, choices: list[str]) -> None:
@@ -268,7 +269,7 @@ def fork_prefix(run_id: str) -> dict[str, Any]:
     return {"memory": row["memory"] or {}, "input": row["input"] or {}}
 
 
-def graph_of(run: Run) -> Any:
+def graph_of(run: Run) -> GraphSpec:
     """The GraphSpec the run executed: a fork's effective graph, else its stored version."""
     from django.db.models import F
 
