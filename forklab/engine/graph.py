@@ -197,6 +197,11 @@ class GraphSpec(_Model):
         default_factory=dict, description="Run-scoped agent registry (inline definitions)."
     )
     max_iterations: int | None = Field(default=None, ge=1, le=10_000)
+    max_concurrency: int | None = Field(
+        default=None, ge=1, le=256,
+        description="How many nodes of one run may execute at once (ready, independent "
+        "branches); unset: the environment's default (FORKLAB_MAX_CONCURRENCY, else 16). "
+        "The log is the same whatever the value.")
 
     @field_validator("nodes")
     @classmethod
