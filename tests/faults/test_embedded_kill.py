@@ -61,7 +61,7 @@ class Daphne:
         self.log_path = tmp_path / f"{name}.log"
         env = child_env(count_file, DATABASE_URL=f"sqlite:///{connection.settings_dict['NAME']}",
                         FORKLAB_TASK_WORKERS="1", FORKLAB_METRICS_ALLOW="*")
-        # the child keeps its own copy of the log's descriptor; ours is closed at once
+        # the child writes through its own copy of the descriptor: ours closes at once
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),

@@ -60,7 +60,7 @@ def workers(tmp_path: Path) -> Iterator[dict[int, subprocess.Popen[bytes]]]:
                     FORKLAB_TASKS_BACKEND="db", REDIS_URL=settings.REDIS_URL)
     started_workers = {}
     for name in ("worker-a", "worker-b"):
-        # the child keeps its own copy of the log's descriptor; ours is closed at once
+        # the child writes through its own copy of the descriptor: ours closes at once
         with (tmp_path / f"{name}.log").open("wb") as log:
             process = subprocess.Popen(
                 [sys.executable, "manage.py", "db_worker", "--no-reload", "--interval", "0.1",
