@@ -83,6 +83,8 @@ class Flight:
     events: list[BufferedEvent] = field(default_factory=list)
     head: bool = False  # reached the head: what it emits from now on streams event by event
     backlog: int = 0  # events buffered before it reached the head (appended as one batch)
+    emitted: int = 0  # events it has emitted
+    appended: int = 0  # of those, how many the runner has appended to the log
     done: bool = False
     route: str | None = None
     error: BaseException | None = None
@@ -134,6 +136,8 @@ class Scheduler:
     def close(self) -> None:
         """Stop and wait for the nodes still running ahead (their work is dropped)."""
         self.stop.set()
+        with self.cond:
+            self.cond.notify_all()  # a head waiting for its append stops (Cancelled)
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
         for flight in self.flights.values():
@@ -267,16 +271,32 @@ class Scheduler:
                 self.cond.notify_all()
 
     def _sink(self, flight: Flight) -> Callable[[type, dict[str, Any]], None]:
+        """Where a flight's events go: its buffer. At the head it waits until the runner has
+        appended each one before going on, as the sequential runner does — so a process that
+        dies after a call was recorded never pays it again on resume."""
         logical, clock = self.runner.logical_clock, self.runner.env.clock
 
         def buffer(cls: type, fields: dict[str, Any]) -> None:
             at = None if logical else round(clock(), 6)
             with self.cond:
+                if self.stop.is_set():
+                    raise Cancelled()
                 flight.events.append((cls, fields, at))
+                flight.emitted += 1
                 self.changed = True
                 self.cond.notify_all()
+                while flight.head and flight.appended < flight.emitted:
+                    self.cond.wait()
+                    if self.stop.is_set():
+                        raise Cancelled()
 
         return buffer
+
+    def appended(self, flight: Flight, count: int) -> None:
+        """The runner appended ``count`` more of ``flight``'s events."""
+        with self.cond:
+            flight.appended += count
+            self.cond.notify_all()
 
     def reach_head(self, flight: Flight) -> None:
         """``flight`` is now the head: what it buffered so far is its backlog."""
