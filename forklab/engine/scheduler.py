@@ -14,8 +14,9 @@ and starts it on a thread pool *ahead* of the nodes before it when its predictio
 - no node before it (not yet completed) may write a key it reads (declared ``writes``; an
   approval may write any key, so nothing is started past one), so its read slice and the
   taint of it are what the sequential run would give it;
-- nothing before it is an outside-world effect (a write tool, a subgraph) or a node beyond
-  ``max_iterations`` (the run stops there);
+- nothing before it is a tool (user code, which may fail the run; a write tool also touches
+  the outside world), a subgraph, an approval, or a node beyond ``max_iterations`` (the run
+  stops there);
 - under an enforced fork budget, the worst case of every node before it plus its own still
   fits the budget (reserved before calling), so every call it makes is one the sequential
   order would allow too.
@@ -111,10 +112,10 @@ def poolable(node: Any) -> bool:
 
 
 def barrier(node: Any) -> bool:
-    """Nothing starts ahead of these: they touch the outside world or may write any key."""
-    if isinstance(node, (ApprovalNode, SubgraphNode)):
-        return True
-    return isinstance(node, ToolNode) and node.effect == "write"
+    """Nothing starts ahead of these: approvals (may write any key, may pause), subgraphs and
+    write tools (touch the outside world), and every tool — user code, the likeliest node to
+    fail the run, and work started ahead of a node that stops the run is work thrown away."""
+    return isinstance(node, (ApprovalNode, SubgraphNode, ToolNode))
 
 
 class Scheduler:
