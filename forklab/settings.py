@@ -16,10 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from forklab.engine.environment import max_concurrency_from_env
 from forklab.engine.errors import ConfigurationError
+
+# Lets classes subscript Django's generic types at run time (admin.ModelAdmin[Run], …), as
+# mypy strict wants them written.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("FORKLAB_VAR_DIR") or BASE_DIR / "var")

@@ -2,7 +2,11 @@
 
 Each event is appended to the store (``expected_seq`` = the state's version) and then folded
 into the runner's state through the same ``evolve`` the fold uses, so the live state always
-equals the state rebuilt from the log. Node failures become ``node.failed`` + ``run.failed``
+equals the state rebuilt from the log. The one exception is a run of memo hits in a fork
+tail: their events are folded as they are made and appended together, in one store call, at
+the next node that runs for real (or when the loop stops) — so a reused node costs a lookup
+and its events, not a transaction; the durable log still only ever ends at a node boundary.
+Node failures become ``node.failed`` + ``run.failed``
 events; only integrity violations (a seq conflict: someone else wrote this run) escape.
 
 Control flow: ``start`` / ``resume`` / ``answer`` enter ``_loop``, which asks the planner for
@@ -73,6 +77,9 @@ log = logging.getLogger("forklab.engine.runner")
 CANCEL_POLL_S = 0.25
 """How often the runner asks the cancel token while the head node runs on the pool."""
 
+BATCH_MAX = 1000
+"""Events a batch of memo hits may hold before it is appended (at the next node boundary)."""
+
 
 class CancelToken:
     """Set from any thread; the runner stops at the next node boundary or call."""
@@ -113,26 +120,56 @@ class Runner:
         self.on_event = on_event
         self.graph_version = graph_version
         self.state = RunState()
+        self._batch: list[Event] | None = None  # events folded but not yet appended
         self.ancestry: tuple[str, ...] = ()  # graphs of the runs this child run nests in
 
     # -- the log -------------------------------------------------------------------------
     def emit(self, cls: type[Event], *, at: float | None = None, **fields: Any) -> Event:
-        """Append one event after the current version, then fold it into the state."""
+        """Append one event after the current version, then fold it into the state.
+
+        While a batch is open (:meth:`_defer`) the event is folded at once but appended —
+        and handed to ``on_event`` — when the batch is flushed, in seq order."""
         # microsecond precision: what the wire form (ISO time) keeps, so a log read back from
         # a durable store folds to exactly the state the runner had
         at = round(self.env.clock(), 6) if at is None else at
         event = cls(run_id=self.run_id, seq=self.state.version + 1, at=at, **fields)
+        if self._batch is not None:
+            self._batch.append(event)
+            evolve(self.state, event)  # type: ignore[arg-type]
+            return event
         self.store.append(self.run_id, [event], expected_seq=self.state.version)
         evolve(self.state, event)  # type: ignore[arg-type]
         if self.on_event is not None:
             self.on_event(event)
         return event
 
+    def _defer(self) -> None:
+        """Open a batch (a memo hit is about to start): its events are appended together.
+
+        Batches open and close only at node boundaries, so the durable log always ends at
+        one: a process that dies with a batch open loses only whole served-from-recording
+        executions, which a resume serves again."""
+        if self._batch is not None and len(self._batch) >= BATCH_MAX:
+            self.flush()
+        if self._batch is None:
+            self._batch = []
+
+    def flush(self) -> None:
+        """Append the open batch in one store call (one transaction) and close it."""
+        batch, self._batch = self._batch, None
+        if not batch:
+            return
+        self.store.append(self.run_id, batch, expected_seq=batch[0].seq - 1)
+        if self.on_event is not None:
+            for event in batch:
+                self.on_event(event)
+
     def append_buffered(self, batch: list[BufferedEvent]) -> None:
         """Append events a node buffered while it ran ahead, in their order, as one batch.
 
         An event without a time (a logical clock) is stamped now, in log order, so a
         logical clock gives the same stamps whatever the concurrency."""
+        self.flush()  # served executions before it land first
         events: list[Event] = []
         version = self.state.version
         for cls, fields, at in batch:
@@ -259,7 +296,10 @@ class Runner:
         with tracer.start_as_current_span("workflow.run", attributes={
             "run.id": self.run_id, "run.kind": self.state.run_kind, "graph.id": self.graph.id,
         }):
-            return self._drive()
+            try:
+                return self._drive()
+            finally:
+                self.flush()
 
     def _drive(self) -> RunState:
         scheduler = Scheduler(self, self.max_concurrency)
@@ -307,10 +347,14 @@ class Runner:
                                        occurrence=occurrence, iteration=iteration)
             call = NodeCall(node=node_id, kind=node.kind, occurrence=occurrence,
                             iteration=iteration, fingerprint=fp, reads=reads)
+        substitute = self.oracle.output(call)  # both are lookups: nothing runs yet
+        memo = None if substitute is not None else self.oracle.memo(call)
+        if memo is not None:
+            self._defer()  # served from the recording: no call to wait for, batch its events
+        else:
+            self.flush()  # what runs for real appends (and broadcasts) as it goes
         self.emit(NodeStarted, node=node_id, occurrence=occurrence, iteration=iteration,
                   kind=node.kind, fingerprint=call.fingerprint, reads=call.reads)
-        substitute = self.oracle.output(call)
-        memo = None if substitute is not None else self.oracle.memo(call)
         ctx = self.context(call, frozenset(k for k in call.reads if k in self.state.taint))
         try:
             route = self.handle(ctx, node, substitute, memo)
