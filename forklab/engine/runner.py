@@ -380,8 +380,10 @@ class Runner:
         }, flight.started_at)
         batch, backlog, done = scheduler.drain(flight)
         self.append_buffered([started, *batch[:backlog]])
+        scheduler.appended(flight, backlog)
         for event in batch[backlog:]:
             self.append_buffered([event])
+            scheduler.appended(flight, 1)
         polled = time.monotonic()
         while not done:
             scheduler.launch()
@@ -389,6 +391,7 @@ class Runner:
             batch, _, done = scheduler.drain(flight)
             for event in batch:
                 self.append_buffered([event])
+                scheduler.appended(flight, 1)
             if time.monotonic() - polled >= CANCEL_POLL_S:  # a token may ask a database
                 polled = time.monotonic()
                 if self.cancel.cancelled:

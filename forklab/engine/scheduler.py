@@ -14,8 +14,9 @@ and starts it on a thread pool *ahead* of the nodes before it when its predictio
 - no node before it (not yet completed) may write a key it reads (declared ``writes``; an
   approval may write any key, so nothing is started past one), so its read slice and the
   taint of it are what the sequential run would give it;
-- nothing before it is an outside-world effect (a write tool, a subgraph) or a node beyond
-  ``max_iterations`` (the run stops there);
+- nothing before it is a tool (user code, which may fail the run; a write tool also touches
+  the outside world), a subgraph, an approval, or a node beyond ``max_iterations`` (the run
+  stops there);
 - under an enforced fork budget, the worst case of every node before it plus its own still
   fits the budget (reserved before calling), so every call it makes is one the sequential
   order would allow too.
@@ -83,6 +84,8 @@ class Flight:
     events: list[BufferedEvent] = field(default_factory=list)
     head: bool = False  # reached the head: what it emits from now on streams event by event
     backlog: int = 0  # events buffered before it reached the head (appended as one batch)
+    emitted: int = 0  # events it has emitted
+    appended: int = 0  # of those, how many the runner has appended to the log
     done: bool = False
     route: str | None = None
     error: BaseException | None = None
@@ -109,10 +112,10 @@ def poolable(node: Any) -> bool:
 
 
 def barrier(node: Any) -> bool:
-    """Nothing starts ahead of these: they touch the outside world or may write any key."""
-    if isinstance(node, (ApprovalNode, SubgraphNode)):
-        return True
-    return isinstance(node, ToolNode) and node.effect == "write"
+    """Nothing starts ahead of these: approvals (may write any key, may pause), subgraphs and
+    write tools (touch the outside world), and every tool — user code, the likeliest node to
+    fail the run, and work started ahead of a node that stops the run is work thrown away."""
+    return isinstance(node, (ApprovalNode, SubgraphNode, ToolNode))
 
 
 class Scheduler:
@@ -134,6 +137,8 @@ class Scheduler:
     def close(self) -> None:
         """Stop and wait for the nodes still running ahead (their work is dropped)."""
         self.stop.set()
+        with self.cond:
+            self.cond.notify_all()  # a head waiting for its append stops (Cancelled)
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
         for flight in self.flights.values():
@@ -267,16 +272,32 @@ class Scheduler:
                 self.cond.notify_all()
 
     def _sink(self, flight: Flight) -> Callable[[type, dict[str, Any]], None]:
+        """Where a flight's events go: its buffer. At the head it waits until the runner has
+        appended each one before going on, as the sequential runner does — so a process that
+        dies after a call was recorded never pays it again on resume."""
         logical, clock = self.runner.logical_clock, self.runner.env.clock
 
         def buffer(cls: type, fields: dict[str, Any]) -> None:
             at = None if logical else round(clock(), 6)
             with self.cond:
+                if self.stop.is_set():
+                    raise Cancelled()
                 flight.events.append((cls, fields, at))
+                flight.emitted += 1
                 self.changed = True
                 self.cond.notify_all()
+                while flight.head and flight.appended < flight.emitted:
+                    self.cond.wait()
+                    if self.stop.is_set():
+                        raise Cancelled()
 
         return buffer
+
+    def appended(self, flight: Flight, count: int) -> None:
+        """The runner appended ``count`` more of ``flight``'s events."""
+        with self.cond:
+            flight.appended += count
+            self.cond.notify_all()
 
     def reach_head(self, flight: Flight) -> None:
         """``flight`` is now the head: what it buffered so far is its backlog."""
