@@ -55,8 +55,8 @@ def plan_for(spec: ForkSpec, project: Project, base: Run | None = None) -> Any:
     env = build_environment()
     source: Any = bases.loaded(base, env) if base is not None else spec.base_run
     return prepare_fork(
-        source, at=spec.at, change=spec.changes, policy=spec.policy.wire(),
-        budget=spec.budget.wire(), ignore_budget=spec.ignore_budget, source=spec.source,
+        source, at=spec.at, change=spec.changes, policy=spec.policy,
+        budget=spec.budget, ignore_budget=spec.ignore_budget, source=spec.source,
         store=DjangoStore(project), env=env, graph_version=spec.graph_version)
 
 
@@ -106,8 +106,8 @@ def start_fork(*, user: User, spec: ForkSpec) -> StartedFork:
             if spec.client_request_id:
                 ForkRequest.objects.create(project=project, user=user,
                                            client_request_id=spec.client_request_id,
-                                           fork_run=run, body=spec.model_dump(mode="json"))
-            transaction.on_commit(lambda: tasks.enqueue_fork(run_id, spec.model_dump(mode="json")))
+                                           fork_run=run, body=spec.wire())
+            transaction.on_commit(lambda: tasks.enqueue_fork(run_id, spec.wire()))
     except IntegrityError:  # the same key raced in from a second request
         raced = _known_request(user, project, spec)
         if raced is None:
@@ -126,7 +126,7 @@ def _known_request(user: User, project: Project, spec: ForkSpec) -> Run | None:
                      client_request_id=spec.client_request_id).first())
     if known is None or known.fork_run is None:
         return None
-    if not canonical_equals(known.body, spec.model_dump(mode="json")):
+    if not canonical_equals(known.body, spec.wire()):
         raise IdempotencyConflict(
             f"client_request_id {spec.client_request_id!r} was already used for a different "
             f"fork request (fork {known.fork_run.id}); use a new id for a new request, or "
@@ -137,9 +137,10 @@ def _known_request(user: User, project: Project, spec: ForkSpec) -> Run | None:
 
 def _queued_fork(run_id: str, base: Run, plan: Any, spec: ForkSpec, user: User,
                  fork_group_id: str | None = None) -> Run:
-    """The queued fork row, holding its request (``work``) so lost work can be redone."""
+    """The queued fork row, holding its validated request (``work``: the ForkSpec's JSON
+    form, its changes normalised) that the worker runs and lost work is redone from."""
     return Run.objects.create(
-        work={"task": "fork", "spec": spec.model_dump(mode="json")},
+        work={"task": "fork", "spec": spec.wire()},
         id=run_id, project=base.project, graph_version_id=base.graph_version_id,
         graph_slug=base.graph_slug, graph_version_number=base.graph_version_number,
         run_kind=RunKind.COUNTERFACTUAL, status=RunStatus.QUEUED, label=spec.label,
@@ -157,7 +158,7 @@ def estimate_sweep(*, user: User, spec: SweepSpec) -> dict[str, Any]:
     _check_fork_rights(user, base.project, spec)
     _require_finished(base)
     return engine_estimate_sweep(base.id, at=spec.at, variants=spec.variants,
-                                 policy=spec.policy.wire(), budget=spec.budget.wire(),
+                                 policy=spec.policy, budget=spec.budget,
                                  store=DjangoStore(base.project), env=build_environment())
 
 
@@ -168,23 +169,16 @@ def start_sweep(*, user: User, spec: SweepSpec) -> str:
     _require_finished(base)
     group = uuid.uuid4().hex
     plans = {}
-    for name, changes in spec.variants.items():
-        one = ForkSpec(base_run=spec.base_run, at=spec.at, changes=_as_list(changes),
-                       policy=spec.policy, budget=spec.budget, label=name,
-                       ignore_budget=spec.ignore_budget)
+    for name in spec.variants:
+        one = spec.variant(name)
         plans[name] = (one, plan_for(one, base.project, base))
     run_ids = {}
     with transaction.atomic():
         for name, (one, plan) in plans.items():
             run = _queued_fork(uuid.uuid4().hex, base, plan, one, user, fork_group_id=group)
             run_ids[name] = run.id
-        transaction.on_commit(lambda: tasks.enqueue_sweep(group, spec.model_dump(mode="json"),
-                                                          run_ids))
+        transaction.on_commit(lambda: tasks.enqueue_sweep(group, spec, run_ids))
     return group
-
-
-def _as_list(changes: Any) -> list[dict[str, Any]]:
-    return changes if isinstance(changes, list) else [changes]
 
 
 def sweep_detail(*, user: User, group_id: str) -> dict[str, Any]:

@@ -13,12 +13,11 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from forklab.engine.errors import ForklabError
-from forklab.engine.fork.changes import parse_change
+from forklab.engine.fork.changes import PromptChange, wire
 from forklab.runs import forking, queries
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Run
-from forklab.runs.specs import ForkSpec, parse
 from forklab.web import timeline
 from forklab.web.composer import Composer, build_composer, decode_changes, encode_changes
 from forklab.web.forkform import ForkForm, field_for, read_fork_form
@@ -116,7 +115,7 @@ def _submit(request: HttpRequest, run: Run) -> HttpResponse:
     form = read_fork_form(composer, request.POST)
     if not form.errors:
         try:
-            started = forking.start_fork(user=request.user, spec=parse(ForkSpec, form.body))
+            started = forking.start_fork(user=request.user, spec=form.spec())
         except ForklabError as exc:
             form.errors[field_for(exc, form)] = exc.message
         else:
@@ -124,7 +123,7 @@ def _submit(request: HttpRequest, run: Run) -> HttpResponse:
             return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
     context = {"run": run, "composer": composer, "values": _posted(request, composer),
                "errors": form.errors, **roles(request, run.project),
-               "fork_link": _fork_link(request, run, composer.seq, form.changes)}
+               "fork_link": _fork_link(request, run, composer.seq, wire(form.changes))}
     template = "web/composer.html#composer" if request.htmx else "web/fork_page.html"
     return render(request, template, context, status=422)
 
@@ -157,30 +156,24 @@ def preflight(request: HttpRequest, run_id: str) -> HttpResponse:
     result: dict[str, Any] | None = None
     if not form.errors:
         try:
-            result = forking.preflight(user=request.user, spec=parse(ForkSpec, form.body))
+            result = forking.preflight(user=request.user, spec=form.spec())
         except ForklabError as exc:
             form.errors[field_for(exc, form)] = exc.message
     return render(request, "web/composer.html#preflight-response", {
         "run": run, "composer": composer, "result": result, "errors": form.errors,
         "described": _described(form), "fork_link": _fork_link(request, run, composer.seq,
-                                                                form.changes),
+                                                                wire(form.changes)),
         "notices": empty_prompts(form),
     })
 
 
 def empty_prompts(form: ForkForm) -> list[str]:
     """A prompt emptied in the form is allowed, but almost never meant: say so."""
-    return [f"The system prompt of {c['target']!r} is empty: the agent gets no "
+    return [f"The system prompt of {c.target!r} is empty: the agent gets no "
             "instructions at all. Undo the edit if that was not intended."
-            for c in form.changes if c.get("kind") == "prompt" and
-            not str(c.get("system_prompt", "")).strip()]
+            for c in form.changes if isinstance(c, PromptChange) and
+            not c.system_prompt.strip()]
 
 
 def _described(form: ForkForm) -> list[str]:
-    out = []
-    for change in form.changes:
-        try:
-            out.append(parse_change(change).describe())
-        except ForklabError as exc:
-            out.append(f"{change.get('kind', '?')}: {exc.message}")
-    return out
+    return [change.describe() for change in form.changes]
