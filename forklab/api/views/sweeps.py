@@ -10,7 +10,8 @@ from rest_framework.response import Response
 
 from forklab.api.inputs import DiffQuery, body
 from forklab.api.schema import FORK_WRITE, READ, path_id, responses
-from forklab.api.serializers import RunDiffSerializer, SweepEstimateSerializer, SweepSerializer
+from forklab.api.serializers import SweepEstimateSerializer, SweepSerializer
+from forklab.engine.fork.wire import RunDiffWire
 from forklab.runs import forking
 from forklab.runs.specs import SweepSpec
 
@@ -55,9 +56,9 @@ def sweep_detail(request: Request, group_id: str) -> Response:
 @extend_schema(
     operation_id="diff", parameters=[DiffQuery], summary="Compare two runs",
     description="The RunDiff of any two runs you can read (base first).",
-    responses=responses({200: RunDiffSerializer}, 400, *READ))
+    responses=responses({200: RunDiffWire}, 400, *READ))
 @api_view(["GET"])
 def diff(request: Request) -> Response:
     query = DiffQuery.read(request.query_params)
-    return Response(RunDiffSerializer(forking.diff(
-        user=request.user, base_id=query["base"], variant_id=query["variant"])).data)
+    return Response(RunDiffWire.from_wire(forking.diff(
+        user=request.user, base_id=query["base"], variant_id=query["variant"])).to_wire())

@@ -12,8 +12,9 @@ Invariants:
   ``invalid_overrides`` while the body is read, never a loose dict that fails later;
 - :meth:`ForkSpec.wire` (and every model's JSON dump) is the SPEC's JSON form, aliases
   included (a route change's ``from``), and validates back to an equal model;
-- output models (:class:`ForkResultWire` …) round-trip the engine's wire dicts exactly:
-  ``from_wire(d).to_wire() == d``.
+- output models (:class:`ForkResultWire` …) validate the engine's wire dicts and dump them
+  in the SPEC's shape (``from_wire(d).to_wire()``), which is what the API sends and what its
+  OpenAPI schema documents.
 """
 
 from __future__ import annotations
@@ -281,8 +282,9 @@ class SweepSpec(WireModel):
 
 
 class OutModel(BaseModel):
-    """Base of the result shapes. ``from_wire(d).to_wire() == d``: a key the engine left out
-    (``score`` without a scorer, ``not_reached`` when nothing was) stays out."""
+    """Base of the result shapes. ``from_wire(d).to_wire()`` is ``d`` in the SPEC's shape: a
+    key the engine left out (``score`` without a scorer) stays out, and the dashboard-only
+    ``not_reached`` marks of a diff are dropped."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
 
@@ -309,9 +311,11 @@ class ForkPointWire(OutModel):
     node: str | None
     occurrence: int | None
     iteration: int | None
-    kind: str
-    label: str
-    run_id: str | None = None
+    kind: Literal["before_node", "end"]
+    label: str = Field(description="human text, e.g. before 'write' execution 1, iteration 1")
+    run_id: str | None = Field(default=None, description=(
+        "the run whose log holds this boundary (on a fork, an inherited one is held by an "
+        "ancestor)"))
 
 
 class SuppressedEffect(OutModel):
@@ -347,18 +351,19 @@ class PathEntry(OutModel):
     status: str
 
 
-class PathStep(OutModel):
+class AlignedStep(OutModel):
     op: Literal["same", "changed", "inserted", "skipped"]
     base: PathEntry | None
     variant: PathEntry | None
-    not_reached: bool | None = None
+    # the dashboard's mark of a base step a stopped variant never reached; not in SPEC §4.6
+    not_reached: bool | None = Field(default=None, exclude=True)
 
 
 class DiffPath(OutModel):
-    aligned: list[PathStep]
+    aligned: list[AlignedStep]
     inserted: list[str]
     skipped: list[str]
-    not_reached: list[str] | None = None
+    not_reached: list[str] | None = Field(default=None, exclude=True)
 
 
 class Divergence(OutModel):

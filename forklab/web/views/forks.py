@@ -13,7 +13,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from forklab.engine.errors import ForklabError
-from forklab.engine.fork.changes import PromptChange, wire
+from forklab.engine.fork.changes import Change, PromptChange
 from forklab.runs import forking, queries
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import NotFound
@@ -51,7 +51,7 @@ def point_error(run: Run, tl: timeline.Timeline, at: int) -> str:
 
 def composer_context(request: HttpRequest, run: Run, at: int | None, *, graph: Any = None,
                      tl: timeline.Timeline | None = None,
-                     changes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                     changes: list[Change] | None = None) -> dict[str, Any]:
     """The composer at ``at``, its fields as the run had them overlaid with ``changes``."""
     composer = _composer(run, at, graph=graph, tl=tl)
     return {"composer": composer, "values": composer.initial(changes), "errors": {},
@@ -59,7 +59,7 @@ def composer_context(request: HttpRequest, run: Run, at: int | None, *, graph: A
             "fork_link": _fork_link(request, run, composer.seq, changes or [])}
 
 
-def _fork_link(request: HttpRequest, run: Run, seq: int, changes: list[dict[str, Any]]) -> str:
+def _fork_link(request: HttpRequest, run: Run, seq: int, changes: list[Change]) -> str:
     url = f"{reverse('compose', args=[run.id])}?at={seq}"
     if changes:
         url += f"&changes={encode_changes(changes)}"
@@ -82,7 +82,7 @@ def compose(request: HttpRequest, run_id: str) -> HttpResponse:
     if at is None and request.GET.get("at", "") != "":
         return _refused(request, run, 400, "This fork link is damaged: its point "
                         f"at={request.GET['at'][:40]!r} is not a seq number.")
-    changes = []
+    changes: list[Change] = []
     if request.GET.get("changes"):
         try:
             changes = decode_changes(request.GET["changes"])
@@ -123,7 +123,7 @@ def _submit(request: HttpRequest, run: Run) -> HttpResponse:
             return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
     context = {"run": run, "composer": composer, "values": _posted(request, composer),
                "errors": form.errors, **roles(request, run.project),
-               "fork_link": _fork_link(request, run, composer.seq, wire(form.changes))}
+               "fork_link": _fork_link(request, run, composer.seq, form.changes)}
     template = "web/composer.html#composer" if request.htmx else "web/fork_page.html"
     return render(request, template, context, status=422)
 
@@ -162,7 +162,7 @@ def preflight(request: HttpRequest, run_id: str) -> HttpResponse:
     return render(request, "web/composer.html#preflight-response", {
         "run": run, "composer": composer, "result": result, "errors": form.errors,
         "described": _described(form), "fork_link": _fork_link(request, run, composer.seq,
-                                                                wire(form.changes)),
+                                                                form.changes),
         "notices": empty_prompts(form),
     })
 
