@@ -166,17 +166,6 @@ class EstimateSerializer(Shape):
     cost_usd = s.FloatField()
 
 
-class PreflightSerializer(Shape):
-    fork_sequence_id = s.IntegerField()
-    fork_node_id = nullable_str()
-    effective_fork_sequence_id = s.IntegerField()
-    events_reused = s.IntegerField()
-    estimate = WireField(EstimateWire)
-    warnings = s.ListField(child=s.CharField())
-    point = WireField(ForkPointWire)
-    changes = wire_list(ChangeWire)
-
-
 FORK_STATES = ["queued", "running", "paused", "complete", "failed", "blocked", "not_run",
                "cancelled"]
 

@@ -20,6 +20,7 @@ from forklab.engine.fork.diff import diff_runs
 from forklab.engine.fork.lifecycle import Case as EngineCase
 from forklab.engine.fork.lifecycle import promote, run_case, save_case
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
+from forklab.engine.fork.wire import PreflightWire, RunDiffWire
 from forklab.engine.reducers import fold
 from forklab.runs import bases, queries, tasks
 from forklab.runs.access import User, readable_run_and_role, require_fork_rights, require_role
@@ -42,8 +43,8 @@ def _base_run(user: User, run_id: str) -> Run:
 
 def _check_fork_rights(user: User, project: Project, spec: ForkSpec | SweepSpec,
                        **role: Any) -> None:
-    require_fork_rights(user, project, policy=spec.policy.wire(),
-                        budget=spec.budget.explicit(), ignore_budget=spec.ignore_budget, **role)
+    require_fork_rights(user, project, policy=spec.policy, budget=spec.budget,
+                        ignore_budget=spec.ignore_budget, **role)
 
 
 def plan_for(spec: ForkSpec, project: Project, base: Run | None = None) -> Any:
@@ -60,12 +61,12 @@ def plan_for(spec: ForkSpec, project: Project, base: Run | None = None) -> Any:
         store=DjangoStore(project), env=env, graph_version=spec.graph_version)
 
 
-def preflight(*, user: User, spec: ForkSpec) -> dict[str, Any]:
+def preflight(*, user: User, spec: ForkSpec) -> PreflightWire:
     """What a fork would do and cost; starts nothing."""
     base, role = readable_run_and_role(user, spec.base_run)
     _check_fork_rights(user, base.project, spec, role=role)
     _require_finished(base)
-    return dict(plan_for(spec, base.project, base).preflight())
+    return PreflightWire.from_wire(plan_for(spec, base.project, base).preflight())
 
 
 def _require_finished(run: Run) -> None:
@@ -193,7 +194,7 @@ def sweep_detail(*, user: User, group_id: str) -> dict[str, Any]:
 # -- reading results ---------------------------------------------------------------------------
 
 
-def diff(*, user: User, base_id: str, variant_id: str) -> dict[str, Any]:
+def diff(*, user: User, base_id: str, variant_id: str) -> RunDiffWire:
     """RunDiff between any two readable runs."""
     base, variant = _base_run(user, base_id), _base_run(user, variant_id)
     states = []
@@ -202,8 +203,8 @@ def diff(*, user: User, base_id: str, variant_id: str) -> dict[str, Any]:
         if not events:
             raise NotFound(f"run {run.id!r} has no events to compare", run_id=run.id)
         states.append(fold(events))
-    return diff_runs(states[0], states[1], changes=[
-        str(c.get("kind")) for c in variant.fork_mutations or []]).wire()
+    return RunDiffWire.from_wire(diff_runs(states[0], states[1], changes=[
+        str(c.get("kind")) for c in variant.fork_mutations or []]).wire())
 
 
 def promote_fork(*, user: User, run_id: str) -> dict[str, Any]:

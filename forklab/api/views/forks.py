@@ -14,10 +14,10 @@ from forklab.api.schema import FORK_WRITE, READ, WRITE, path_id, responses
 from forklab.api.serializers import (
     CaseSerializer,
     ForkSerializer,
-    PreflightSerializer,
     PromoteSerializer,
 )
 from forklab.api.views.cases import case_json
+from forklab.engine.fork.wire import PreflightWire
 from forklab.runs import forking
 from forklab.runs.specs import AnswerSpec, CaseSpec, ForkSpec
 
@@ -28,11 +28,11 @@ FORK_ID = path_id("run_id", "the fork's run id")
     operation_id="forks_preflight", request=ForkSpec, summary="Preflight a fork",
     description="Resolve the fork point, validate the changes and estimate the tail; starts "
                 "nothing. Same body and same errors as `POST /forks/`.",
-    responses=responses({200: PreflightSerializer}, *FORK_WRITE))
+    responses=responses({200: PreflightWire}, *FORK_WRITE))
 @api_view(["POST"])
 def preflight(request: Request) -> Response:
     plan = forking.preflight(user=request.user, spec=body(ForkSpec, request.data))
-    return Response(PreflightSerializer(plan).data)
+    return Response(plan.to_wire())
 
 
 @extend_schema(

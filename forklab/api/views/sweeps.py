@@ -60,5 +60,5 @@ def sweep_detail(request: Request, group_id: str) -> Response:
 @api_view(["GET"])
 def diff(request: Request) -> Response:
     query = DiffQuery.read(request.query_params)
-    return Response(RunDiffWire.from_wire(forking.diff(
-        user=request.user, base_id=query["base"], variant_id=query["variant"])).to_wire())
+    return Response(forking.diff(
+        user=request.user, base_id=query["base"], variant_id=query["variant"]).to_wire())

@@ -419,6 +419,20 @@ class RunDiffWire(OutModel):
     score: Score | None = None
 
 
+class PreflightWire(OutModel):
+    """What a fork would do and cost (``POST /forks/preflight/``); it starts nothing."""
+
+    fork_sequence_id: int
+    fork_node_id: str | None
+    effective_fork_sequence_id: int
+    events_reused: int
+    estimate: EstimateWire
+    warnings: list[str]
+    point: ForkPointWire
+    effective_point: ForkPointWire = Field(exclude=True)  # the engine's; the API sends the seq
+    changes: list[Change]
+
+
 class ForkResultWire(OutModel):
     """The fork-specific fields of a finished fork (SPEC §4.6); the API adds the variant
     Run's fields around them. ``changes`` are the fork's combined ``fork_mutations``."""
