@@ -14,6 +14,7 @@ from typing import Any
 
 from django.utils.safestring import SafeString
 
+from forklab.engine.fork.apply import agent_at
 from forklab.engine.fork.changes import (
     AgentChange,
     Change,
@@ -27,9 +28,8 @@ from forklab.engine.fork.changes import (
     RouteChange,
     ToolChange,
 )
-from forklab.engine.graph import GraphSpec
+from forklab.engine.graph import AgentSpec, GraphSpec
 from forklab.engine.state import Execution
-from forklab.web.composer import agent_targets
 from forklab.web.textdiff import as_text, sides
 
 ABSENT = "(absent)"
@@ -72,10 +72,8 @@ def _line(name: str, old: Any, new: Any) -> Line:
 _MISSING = object()
 
 
-def _agent(before: Before, target: str) -> Any:
-    if before.graph is None:
-        return None
-    return next((t for t in agent_targets(before.graph) if t.target == target), None)
+def _agent(before: Before, target: str) -> AgentSpec | None:
+    return agent_at(before.graph, target) if before.graph is not None else None
 
 
 def _recorded(before: Before, node: str) -> Execution | None:

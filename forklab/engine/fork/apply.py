@@ -49,6 +49,24 @@ def _modified(agent: AgentSpec, item: AgentChange) -> AgentSpec:
     return agent.model_copy(update=item.agent_update())
 
 
+def agent_at(graph: GraphSpec, target: str) -> AgentSpec | None:
+    """The agent an agent change's ``target`` addresses in ``graph`` (None: none there)."""
+    match = _TARGET.match(target)
+    node = graph.node(match["node"]) if match and match["node"] in graph.node_ids() else None
+    if match is None or node is None:
+        return None
+    if match["role"] is None:
+        agent = getattr(node, "agent", None)
+        return graph.resolve_agent(agent) if agent is not None else None
+    role = node.roles.get(match["role"]) if isinstance(node, AgentNode) and node.roles else None
+    if role is None:
+        return None
+    if match["i"] is None:
+        return graph.resolve_agent(role.agent)
+    index = int(match["i"])
+    return graph.resolve_agent(role.agent_for(index)) if index < role.count else None
+
+
 def _node_or_refuse(graph: GraphSpec, node_id: str, item: ChangeBase) -> Any:
     if node_id not in graph.node_ids():
         raise InvalidChange(
