@@ -384,11 +384,15 @@ def parse_change(data: Any) -> Change:
 
 
 def parse_changes(data: Any) -> list[Change]:
-    """A list of changes (or one) from wire form, with the structural limits checked first."""
+    """A list of changes (or one) from wire form, with the structural limits checked first.
+
+    Built changes (already validated: a builder, a parsed request) pass through as they are;
+    only their wire form is measured against the limits."""
     items = data if isinstance(data, (list, tuple)) else [data]
     wire = [c.wire() if isinstance(c, _Change) else c for c in items]
     check_limits(wire)
-    return [parse_change(item) for item in wire]
+    return [c if isinstance(c, _Change) else parse_change(w)  # type: ignore[misc]
+            for c, w in zip(items, wire, strict=True)]
 
 
 def wire(changes: list[Change]) -> list[dict[str, Any]]:
