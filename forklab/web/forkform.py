@@ -199,8 +199,9 @@ def _change_field(form: ForkForm, name: str) -> str:
 
 
 def _change_error_field(form: ForkForm, ctx: dict[str, Any]) -> str:
-    if ctx.get("key") and ctx.get("changes"):
-        return _conflict_field(form, ctx["changes"])
+    key = ctx.get("key")
+    if isinstance(key, list) and key:
+        return _conflict_field(form, key, ctx.get("changes") or [])
     kind, target = ctx.get("kind"), ctx.get("target")
 
     def matches(item: Change) -> bool:
@@ -211,7 +212,15 @@ def _change_error_field(form: ForkForm, ctx: dict[str, Any]) -> str:
     return _origin_of(form, matches) or ("extra_changes" if form.origins else "form")
 
 
-def _conflict_field(form: ForkForm, changes: list[Any]) -> str:
-    """The field of the later of the two conflicting changes."""
-    origins = [origin for item, origin in form.origins if item.wire() in changes]
+def _conflict_field(form: ForkForm, key: list[str], changes: list[Any]) -> str:
+    """The field of the later of two conflicting changes: the two the error names, else
+    the changes that write the conflicting path."""
+    path = tuple(str(step) for step in key)
+
+    def writes(item: Change) -> bool:
+        if changes:
+            return item.wire() in changes
+        return any(p[:len(path)] == path or path[:len(p)] == p for p in item.written_paths())
+
+    origins = [origin for item, origin in form.origins if writes(item)]
     return origins[-1] if origins else "extra_changes"
