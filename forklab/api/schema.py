@@ -50,7 +50,7 @@ def path_id(name: str, description: str) -> OpenApiParameter:
     return OpenApiParameter(name, str, OpenApiParameter.PATH, description=description)
 
 
-class WireFieldExtension(OpenApiSerializerFieldExtension):
+class WireFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
     """Documents a ``WireField`` as its engine wire model's component (one definition)."""
 
     target_class = "forklab.api.serializers.WireField"

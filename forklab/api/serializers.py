@@ -37,7 +37,7 @@ class Shape(s.Serializer):  # type: ignore[type-arg]
     """
 
     @property
-    def fields(self) -> Any:  # type: ignore[override]
+    def fields(self) -> Any:
         cls = type(self)
         cached = cls.__dict__.get("_shape_fields")
         if cached is None:
@@ -101,7 +101,7 @@ class RunSerializer(Shape):
     graph_version = s.IntegerField()
     run_kind = s.ChoiceField(choices=RunKind.values)
     status = s.ChoiceField(choices=RunStatus.values)
-    label = s.CharField(allow_blank=True)
+    label = s.CharField(allow_blank=True)  # type: ignore[assignment]  # a field named like Field.label
     parent_run_id = nullable_str()
     fork_sequence_id = nullable_int()
     fork_node_id = nullable_str()

@@ -28,6 +28,7 @@ from forklab.engine.fork.changes import (
     parse_changes,
     wire,
 )
+from forklab.engine.fork.wire import DEFAULT_MAX_COST_USD, DEFAULT_MAX_LIVE_CALLS
 from forklab.engine.graph import (
     AgentNode,
     ApprovalNode,
@@ -36,7 +37,6 @@ from forklab.engine.graph import (
     ToolNode,
 )
 from forklab.engine.state import RunState
-from forklab.runs.access import DEFAULT_MAX_COST_USD, DEFAULT_MAX_LIVE_CALLS
 from forklab.runs.models import Run
 
 HUMAN_DECISIONS = ("approved", "rejected", "edited")

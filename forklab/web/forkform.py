@@ -17,7 +17,7 @@ from django.http import QueryDict
 
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import Change, change, parse_change, wire
-from forklab.runs.access import DEFAULT_MAX_COST_USD, DEFAULT_MAX_LIVE_CALLS
+from forklab.engine.fork.wire import DEFAULT_MAX_COST_USD, DEFAULT_MAX_LIVE_CALLS
 from forklab.runs.specs import ForkSpec, parse
 from forklab.web.composer import HUMAN_DECISIONS, Composer, same
 
@@ -47,7 +47,8 @@ class ForkForm:
         return parse(ForkSpec, self.body)
 
 
-def _json(form: ForkForm, data: QueryDict, name: str, *, want: type | None = None) -> Any:
+def _json(form: ForkForm, data: QueryDict, name: str, *,
+          want: type[dict[str, Any]] | type[list[Any]] | None = None) -> Any:
     text = data.get(name, "").strip()
     if not text:
         return None
@@ -57,7 +58,7 @@ def _json(form: ForkForm, data: QueryDict, name: str, *, want: type | None = Non
         form.errors[name] = f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         return None
     if want is not None and not isinstance(value, want):
-        noun = {dict: "a JSON object {…}", list: "a JSON list […]"}[want]
+        noun = "a JSON object {…}" if want is dict else "a JSON list […]"
         form.errors[name] = f"expected {noun}, got {type(value).__name__}"
         return None
     return value

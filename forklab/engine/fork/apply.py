@@ -38,7 +38,6 @@ from forklab.engine.graph import (
     RouterNode,
     ToolNode,
     has_cycle,
-    parse_graph,
 )
 
 _TARGET = TARGET
@@ -52,7 +51,7 @@ def _modified(agent: AgentSpec, item: AgentChange) -> AgentSpec:
 def agent_at(graph: GraphSpec, target: str) -> AgentSpec | None:
     """The agent an agent change's ``target`` addresses in ``graph`` (None: none there)."""
     match = _TARGET.match(target)
-    node = graph.node(match["node"]) if match and match["node"] in graph.node_ids() else None
+    node = graph.node(match["node"]) if match and graph.has_node(match["node"]) else None
     if match is None or node is None:
         return None
     if match["role"] is None:
@@ -68,7 +67,7 @@ def agent_at(graph: GraphSpec, target: str) -> AgentSpec | None:
 
 
 def _node_or_refuse(graph: GraphSpec, node_id: str, item: ChangeBase) -> Any:
-    if node_id not in graph.node_ids():
+    if not graph.has_node(node_id):
         raise InvalidChange(
             f"{item.kind} change: graph {graph.id!r} has no node {node_id!r}; nodes: "
             f"{', '.join(graph.node_ids())}",
@@ -129,10 +128,9 @@ def _apply_agent(graph: GraphSpec, item: AgentChange) -> GraphSpec:
 
 
 def _replace_node(graph: GraphSpec, node: Any) -> GraphSpec:
-    data = graph.to_wire()
-    data["nodes"] = [node.model_dump(mode="json", by_alias=True) if n["id"] == node.id else n
-                     for n in data["nodes"]]
-    return parse_graph(data)
+    """Swap one node in; only that node (and the cycle check, if its targets moved) is
+    validated again — see :meth:`GraphSpec.with_node` for why that is sound."""
+    return graph.with_node(node)
 
 
 def _apply_config(graph: GraphSpec, item: ConfigChange) -> GraphSpec:
@@ -142,10 +140,8 @@ def _apply_config(graph: GraphSpec, item: ConfigChange) -> GraphSpec:
             raise InvalidChange(f"config change of {node.id!r}: '{fixed}' cannot change",
                                 kind="config", target=node.id, field=fixed)
     patched = merge_patch(node.model_dump(mode="json", by_alias=True), item.patch)
-    data = graph.to_wire()
-    data["nodes"] = [patched if n["id"] == node.id else n for n in data["nodes"]]
     try:
-        return parse_graph(data)
+        return graph.with_node(patched)
     except GraphValidationError as exc:
         raise InvalidChange(f"config change of {node.id!r} makes the graph invalid: "
                             f"{exc.message}", kind="config", target=node.id) from None
@@ -177,7 +173,7 @@ def _check_state_change(graph: GraphSpec, item: Change) -> None:
             if not isinstance(node, RouterNode):
                 raise InvalidChange(f"route change: {node.id!r} is a {node.kind} node, not a "
                                     "router", target=node.id, kind="route")
-            if item.to != END and item.to not in graph.node_ids():
+            if item.to != END and not graph.has_node(item.to):
                 raise InvalidChange(f"route change: unknown target {item.to!r}; expected one "
                                     f"of {', '.join([*graph.node_ids(), END])}", kind="route")
             if (not item.once and graph.max_iterations is None
