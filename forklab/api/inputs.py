@@ -10,19 +10,34 @@ serializers, so drf-spectacular documents them and a bad value is ``invalid_requ
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 from django.conf import settings
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 from rest_framework import serializers as s
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
 from forklab.engine import inputs
+from forklab.engine.graph import GraphSpec
 from forklab.runs.models import RunKind, RunStatus
 from forklab.runs.specs import parse
 
 # -- bodies --------------------------------------------------------------------------------
+
+
+class DocumentedAs:
+    """A field validated as it is typed but documented as ``shape`` (its JSON Schema, with
+    the shape's own definitions shared in the document)."""
+
+    def __init__(self, shape: type[BaseModel]) -> None:
+        self.shape = shape
+
+    def __get_pydantic_json_schema__(self, core_schema: CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return handler(self.shape.__pydantic_core_schema__)
 
 
 class GraphRegistration(BaseModel):
@@ -33,7 +48,11 @@ class GraphRegistration(BaseModel):
     project: str | None = Field(
         default=None, max_length=100,
         description="project slug; may be omitted when you are admin of exactly one project")
-    spec: dict[str, Any] = Field(description="the graph (GraphSpec: id, start, nodes, edges…)")
+    # validated as a plain object, so a bad graph is reported by the engine's own validator
+    # (``invalid_graph`` naming the node and field), not as a body error; documented as the
+    # engine's GraphSpec
+    spec: Annotated[dict[str, Any], DocumentedAs(GraphSpec)] = Field(
+        description="the graph (GraphSpec: id, start, nodes, edges…)")
 
 
 class CasesRunSpec(BaseModel):

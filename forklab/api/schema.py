@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 
 from forklab.api.serializers import ErrorSerializer
@@ -47,3 +48,13 @@ def responses(ok: dict[int, Any], *errors: int) -> dict[int, Any]:
 
 def path_id(name: str, description: str) -> OpenApiParameter:
     return OpenApiParameter(name, str, OpenApiParameter.PATH, description=description)
+
+
+class WireFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
+    """Documents a ``WireField`` as its engine wire model's component (one definition)."""
+
+    target_class = "forklab.api.serializers.WireField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> Any:
+        component = auto_schema.resolve_serializer(self.target.model, direction)
+        return component.ref

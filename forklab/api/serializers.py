@@ -11,8 +11,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, RootModel
 from rest_framework import serializers as s
 
+from forklab.engine.fork.changes import Change
+from forklab.engine.fork.wire import (
+    CallWire,
+    Divergence,
+    EstimateWire,
+    ForkPointWire,
+    MemoHit,
+    RunDiffWire,
+    SuppressedEffect,
+    Terminal,
+)
 from forklab.runs.models import RunKind, RunStatus
 
 
@@ -43,6 +55,10 @@ class Shape(s.Serializer):  # type: ignore[type-arg]
                 value = field.to_representation(value)
             out[name] = value
         return out
+
+
+class ChangeWire(RootModel[Change]):
+    """A change in its JSON form (SPEC §3.3), documented as the engine's change union."""
 
 
 def nullable_str(**kw: Any) -> s.CharField:
@@ -118,127 +134,36 @@ class EventPageSerializer(Shape):
     last_seq = s.IntegerField(help_text="the run's last event seq")
 
 
-class ForkPointSerializer(Shape):
-    seq = s.IntegerField()
-    node = nullable_str()
-    occurrence = nullable_int()
-    iteration = nullable_int()
-    kind = s.ChoiceField(choices=["before_node", "end"])
-    label = s.CharField()  # type: ignore[assignment]  # a field named like Field.label
-    run_id = nullable_str(help_text="the run whose log holds this boundary (on a fork, an "
-                                    "inherited one is held by an ancestor)")
+class ForkPointList(RootModel[list[ForkPointWire]]):
+    """A run's addressable boundaries (the engine's fork point shape)."""
 
 
-# -- diffs -------------------------------------------------------------------------------
+# -- diffs and fork results: the engine's wire models ----------------------------------------
 
 
-class DivergenceSerializer(Shape):
-    index = s.IntegerField()
-    base = nullable_str()
-    variant = nullable_str()
+class WireField(s.Field):  # type: ignore[type-arg]
+    """An output field whose value is in the shape of an engine wire model
+    (:mod:`forklab.engine.fork.wire`), documented as that model: the schema of a run diff, a
+    call, an estimate or a fork point has one definition, the engine's."""
+
+    def __init__(self, model: type[BaseModel], **kwargs: Any) -> None:
+        self.model = model
+        kwargs.setdefault("read_only", True)
+        super().__init__(**kwargs)
+
+    def to_representation(self, value: Any) -> Any:
+        return self.model.model_validate(value).model_dump(
+            mode="json", by_alias=True, exclude_unset=True)
 
 
-class AlignedStepSerializer(Shape):
-    op = s.ChoiceField(choices=["same", "changed", "inserted", "skipped"])
-    base = PathStepSerializer(allow_null=True)
-    variant = PathStepSerializer(allow_null=True)
-
-
-class DiffPathSerializer(Shape):
-    aligned = AlignedStepSerializer(many=True)
-    inserted = s.ListField(child=s.CharField())
-    skipped = s.ListField(child=s.CharField())
-
-
-class MemoryDeltaSerializer(Shape):
-    op = s.ChoiceField(choices=["added", "removed", "changed"])
-    bytes_delta = s.IntegerField()
-    taint_moved = s.BooleanField()
-    base = s.JSONField(help_text="any JSON value, null when the key is absent")
-    variant = s.JSONField(help_text="any JSON value, null when the key is absent")
-
-
-class TerminalSerializer(Shape):
-    base = s.CharField()
-    variant = s.CharField()
-    iterations_delta = s.IntegerField()
-    wall_clock_delta_ms = s.FloatField()
-
-
-class NodeCostSerializer(Shape):
-    base_usd = s.FloatField()
-    variant_usd = s.FloatField()
-    delta_usd = s.FloatField()
-
-
-class DiffCostSerializer(Shape):
-    tokens_delta = s.IntegerField()
-    usd_delta = s.FloatField(allow_null=True, help_text="null when either run called an "
-                             "unpriced model (the delta is unknown)")
-    incurred_usd = s.FloatField(allow_null=True, help_text="what the tail spent (inherited "
-                                "prefix excluded); null when it called an unpriced model")
-    per_node = s.DictField(child=NodeCostSerializer())
-
-
-class SuppressedEffectSerializer(Shape):
-    node = s.CharField()
-    inputs = s.JSONField()
-    reason = s.CharField()
-
-
-class ScoreSerializer(Shape):
-    base = s.FloatField()
-    variant = s.FloatField()
-    delta = s.FloatField()
-
-
-class RunDiffSerializer(Shape):
-    divergence = DivergenceSerializer(allow_null=True)
-    path = DiffPathSerializer()
-    memory = s.DictField(child=MemoryDeltaSerializer())
-    terminal = TerminalSerializer()
-    cost = DiffCostSerializer()
-    suppressed_effects = SuppressedEffectSerializer(many=True)
-    score = ScoreSerializer(required=False, help_text="only when a scorer was supplied")
-    attribution = s.ChoiceField(choices=["single", "combined"])
-
-
-# -- forks -------------------------------------------------------------------------------
+def wire_list(model: type[BaseModel], **kwargs: Any) -> s.ListField:
+    return s.ListField(child=WireField(model), **kwargs)
 
 
 class EstimateSerializer(Shape):
     live_calls = s.IntegerField()
     tokens = s.IntegerField()
     cost_usd = s.FloatField()
-
-
-class PreflightSerializer(Shape):
-    fork_sequence_id = s.IntegerField()
-    fork_node_id = nullable_str()
-    effective_fork_sequence_id = s.IntegerField()
-    events_reused = s.IntegerField()
-    estimate = EstimateSerializer()
-    warnings = s.ListField(child=s.CharField())
-    point = ForkPointSerializer()
-    changes = s.ListField(child=JSON_OBJECT())
-
-
-class CallSerializer(Shape):
-    seq = s.IntegerField()
-    node = s.CharField()
-    occurrence = s.IntegerField()
-    role = nullable_str()
-    kind = s.ChoiceField(choices=["agent", "tool", "human", "subgraph"])
-    label = s.ChoiceField(choices=["reused", "live", "simulated", "changed"])  # type: ignore[assignment]  # a field named like Field.label
-    model = nullable_str()
-    input_tokens = s.IntegerField()
-    output_tokens = s.IntegerField()
-    cost_usd = s.FloatField(allow_null=True, help_text="null: unpriced model")
-
-
-class MemoHitSerializer(Shape):
-    node = s.CharField()
-    occurrence = s.IntegerField()
 
 
 FORK_STATES = ["queued", "running", "paused", "complete", "failed", "blocked", "not_run",
@@ -255,14 +180,14 @@ class ForkSerializer(RunSerializer):
                                             "to start, N waits behind N-1 (the deployment's "
                                             "whole queue counts); null otherwise")
     base_run_id = nullable_str()
-    changes = s.ListField(child=JSON_OBJECT())
+    changes = wire_list(ChangeWire)
     effective_fork_sequence_id = nullable_int()
-    estimate = EstimateSerializer(allow_null=True)
+    estimate = WireField(EstimateWire, allow_null=True)
     incurred_cost_usd = s.FloatField(allow_null=True)
-    suppressed_effects = SuppressedEffectSerializer(many=True, allow_null=True)
-    memo_hits = MemoHitSerializer(many=True, allow_null=True)
-    calls = CallSerializer(many=True, allow_null=True)
-    diff = RunDiffSerializer(allow_null=True)
+    suppressed_effects = wire_list(SuppressedEffect, allow_null=True)
+    memo_hits = wire_list(MemoHit, allow_null=True)
+    calls = wire_list(CallWire, allow_null=True)
+    diff = WireField(RunDiffWire, allow_null=True)
     explain = nullable_str()
     warnings = s.ListField(child=s.CharField(), allow_null=True)
 
@@ -290,8 +215,8 @@ class SweepEstimateSerializer(Shape):
 
 
 class DiffSummarySerializer(Shape):
-    divergence = DivergenceSerializer(allow_null=True)
-    terminal = TerminalSerializer()
+    divergence = WireField(Divergence, allow_null=True)
+    terminal = WireField(Terminal)
     tokens_delta = s.IntegerField()
     usd_delta = s.FloatField(allow_null=True)
     incurred_usd = s.FloatField(allow_null=True)

@@ -14,11 +14,16 @@ from django.contrib.auth.models import User as Account
 from django.db.models import F
 
 from forklab.engine.errors import ForklabError
+from forklab.engine.fork.wire import (
+    DEFAULT_MAX_COST_USD,
+    DEFAULT_MAX_LIVE_CALLS,
+    AllowList,
+    Budget,
+    Policy,
+)
 from forklab.runs.models import Membership, Project, Role
 
 RANK = {Role.VIEWER: 1, Role.MEMBER: 2, Role.ADMIN: 3}
-DEFAULT_MAX_LIVE_CALLS = 50
-DEFAULT_MAX_COST_USD = 1.00
 
 # ``Account``: settings.AUTH_USER_MODEL (Django's own user), what owns memberships and rows;
 # ``User``: whoever sent a request, signed in or not.
@@ -70,28 +75,28 @@ def require_role(user: User, project: Project, minimum: str, *, action: str,
     return str(role)
 
 
-def admin_only_reasons(*, policy: dict[str, Any], budget: dict[str, Any],
-                       ignore_budget: bool) -> list[str]:
-    """What in a fork request needs an admin (empty when a member may send it)."""
+def admin_only_reasons(*, policy: Policy, budget: Budget, ignore_budget: bool) -> list[str]:
+    """What in a fork request needs an admin (empty when a member may send it): only what
+    the request set counts (``budget.max_cost_usd`` left out is the default, not a clear)."""
     reasons = []
-    side_effects = policy.get("side_effects", "replay")
-    if isinstance(side_effects, dict) and side_effects.get("allow"):
+    side_effects = policy.side_effects
+    if isinstance(side_effects, AllowList) and side_effects.allow:
         reasons.append("allowing a write")
-    calls = budget.get("max_live_calls", DEFAULT_MAX_LIVE_CALLS)
+    calls = budget.max_live_calls
     if calls is None or calls > DEFAULT_MAX_LIVE_CALLS:
         reasons.append(f"raising max_live_calls above {DEFAULT_MAX_LIVE_CALLS}")
-    if "max_cost_usd" in budget and budget["max_cost_usd"] is None:
+    cost = budget.max_cost_usd
+    if "max_cost_usd" in budget.model_fields_set and cost is None:
         reasons.append("clearing the cost budget")
-    elif budget.get("max_cost_usd", DEFAULT_MAX_COST_USD) > DEFAULT_MAX_COST_USD:
+    elif cost is not None and cost > DEFAULT_MAX_COST_USD:
         reasons.append(f"raising max_cost_usd above ${DEFAULT_MAX_COST_USD:.2f}")
     if ignore_budget:
         reasons.append("ignoring the budget")
     return reasons
 
 
-def require_fork_rights(user: User, project: Project, *, policy: dict[str, Any],
-                        budget: dict[str, Any], ignore_budget: bool,
-                        role: Any = _UNKNOWN) -> None:
+def require_fork_rights(user: User, project: Project, *, policy: Policy, budget: Budget,
+                        ignore_budget: bool, role: Any = _UNKNOWN) -> None:
     """Members fork within default budgets; anything beyond needs an admin."""
     role = require_role(user, project, Role.MEMBER, action="forking", role=role)
     reasons = admin_only_reasons(policy=policy, budget=budget, ignore_budget=ignore_budget)

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from forklab.engine import inputs
-from forklab.engine.errors import InvalidInput
+from forklab.engine.errors import ForklabError, InvalidInput
+from forklab.engine.fork.changes import Change, change, parse_changes, wire
 from forklab.engine.fork.points import parse_point
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Run
@@ -50,48 +51,54 @@ def split_pair(text: str, flag: str, example: str) -> tuple[str, str]:
     return target, value
 
 
-def changes_from_options(options: dict[str, Any]) -> list[dict[str, Any]]:
-    """Wire-form changes from the ``fork`` command's flags (validated later by the engine)."""
-    changes: list[dict[str, Any]] = []
+def changes_from_options(options: dict[str, Any]) -> list[Change]:
+    """The changes the ``fork`` command's flags name, built by the engine's builders (a bad
+    value is ``invalid_change``, as from the API); ``--changes FILE`` takes any kind."""
+    changes: list[Change] = []
     for text in options.get("prompt") or []:
-        target, value = split_pair(text, "prompt", "write='Three bullets.'")
-        changes.append({"kind": "prompt", "target": target, "system_prompt": value})
+        changes.append(change.prompt(*split_pair(text, "prompt", "write='Three bullets.'")))
     for text in options.get("model") or []:
-        target, value = split_pair(text, "model", "write=scripted-large")
-        changes.append({"kind": "model", "target": target, "model": value})
+        changes.append(change.model(*split_pair(text, "model", "write=scripted-large")))
     for text in options.get("temperature") or []:
         target, value = split_pair(text, "temperature", "write=0.9")
-        changes.append({"kind": "temperature", "target": target,
-                        "temperature": finite(value, f"--temperature {target}")})
+        changes.append(change.temperature(target, finite(value, f"--temperature {target}")))
     memory_set = {k: load_json(v, f"--set {k}") for k, v in
                   (split_pair(t, "set", 'draft=\'"hi"\'') for t in options.get("set") or [])}
     if memory_set or options.get("delete"):
-        changes.append({"kind": "memory", "set": memory_set, "delete": options.get("delete") or []})
-    for flag, kind, key in (("config", "config", "patch"), ("output", "output", "memory"),
-                            ("tool", "tool", "result")):
+        changes.append(change.memory(set=memory_set, delete=options.get("delete") or []))
+    for flag, build in (("config", change.config), ("output", change.output),
+                        ("tool", change.tool)):
         for text in options.get(flag) or []:
             node, value = split_pair(text, flag, "NODE='{...}'")
-            changes.append({"kind": kind, "node": node, key: load_json(value, f"--{flag} {node}")})
+            changes.append(build(node, load_json(value, f"--{flag} {node}")))
     for text in options.get("route") or []:
-        source, to = split_pair(text, "route", "route=escalate")
-        changes.append({"kind": "route", "from": source, "to": to})
+        changes.append(change.route(*split_pair(text, "route", "route=escalate")))
     if options.get("human"):
-        changes.append({"kind": "human_response", "decision": options["human"]})
+        changes.append(change.human_response(options["human"]))
     if options.get("input_patch"):
-        changes.append({"kind": "input_patch",
-                        "patch": load_json(options["input_patch"], "--input-patch")})
+        changes.append(change.input_patch(load_json(options["input_patch"], "--input-patch")))
     if options.get("changes"):
         changes.extend(changes_file(options["changes"]))
-    inputs.check_json_value(changes, where="changes")  # --prompt, --model, names: strings too
+    inputs.check_json_value(wire(changes), where="changes")  # --prompt, --model, names too
     return changes
 
 
-def changes_file(path: str) -> list[dict[str, Any]]:
+def changes_file(path: str) -> list[Change]:
+    """One change or a list of them, of any kind, from a JSON file (parsed by the engine)."""
     file = Path(path)
     if not file.is_file():
         raise NotFound(f"changes file {path!r} does not exist", path=path)
-    data = load_json(file.read_text(errors="surrogateescape"), f"changes file {path}")
-    return data if isinstance(data, list) else [data]
+    return parse_changes(load_json(file.read_text(errors="surrogateescape"),
+                                   f"changes file {path}"))
+
+
+def variant_changes(name: str, data: Any) -> list[Change]:
+    """A sweep variant's change (or list of changes), parsed; an error names the variant."""
+    try:
+        return parse_changes(data)
+    except ForklabError as exc:
+        exc.context.setdefault("variant", name)
+        raise
 
 
 def side_effects(text: str | None) -> Any:

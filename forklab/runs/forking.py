@@ -20,6 +20,7 @@ from forklab.engine.fork.diff import diff_runs
 from forklab.engine.fork.lifecycle import Case as EngineCase
 from forklab.engine.fork.lifecycle import promote, run_case, save_case
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
+from forklab.engine.fork.wire import PreflightWire, RunDiffWire
 from forklab.engine.reducers import fold
 from forklab.runs import bases, queries, tasks
 from forklab.runs.access import (
@@ -49,8 +50,8 @@ def _base_run(user: User, run_id: str) -> Run:
 
 def _check_fork_rights(user: User, project: Project, spec: ForkSpec | SweepSpec,
                        **role: Any) -> None:
-    require_fork_rights(user, project, policy=spec.policy.wire(),
-                        budget=spec.budget.explicit(), ignore_budget=spec.ignore_budget, **role)
+    require_fork_rights(user, project, policy=spec.policy, budget=spec.budget,
+                        ignore_budget=spec.ignore_budget, **role)
 
 
 def plan_for(spec: ForkSpec, project: Project, base: Run | None = None) -> Any:
@@ -62,17 +63,17 @@ def plan_for(spec: ForkSpec, project: Project, base: Run | None = None) -> Any:
     env = build_environment()
     source: Any = bases.loaded(base, env) if base is not None else spec.base_run
     return prepare_fork(
-        source, at=spec.at, change=spec.changes, policy=spec.policy.wire(),
-        budget=spec.budget.wire(), ignore_budget=spec.ignore_budget, source=spec.source,
+        source, at=spec.at, change=spec.changes, policy=spec.policy,
+        budget=spec.budget, ignore_budget=spec.ignore_budget, source=spec.source,
         store=DjangoStore(project), env=env, graph_version=spec.graph_version)
 
 
-def preflight(*, user: User, spec: ForkSpec) -> dict[str, Any]:
+def preflight(*, user: User, spec: ForkSpec) -> PreflightWire:
     """What a fork would do and cost; starts nothing."""
     base, role = readable_run_and_role(user, spec.base_run)
     _check_fork_rights(user, base.project, spec, role=role)
     _require_finished(base)
-    return dict(plan_for(spec, base.project, base).preflight())
+    return PreflightWire.from_wire(plan_for(spec, base.project, base).preflight())
 
 
 def _require_finished(run: Run) -> None:
@@ -114,8 +115,8 @@ def start_fork(*, user: User, spec: ForkSpec) -> StartedFork:
                 ForkRequest.objects.create(project=project,
                                            user=signed_in(user, action="forking"),
                                            client_request_id=spec.client_request_id,
-                                           fork_run=run, body=spec.model_dump(mode="json"))
-            transaction.on_commit(lambda: tasks.enqueue_fork(run_id, spec.model_dump(mode="json")))
+                                           fork_run=run, body=spec.wire())
+            transaction.on_commit(lambda: tasks.enqueue_fork(run_id, spec.wire()))
     except IntegrityError:  # the same key raced in from a second request
         raced = _known_request(user, project, spec)
         if raced is None:
@@ -134,7 +135,7 @@ def _known_request(user: User, project: Project, spec: ForkSpec) -> Run | None:
                      client_request_id=spec.client_request_id).first())
     if known is None or known.fork_run is None:
         return None
-    if not canonical_equals(known.body, spec.model_dump(mode="json")):
+    if not canonical_equals(known.body, spec.wire()):
         raise IdempotencyConflict(
             f"client_request_id {spec.client_request_id!r} was already used for a different "
             f"fork request (fork {known.fork_run.id}); use a new id for a new request, or "
@@ -145,9 +146,10 @@ def _known_request(user: User, project: Project, spec: ForkSpec) -> Run | None:
 
 def _queued_fork(run_id: str, base: Run, plan: Any, spec: ForkSpec, user: User,
                  fork_group_id: str | None = None) -> Run:
-    """The queued fork row, holding its request (``work``) so lost work can be redone."""
+    """The queued fork row, holding its validated request (``work``: the ForkSpec's JSON
+    form, its changes normalised) that the worker runs and lost work is redone from."""
     return Run.objects.create(
-        work={"task": "fork", "spec": spec.model_dump(mode="json")},
+        work={"task": "fork", "spec": spec.wire()},
         id=run_id, project=base.project, graph_version_id=base.graph_version_id,
         graph_slug=base.graph_slug, graph_version_number=base.graph_version_number,
         run_kind=RunKind.COUNTERFACTUAL, status=RunStatus.QUEUED, label=spec.label,
@@ -165,7 +167,7 @@ def estimate_sweep(*, user: User, spec: SweepSpec) -> dict[str, Any]:
     _check_fork_rights(user, base.project, spec)
     _require_finished(base)
     return engine_estimate_sweep(base.id, at=spec.at, variants=spec.variants,
-                                 policy=spec.policy.wire(), budget=spec.budget.wire(),
+                                 policy=spec.policy, budget=spec.budget,
                                  store=DjangoStore(base.project), env=build_environment())
 
 
@@ -176,23 +178,16 @@ def start_sweep(*, user: User, spec: SweepSpec) -> str:
     _require_finished(base)
     group = uuid.uuid4().hex
     plans = {}
-    for name, changes in spec.variants.items():
-        one = ForkSpec(base_run=spec.base_run, at=spec.at, changes=_as_list(changes),
-                       policy=spec.policy, budget=spec.budget, label=name,
-                       ignore_budget=spec.ignore_budget)
+    for name in spec.variants:
+        one = spec.variant(name)
         plans[name] = (one, plan_for(one, base.project, base))
     run_ids = {}
     with transaction.atomic():
         for name, (one, plan) in plans.items():
             run = _queued_fork(uuid.uuid4().hex, base, plan, one, user, fork_group_id=group)
             run_ids[name] = run.id
-        transaction.on_commit(lambda: tasks.enqueue_sweep(group, spec.model_dump(mode="json"),
-                                                          run_ids))
+        transaction.on_commit(lambda: tasks.enqueue_sweep(group, spec, run_ids))
     return group
-
-
-def _as_list(changes: Any) -> list[dict[str, Any]]:
-    return changes if isinstance(changes, list) else [changes]
 
 
 def sweep_detail(*, user: User, group_id: str) -> dict[str, Any]:
@@ -207,7 +202,7 @@ def sweep_detail(*, user: User, group_id: str) -> dict[str, Any]:
 # -- reading results ---------------------------------------------------------------------------
 
 
-def diff(*, user: User, base_id: str, variant_id: str) -> dict[str, Any]:
+def diff(*, user: User, base_id: str, variant_id: str) -> RunDiffWire:
     """RunDiff between any two readable runs."""
     base, variant = _base_run(user, base_id), _base_run(user, variant_id)
     states = []
@@ -216,8 +211,8 @@ def diff(*, user: User, base_id: str, variant_id: str) -> dict[str, Any]:
         if not events:
             raise NotFound(f"run {run.id!r} has no events to compare", run_id=run.id)
         states.append(fold(events))
-    return diff_runs(states[0], states[1], changes=[
-        str(c.get("kind")) for c in variant.fork_mutations or []]).wire()
+    return RunDiffWire.from_wire(diff_runs(states[0], states[1], changes=[
+        str(c.get("kind")) for c in variant.fork_mutations or []]).wire())
 
 
 def promote_fork(*, user: User, run_id: str) -> dict[str, Any]:

@@ -19,11 +19,13 @@ from typing import Any
 
 from django.db import transaction
 from django.tasks import task
+from pydantic import JsonValue
 
 from forklab.engine.errors import ForklabError
 from forklab.runs import execution, leases
 from forklab.runs.engine_env import build_environment
 from forklab.runs.models import Run, RunStatus
+from forklab.runs.specs import SweepSpec
 from forklab.runs.store import DjangoStore
 
 log = logging.getLogger("forklab.runs.tasks")
@@ -41,8 +43,9 @@ def claim_and_drive(run_id: str, *, token: str | None = None) -> str:
 
 
 @task
-def execute_fork(run_id: str, spec: dict[str, Any] | None = None) -> str:
-    """Start a queued fork (its request is on the row: ``Run.work``)."""
+def execute_fork(run_id: str, spec: dict[str, JsonValue] | None = None) -> str:
+    """Start a queued fork. Its validated request is on the row (``Run.work``); ``spec`` is
+    ignored (tasks enqueued by older versions carry a copy of it here)."""
     return claim_and_drive(run_id)
 
 
@@ -106,11 +109,11 @@ def _recovered_too_often(run_id: str) -> bool:
 
 
 @task
-def execute_sweep(group: str, spec: dict[str, Any], run_ids: dict[str, str]) -> str:
+def execute_sweep(group: str, spec: dict[str, JsonValue], run_ids: dict[str, str]) -> str:
     """Run a sweep's variants together (one shared memo); each variant is leased, so a
-    variant whose worker dies is recovered on its own like any fork."""
+    variant whose worker dies is recovered on its own like any fork. ``spec`` is the
+    validated SweepSpec's JSON form (task arguments cross the queue as JSON)."""
     from forklab.engine.fork.sweep import fork_each
-    from forklab.runs.specs import SweepSpec
 
     sweep = SweepSpec.model_validate(spec)
     base = Run.objects.select_related("project").get(pk=sweep.base_run)
@@ -119,8 +122,8 @@ def execute_sweep(group: str, spec: dict[str, Any], run_ids: dict[str, str]) -> 
     try:
         result = fork_each(
             base.id, at=sweep.at, variants={n: sweep.variants[n] for n in live},
-            concurrency=sweep.concurrency, policy=sweep.policy.wire(),
-            budget=sweep.budget.wire(), ignore_budget=sweep.ignore_budget, fork_group_id=group,
+            concurrency=sweep.concurrency, policy=sweep.policy,
+            budget=sweep.budget, ignore_budget=sweep.ignore_budget, fork_group_id=group,
             store=DjangoStore(base.project, lease=owner), env=build_environment(),
             on_event=lambda _name, event: execution.on_event(event), run_ids=live)
         for name, error in result.errors.items():
@@ -146,7 +149,9 @@ def _enqueued(run_ids: list[str], result: Any) -> None:
     Run.objects.filter(pk__in=run_ids).update(task_id=str(result.id))
 
 
-def enqueue_fork(run_id: str, spec: dict[str, Any]) -> None:
+def enqueue_fork(run_id: str, spec: dict[str, JsonValue]) -> None:
+    """Enqueue a queued fork's tail; its request (``spec``: ``ForkSpec.wire()``, the JSON a
+    queue carries) is on the row already."""
     _enqueued([run_id], execute_fork.enqueue(run_id))
 
 
@@ -154,8 +159,8 @@ def enqueue_answer(run_id: str, answer: dict[str, Any]) -> None:
     _enqueued([run_id], continue_fork.enqueue(run_id))
 
 
-def enqueue_sweep(group: str, spec: dict[str, Any], run_ids: dict[str, str]) -> None:
-    _enqueued(list(run_ids.values()), execute_sweep.enqueue(group, spec, run_ids))
+def enqueue_sweep(group: str, spec: SweepSpec, run_ids: dict[str, str]) -> None:
+    _enqueued(list(run_ids.values()), execute_sweep.enqueue(group, spec.wire(), run_ids))
 
 
 def enqueue_recording(run_id: str, *args: Any) -> None:

@@ -14,9 +14,22 @@ from typing import Any
 
 from django.utils.safestring import SafeString
 
-from forklab.engine.graph import GraphSpec
+from forklab.engine.fork.apply import agent_at
+from forklab.engine.fork.changes import (
+    AgentChange,
+    Change,
+    ChangeBase,
+    ConfigChange,
+    HumanResponseChange,
+    InputPatchChange,
+    MemoryChange,
+    ModelChange,
+    OutputChange,
+    RouteChange,
+    ToolChange,
+)
+from forklab.engine.graph import AgentSpec, GraphSpec
 from forklab.engine.state import Execution
-from forklab.web.composer import agent_targets
 from forklab.web.textdiff import as_text, sides
 
 ABSENT = "(absent)"
@@ -59,100 +72,115 @@ def _line(name: str, old: Any, new: Any) -> Line:
 _MISSING = object()
 
 
-def _agent(before: Before, target: str) -> Any:
-    if before.graph is None:
-        return None
-    return next((t for t in agent_targets(before.graph) if t.target == target), None)
+def _agent(before: Before, target: str) -> AgentSpec | None:
+    return agent_at(before.graph, target) if before.graph is not None else None
 
 
 def _recorded(before: Before, node: str) -> Execution | None:
     return next((ex for ex in before.after_point if ex.node == node), None)
 
 
-def _agent_change(change: dict[str, Any], before: Before) -> ChangeView:
-    kind, target = change["kind"], change.get("target", "")
-    agent = _agent(before, target)
-    field_name = {"prompt": "system_prompt", "model": "model", "temperature": "temperature"}[kind]
+def _agent_change(change: AgentChange, before: Before) -> ChangeView:
+    agent = _agent(before, change.target)
+    field_name = change.agent_field
     old = getattr(agent, field_name) if agent is not None else _MISSING
-    view = ChangeView(kind=kind, title=f"{'system prompt' if kind == 'prompt' else kind} of "
-                                       f"{target}")
-    view.lines.append(_line(field_name.replace("_", " "), old, change.get(field_name)))
-    if kind == "model" and change.get("provider"):
+    what = "system prompt" if field_name == "system_prompt" else field_name.replace("_", " ")
+    view = ChangeView(kind=change.kind, title=f"{what} of {change.target}")
+    view.lines.append(_line(field_name.replace("_", " "), old, getattr(change, field_name)))
+    if isinstance(change, ModelChange) and change.provider:
         view.lines.append(_line("provider", agent.provider if agent else _MISSING,
-                                change["provider"]))
+                                change.provider))
     return view
 
 
-def _memory_change(change: dict[str, Any], before: Before) -> ChangeView:
+def _memory_change(change: MemoryChange, before: Before) -> ChangeView:
     view = ChangeView(kind="memory", title="memory at the fork point")
-    for key, value in (change.get("set") or {}).items():
+    for key, value in change.set.items():
         view.lines.append(_line(key, before.memory.get(key, _MISSING), value))
-    for key in change.get("delete") or []:
+    for key in change.delete:
         view.lines.append(_line(f"{key} (deleted)", before.memory.get(key, _MISSING),
                                 _MISSING))
     return view
 
 
-def _node_change(change: dict[str, Any], before: Before) -> ChangeView:
-    kind, node = change["kind"], change.get("node", "")
-    recorded = _recorded(before, node)
-    if kind == "output":
-        old = recorded.writes if recorded is not None else _MISSING
-        return ChangeView(kind=kind, title=f"output of {node} (simulated, it does not run)",
-                          lines=[_line("memory it writes", old, change.get("memory"))])
-    if kind == "tool":
-        results = [a["result"] for a in (recorded.actions if recorded else [])
-                   if a["type"] == "tool_result"]
-        old = results[-1] if results else _MISSING
-        return ChangeView(kind=kind, title=f"tool result of {node} (simulated)",
-                          lines=[_line("result", old, change.get("result"))])
-    spec = before.graph.node(node) if before.graph is not None else None
+def _output_change(change: OutputChange, before: Before) -> ChangeView:
+    recorded = _recorded(before, change.node)
+    old = recorded.writes if recorded is not None else _MISSING
+    return ChangeView(kind=change.kind, title=f"output of {change.node} (simulated, it does "
+                      "not run)", lines=[_line("memory it writes", old, change.memory)])
+
+
+def _tool_change(change: ToolChange, before: Before) -> ChangeView:
+    recorded = _recorded(before, change.node)
+    results = [a["result"] for a in (recorded.actions if recorded else [])
+               if a["type"] == "tool_result"]
+    old = results[-1] if results else _MISSING
+    return ChangeView(kind=change.kind, title=f"tool result of {change.node} (simulated)",
+                      lines=[_line("result", old, change.result)])
+
+
+def _config_change(change: ConfigChange, before: Before) -> ChangeView:
+    spec = before.graph.node(change.node) if before.graph is not None else None
     config = spec.model_dump(mode="json") if spec is not None else {}
-    return ChangeView(kind=kind, title=f"config of {node}", lines=[
-        _line(key, config.get(key, _MISSING), value)
-        for key, value in (change.get("patch") or {}).items()])
+    return ChangeView(kind=change.kind, title=f"config of {change.node}", lines=[
+        _line(key, config.get(key, _MISSING), value) for key, value in change.patch.items()])
 
 
-def _other_change(change: dict[str, Any], before: Before) -> ChangeView:
-    kind = change["kind"]
-    if kind == "route":
-        recorded = _recorded(before, change.get("from", ""))
-        once = " (once)" if change.get("once") else ""
-        return ChangeView(kind=kind, title=f"route of {change.get('from')}{once}", lines=[
-            _line("next node", recorded.route if recorded and recorded.route else _MISSING,
-                  change.get("to"))])
-    if kind == "input_patch":
-        patch = change.get("patch") or {}
-        return ChangeView(kind=kind, title="run input (merge patch)", lines=[
-            _line(key, before.input.get(key, _MISSING), _MISSING if value is None else value)
-            for key, value in patch.items()])
-    if kind == "human_response":
-        gate = next((ex for ex in before.after_point if ex.kind == "approval"), None)
-        decisions = [a["decision"] for a in (gate.actions if gate else [])
-                     if a["type"] == "human"]
-        view = ChangeView(kind=kind, title="answer at approval gates", lines=[
-            _line("decision", decisions[-1] if decisions else _MISSING,
-                  change.get("decision"))])
-        if change.get("data") is not None:
-            view.lines.append(_line("data", _MISSING, change["data"]))
-        return view
-    return ChangeView(kind=kind, title=kind, lines=[_line("change", _MISSING, change)])
+def _route_change(change: RouteChange, before: Before) -> ChangeView:
+    recorded = _recorded(before, change.source)
+    once = " (once)" if change.once else ""
+    return ChangeView(kind=change.kind, title=f"route of {change.source}{once}", lines=[
+        _line("next node", recorded.route if recorded and recorded.route else _MISSING,
+              change.to)])
 
 
-def describe(changes: list[dict[str, Any]], before: Before) -> list[ChangeView]:
-    """Each change of a fork as old → new."""
-    views = []
-    for change in changes:
-        kind = change.get("kind")
-        if kind in ("prompt", "model", "temperature"):
-            views.append(_agent_change(change, before))
-        elif kind == "memory":
-            views.append(_memory_change(change, before))
-        elif kind in ("output", "tool", "config"):
-            views.append(_node_change(change, before))
-        else:
-            views.append(_other_change(change, before))
-    return views
+def _input_patch(change: InputPatchChange, before: Before) -> ChangeView:
+    return ChangeView(kind=change.kind, title="run input (merge patch)", lines=[
+        _line(key, before.input.get(key, _MISSING), _MISSING if value is None else value)
+        for key, value in change.patch.items()])
+
+
+def _human_response(change: HumanResponseChange, before: Before) -> ChangeView:
+    gate = next((ex for ex in before.after_point if ex.kind == "approval"), None)
+    decisions = [a["decision"] for a in (gate.actions if gate else []) if a["type"] == "human"]
+    view = ChangeView(kind=change.kind, title="answer at approval gates", lines=[
+        _line("decision", decisions[-1] if decisions else _MISSING, change.decision)])
+    if change.data is not None:
+        view.lines.append(_line("data", _MISSING, change.data))
+    return view
+
+
+def _any_change(change: ChangeBase, before: Before) -> ChangeView:
+    """A kind with no old → new rendering of its own: its description and its fields."""
+    fields = {k: v for k, v in change.wire().items() if k != "kind"}
+    return ChangeView(kind=change.kind, title=change.describe(),
+                      lines=[_line(key, _MISSING, value) for key, value in fields.items()])
+
+
+def _view(change: Change, before: Before) -> ChangeView:
+    match change:
+        case AgentChange():
+            return _agent_change(change, before)
+        case MemoryChange():
+            return _memory_change(change, before)
+        case OutputChange():
+            return _output_change(change, before)
+        case ToolChange():
+            return _tool_change(change, before)
+        case ConfigChange():
+            return _config_change(change, before)
+        case RouteChange():
+            return _route_change(change, before)
+        case InputPatchChange():
+            return _input_patch(change, before)
+        case HumanResponseChange():
+            return _human_response(change, before)
+    return _any_change(change, before)
+
+
+def describe(changes: list[Change], before: Before) -> list[ChangeView]:
+    """Each change of a fork as old → new (a kind without its own view: its fields)."""
+    return [_view(change, before) for change in changes]
 
 
 def input_changes(base_input: dict[str, Any], variant_input: dict[str, Any]) -> ChangeView:

@@ -14,6 +14,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from forklab.engine.canonical import canonical_json
+from forklab.engine.errors import ForklabError
+from forklab.engine.fork.changes import (
+    AgentChange,
+    Change,
+    ConfigChange,
+    HumanResponseChange,
+    InputPatchChange,
+    MemoryChange,
+    OutputChange,
+    RouteChange,
+    ToolChange,
+    parse_changes,
+    wire,
+)
+from forklab.engine.fork.wire import DEFAULT_MAX_COST_USD, DEFAULT_MAX_LIVE_CALLS
 from forklab.engine.graph import (
     AgentNode,
     ApprovalNode,
@@ -22,7 +37,6 @@ from forklab.engine.graph import (
     ToolNode,
 )
 from forklab.engine.state import RunState
-from forklab.runs.access import DEFAULT_MAX_COST_USD, DEFAULT_MAX_LIVE_CALLS
 from forklab.runs.models import Run
 
 HUMAN_DECISIONS = ("approved", "rejected", "edited")
@@ -149,7 +163,7 @@ class Composer:
             names += [t.model_field, t.temperature_field, t.prompt_field]
         return names
 
-    def initial(self, changes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def initial(self, changes: list[Change] | None = None) -> dict[str, Any]:
         """Form values: the run as it was, overlaid with ``changes`` (from a fork link)."""
         values: dict[str, Any] = {
             "memory_set": "", "memory_delete": "", "output_memory": self.recorded_output,
@@ -163,40 +177,39 @@ class Composer:
             values[f"{t.prefix}-model"] = t.model
             values[f"{t.prefix}-prompt"] = t.system_prompt
             values[f"{t.prefix}-temperature"] = t.temperature
-        extra = [c for c in changes or [] if not self._prefill(values, c)]
+        extra = [c.wire() for c in changes or [] if not self._prefill(values, c)]
         values["extra_changes"] = pretty(extra) if extra else ""
         return values
 
-    def _prefill(self, values: dict[str, Any], change: dict[str, Any]) -> bool:
-        kind = change.get("kind")
-        target = next((t for t in self.targets if t.target == change.get("target")), None)
-        simple = {"model": "model", "prompt": "system_prompt", "temperature": "temperature"}
-        if kind in simple and target is not None and simple[kind] in change:
-            values[f"{target.prefix}-{kind}"] = change[simple[kind]]
-            return True
-        node_match = change.get("node") == self.node
-        if kind == "memory" and not values["memory_set"] and not values["memory_delete"]:
-            values["memory_set"] = pretty(change.get("set") or {}) if change.get("set") else ""
-            values["memory_delete"] = ", ".join(change.get("delete") or [])
-            return True
-        mapping = {"output": ("output_memory", "memory"), "tool": ("tool_result", "result"),
-                   "config": ("config_patch", "patch")}
-        if kind in mapping and node_match:
-            name, key = mapping[kind]
-            values[name] = pretty(change.get(key))
-            return True
-        if kind == "route" and not values["route"]:
-            values.update(route=f"{change.get('from', '')}|{change.get('to', '')}",
-                          route_once=bool(change.get("once")))
-            return True
-        if kind == "human_response" and not values["human_decision"]:
-            values["human_decision"] = change.get("decision", "")
-            values["human_data"] = pretty(change["data"]) if change.get("data") is not None else ""
-            return True
-        if kind == "input_patch" and not values["input_patch"]:
-            values["input_patch"] = pretty(change.get("patch") or {})
-            return True
-        return False
+    def _prefill(self, values: dict[str, Any], change: Change) -> bool:
+        """Show ``change`` in the field made for it; False: it goes to the free-form list
+        (every kind without a field of its own, so a new kind needs nothing here)."""
+        match change:
+            case AgentChange():
+                target = next((t for t in self.targets if t.target == change.target), None)
+                name = f"{target.prefix}-{change.kind}" if target is not None else ""
+                if name not in values:  # no field for this agent or this setting
+                    return False
+                values[name] = getattr(change, change.agent_field)
+            case MemoryChange() if not values["memory_set"] and not values["memory_delete"]:
+                values["memory_set"] = pretty(change.set) if change.set else ""
+                values["memory_delete"] = ", ".join(change.delete)
+            case OutputChange() if change.node == self.node:
+                values["output_memory"] = pretty(change.memory)
+            case ToolChange() if change.node == self.node:
+                values["tool_result"] = pretty(change.result)
+            case ConfigChange() if change.node == self.node:
+                values["config_patch"] = pretty(change.patch)
+            case RouteChange() if not values["route"]:
+                values.update(route=f"{change.source}|{change.to}", route_once=change.once)
+            case HumanResponseChange() if not values["human_decision"]:
+                values["human_decision"] = change.decision
+                values["human_data"] = pretty(change.data) if change.data is not None else ""
+            case InputPatchChange() if not values["input_patch"]:
+                values["input_patch"] = pretty(change.patch)
+            case _:
+                return False
+        return True
 
 
 def pretty(value: Any) -> str:
@@ -265,16 +278,16 @@ def build_composer(run: Run, seq: int, *, graph: GraphSpec, after: Any,
                     recorded=recorded, targets=with_models(targets, known), models=known)
 
 
-def encode_changes(changes: list[dict[str, Any]]) -> str:
-    """The ``changes`` parameter of a fork link: URL-safe base64 of compact JSON."""
+def encode_changes(changes: list[Change]) -> str:
+    """The ``changes`` parameter of a fork link: URL-safe base64 of their compact JSON."""
     import base64
 
-    raw = json.dumps(changes, separators=(",", ":"), ensure_ascii=False).encode()
+    raw = json.dumps(wire(changes), separators=(",", ":"), ensure_ascii=False).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_changes(text: str) -> list[dict[str, Any]]:
-    """A fork link's changes; raises ValueError when they are not a JSON list of objects."""
+def decode_changes(text: str) -> list[Change]:
+    """A fork link's changes; raises ValueError when they are not a JSON list of changes."""
     import base64
     import binascii
 
@@ -285,4 +298,7 @@ def decode_changes(text: str) -> list[dict[str, Any]]:
         raise ValueError(f"the link's changes cannot be read: {exc}") from None
     if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
         raise ValueError("the link's changes are not a list of change objects")
-    return value
+    try:
+        return parse_changes(value)
+    except ForklabError as exc:
+        raise ValueError(f"the link's changes are not valid: {exc.message}") from None

@@ -1,7 +1,7 @@
 """Read the composer's POST into a fork request, and put errors back next to their fields.
 
-``read_fork_form`` returns the ForkSpec body plus ``origins`` (which field produced each
-change) and field errors for what could not even be parsed (bad JSON, a non-number).
+``read_fork_form`` returns the ForkSpec body (``spec()`` validates it) plus ``origins``
+(which field produced each change, built by the engine's change builders) and field errors for what could not even be parsed (bad JSON, a non-number).
 ``field_for`` maps a ForklabError raised by the engine or the use cases (``code`` plus its
 context: kind, target, field, key, reasons …) to the form field that caused it.
 """
@@ -16,22 +16,35 @@ from typing import Any
 from django.http import QueryDict
 
 from forklab.engine.errors import ForklabError
-from forklab.runs.access import DEFAULT_MAX_COST_USD, DEFAULT_MAX_LIVE_CALLS
+from forklab.engine.fork.changes import Change, change, parse_change, wire
+from forklab.engine.fork.wire import DEFAULT_MAX_COST_USD, DEFAULT_MAX_LIVE_CALLS
+from forklab.runs.specs import ForkSpec, parse
 from forklab.web.composer import HUMAN_DECISIONS, Composer, same
 
 
 @dataclass
 class ForkForm:
+    """A submitted composer: the request body it describes (``spec()`` validates it into
+    the engine's ForkSpec, as the API does), each change with the field it came from, and
+    the errors of fields that could not even be read."""
+
     body: dict[str, Any]
-    origins: list[tuple[dict[str, Any], str]] = field(default_factory=list)
+    origins: list[tuple[Change, str]] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
 
     @property
-    def changes(self) -> list[dict[str, Any]]:
+    def changes(self) -> list[Change]:
         return [change for change, _ in self.origins]
 
-    def add(self, change: dict[str, Any], origin: str) -> None:
-        self.origins.append((change, origin))
+    def add(self, origin: str, build: Callable[..., Change], *args: Any, **kwargs: Any) -> None:
+        """Build a change with an engine builder; a bad value is an error on its field."""
+        try:
+            self.origins.append((build(*args, **kwargs), origin))
+        except ForklabError as exc:
+            self.errors[origin] = exc.message
+
+    def spec(self) -> ForkSpec:
+        return parse(ForkSpec, self.body)
 
 
 def _json(form: ForkForm, data: QueryDict, name: str, *,
@@ -66,15 +79,13 @@ def _agent_changes(form: ForkForm, composer: Composer, data: QueryDict) -> None:
     for t in composer.targets:
         model = data.get(f"{t.prefix}-model", t.model).strip()
         if model and model != t.model:
-            form.add({"kind": "model", "target": t.target, "model": model}, f"{t.prefix}-model")
+            form.add(f"{t.prefix}-model", change.model, t.target, model)
         prompt = data.get(f"{t.prefix}-prompt", t.system_prompt).replace("\r\n", "\n")
         if prompt != t.system_prompt:
-            form.add({"kind": "prompt", "target": t.target, "system_prompt": prompt},
-                     f"{t.prefix}-prompt")
+            form.add(f"{t.prefix}-prompt", change.prompt, t.target, prompt)
         temperature = _number(form, data, f"{t.prefix}-temperature", float, t.temperature)
         if temperature != t.temperature:
-            form.add({"kind": "temperature", "target": t.target, "temperature": temperature},
-                     f"{t.prefix}-temperature")
+            form.add(f"{t.prefix}-temperature", change.temperature, t.target, temperature)
 
 
 def _state_changes(form: ForkForm, composer: Composer, data: QueryDict) -> None:
@@ -82,36 +93,34 @@ def _state_changes(form: ForkForm, composer: Composer, data: QueryDict) -> None:
     delete = [k.strip() for k in data.get("memory_delete", "").replace("\n", ",").split(",")
               if k.strip()]
     if memory_set or delete:
-        form.add({"kind": "memory", "set": memory_set, "delete": delete}, "memory_set")
+        form.add("memory_set", change.memory, set=memory_set, delete=delete)
+    node = composer.node
     output = _json(form, data, "output_memory", want=dict)
-    if output is not None and composer.node and not same(output, composer.recorded.writes
-                                                          if composer.recorded else None):
-        form.add({"kind": "output", "node": composer.node, "memory": output}, "output_memory")
-    if data.get("tool_result", "").strip() and composer.node:
+    if output is not None and node and not same(output, composer.recorded.writes
+                                                if composer.recorded else None):
+        form.add("output_memory", change.output, node, output)
+    if data.get("tool_result", "").strip() and node:
         result = _json(form, data, "tool_result")
         if "tool_result" not in form.errors and not same(
                 result, json.loads(composer.recorded_tool_result or "null")):
-            form.add({"kind": "tool", "node": composer.node, "result": result}, "tool_result")
+            form.add("tool_result", change.tool, node, result)
     route = data.get("route", "")
     if "|" in route:
         source, to = route.split("|", 1)
-        form.add({"kind": "route", "from": source, "to": to,
-                  "once": data.get("route_once") == "on"}, "route")
+        form.add("route", change.route, source, to, once=data.get("route_once") == "on")
     decision = data.get("human_decision", "")
     if decision in HUMAN_DECISIONS:
-        human: dict[str, Any] = {"kind": "human_response", "decision": decision}
         human_data = _json(form, data, "human_data")
-        if human_data is not None:
-            human["data"] = human_data
-        form.add(human, "human_decision")
+        form.add("human_decision", change.human_response, decision, data=human_data)
     patch = _json(form, data, "input_patch", want=dict)
     if patch:
-        form.add({"kind": "input_patch", "patch": patch}, "input_patch")
+        form.add("input_patch", change.input_patch, patch)
     config = _json(form, data, "config_patch", want=dict)
-    if config and composer.node:
-        form.add({"kind": "config", "node": composer.node, "patch": config}, "config_patch")
+    if config and node:
+        form.add("config_patch", change.config, node, config)
     for extra in _json(form, data, "extra_changes", want=list) or []:
-        form.add(extra, "extra_changes")
+        # any kind, in its JSON form: a kind the composer has no fields for still composes
+        form.add("extra_changes", parse_change, extra)
 
 
 def _policy_budget(form: ForkForm, data: QueryDict) -> dict[str, Any]:
@@ -137,7 +146,7 @@ def read_fork_form(composer: Composer, data: QueryDict) -> ForkForm:
     _state_changes(form, composer, data)
     form.body = {
         "base_run": composer.run.id, "at": {"sequence": composer.seq},
-        "changes": form.changes, "label": data.get("label", "").strip(),
+        "changes": wire(form.changes), "label": data.get("label", "").strip(),
         "client_request_id": data.get("client_request_id") or None,
         **_policy_budget(form, data),
     }
@@ -169,7 +178,7 @@ def field_for(error: ForklabError, form: ForkForm) -> str:
         return _change_error_field(form, ctx)
     if code == "unpriced_model":
         models = set(ctx.get("models") or [])
-        return _origin_of(form, lambda c: c.get("model") in models) or "max_cost_usd"
+        return _origin_of(form, lambda c: getattr(c, "model", None) in models) or "max_cost_usd"
     if code == "live_budget_exceeded":
         estimate = ctx.get("estimate") or {}
         calls = form.body.get("budget", {}).get("max_live_calls")
@@ -193,26 +202,26 @@ def _change_field(form: ForkForm, name: str) -> str:
 def _change_error_field(form: ForkForm, ctx: dict[str, Any]) -> str:
     key = ctx.get("key")
     if isinstance(key, list) and key:
-        return _conflict_field(form, key)
+        return _conflict_field(form, key, ctx.get("changes") or [])
     kind, target = ctx.get("kind"), ctx.get("target")
 
-    def matches(change: dict[str, Any]) -> bool:
-        if kind and change.get("kind") != kind:
+    def matches(item: Change) -> bool:
+        if kind and item.kind != kind:
             return False
-        return target is None or target in (change.get("target"), change.get("node"),
-                                            change.get("from"))
+        return target is None or target in (item.scoped_node(), getattr(item, "target", None))
 
     return _origin_of(form, matches) or ("extra_changes" if form.origins else "form")
 
 
-def _conflict_field(form: ForkForm, key: list[str]) -> str:
-    head = key[0]
-    test: Callable[[dict[str, Any]], bool]
-    if head == "agent" and len(key) == 3:
-        test = lambda c: c.get("kind") == key[1] and c.get("target") == key[2]  # noqa: E731
-    elif head == "memory":
-        test = lambda c: c.get("kind") == "memory" or key[-1] in (c.get("set") or {})  # noqa: E731
-    else:
-        test = lambda c: c.get("kind") == head  # noqa: E731
-    origins = [origin for change, origin in form.origins if test(change)]
+def _conflict_field(form: ForkForm, key: list[str], changes: list[Any]) -> str:
+    """The field of the later of two conflicting changes: the two the error names, else
+    the changes that write the conflicting path."""
+    path = tuple(str(step) for step in key)
+
+    def writes(item: Change) -> bool:
+        if changes:
+            return item.wire() in changes
+        return any(p[:len(path)] == path or path[:len(p)] == p for p in item.written_paths())
+
+    origins = [origin for item, origin in form.origins if writes(item)]
     return origins[-1] if origins else "extra_changes"

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from forklab.engine.fork.changes import parse_changes, wire
 from forklab.runs.models import Run
 from forklab.web.composer import decode_changes, encode_changes
 from tests.web.conftest import HTMX, World, htmx, page
@@ -64,9 +65,10 @@ def test_a_fork_link_opens_the_composer_with_its_changes_filled_in(world: World)
     changes = [{"kind": "prompt", "target": "write", "system_prompt": "Rhyme, please."},
                {"kind": "memory", "set": {"notes": "none"}, "delete": []},
                {"kind": "model", "target": "research", "model": "gpt-4o-mini"}]
-    assert decode_changes(encode_changes(changes)) == changes
+    assert wire(decode_changes(encode_changes(parse_changes(changes)))) == wire(
+        parse_changes(changes))
     html = page(world.client("bob").get(composer_url(world),
-                                        {"at": 6, "changes": encode_changes(changes)}))
+                                        {"at": 6, "changes": encode_changes(parse_changes(changes))}))
     assert "Opened from a fork link" in html
     assert ">Rhyme, please.</textarea>" in html
     assert "&quot;notes&quot;: &quot;none&quot;" in html

@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from forklab.engine.fork.changes import parse_changes
 from forklab.engine.graph import load_graph
 from forklab.engine.state import Execution
 from forklab.web.changeview import Before, describe, input_changes
@@ -112,7 +113,7 @@ def test_each_change_kind_shows_what_the_base_had_before_it() -> None:
                         _ex("route", {}, route="reply", kind="router"),
                         _ex("escalate", {"page": {"paged": "x"}},
                             [{"type": "tool_result", "result": {"page": {"paged": "x"}}}])])
-    views = describe([
+    views = describe(parse_changes([
         {"kind": "model", "target": "reply", "model": "gpt-4o"},
         {"kind": "temperature", "target": "reply", "temperature": 1.1},
         {"kind": "memory", "set": {"category": "urgent"}, "delete": ["ticket"]},
@@ -121,7 +122,7 @@ def test_each_change_kind_shows_what_the_base_had_before_it() -> None:
         {"kind": "output", "node": "escalate", "memory": {"page": None}},
         {"kind": "input_patch", "patch": {"ticket": "new", "extra": 1}},
         {"kind": "config", "node": "reply", "patch": {"prompt": "Be brief: {ticket}"}},
-    ], before)
+    ]), before)
     flat = [(v.kind, line.name, htmllib.unescape(re.sub("<[^>]+>", "", line.old)),
              htmllib.unescape(re.sub("<[^>]+>", "", line.new))) for v in views for line in v.lines]
     assert ("model", "model", "scripted-small", "gpt-4o") in flat

@@ -6,6 +6,7 @@ import pytest
 from django.http import QueryDict
 
 from forklab.engine.errors import ConflictingChanges, InvalidChange, LiveBudgetExceeded
+from forklab.engine.fork.changes import parse_change
 from forklab.engine.scenarios import SCENARIOS
 from forklab.runs.access import PermissionDenied
 from forklab.web import graphpic
@@ -36,7 +37,7 @@ def test_the_graph_picture_lays_nodes_in_layers_and_draws_loops_under_them() -> 
 def form_with(*origins: tuple[dict[str, object], str]) -> ForkForm:
     form = ForkForm(body={"budget": {"max_live_calls": 5, "max_cost_usd": 1.0}})
     for change, origin in origins:
-        form.add(change, origin)
+        form.add(origin, parse_change, change)
     return form
 
 

@@ -9,16 +9,15 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from forklab.api import documented
 from forklab.api.inputs import body
 from forklab.api.schema import FORK_WRITE, READ, WRITE, path_id, responses
 from forklab.api.serializers import (
     CaseSerializer,
     ForkSerializer,
-    PreflightSerializer,
     PromoteSerializer,
 )
 from forklab.api.views.cases import case_json
+from forklab.engine.fork.wire import PreflightWire
 from forklab.runs import forking
 from forklab.runs.specs import AnswerSpec, CaseSpec, ForkSpec
 
@@ -26,18 +25,18 @@ FORK_ID = path_id("run_id", "the fork's run id")
 
 
 @extend_schema(
-    operation_id="forks_preflight", request=documented.ForkSpec, summary="Preflight a fork",
+    operation_id="forks_preflight", request=ForkSpec, summary="Preflight a fork",
     description="Resolve the fork point, validate the changes and estimate the tail; starts "
                 "nothing. Same body and same errors as `POST /forks/`.",
-    responses=responses({200: PreflightSerializer}, *FORK_WRITE))
+    responses=responses({200: PreflightWire}, *FORK_WRITE))
 @api_view(["POST"])
 def preflight(request: Request) -> Response:
     plan = forking.preflight(user=request.user, spec=body(ForkSpec, request.data))
-    return Response(PreflightSerializer(plan).data)
+    return Response(plan.to_wire())
 
 
 @extend_schema(
-    operation_id="forks_create", request=documented.ForkSpec, summary="Start a fork",
+    operation_id="forks_create", request=ForkSpec, summary="Start a fork",
     description="Validates everything first (nothing is written for a bad request), records "
                 "the queued fork run and runs its tail in the background. The same "
                 "`client_request_id` again answers 200 with the existing fork. Members fork "

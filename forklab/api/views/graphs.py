@@ -10,7 +10,6 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from forklab.api import documented
 from forklab.api.inputs import (
     GraphFilters,
     GraphLookup,
@@ -46,7 +45,7 @@ def graph_json(graph: Graph, *, versions: bool = False) -> dict[str, Any]:
 @extend_schema(methods=["GET"], operation_id="graphs_list", parameters=[GraphFilters],
                summary="List graphs", responses=responses({200: GraphPageSerializer}, *LIST))
 @extend_schema(
-    methods=["POST"], operation_id="graphs_create", request=documented.GraphRegistration,
+    methods=["POST"], operation_id="graphs_create", request=GraphRegistration,
     summary="Register a graph",
     description="`{\"project\": slug, \"spec\": {…graph…}}`. The spec is validated by the "
                 "engine (400 `invalid_graph` names the node and field). A spec equal to the "

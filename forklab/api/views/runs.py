@@ -16,7 +16,7 @@ from forklab.api.pagination import Pages
 from forklab.api.schema import LIST, READ, WRITE, path_id, responses
 from forklab.api.serializers import (
     EventPageSerializer,
-    ForkPointSerializer,
+    ForkPointList,
     RunPageSerializer,
     RunSerializer,
 )
@@ -101,13 +101,13 @@ def run_events(request: Request, run_id: str) -> Response:
 @extend_schema(
     operation_id="runs_fork_points", parameters=[RUN_ID], summary="A run's fork points",
     description="Every addressable boundary: before each node execution, and the end.",
-    responses=responses({200: ForkPointSerializer(many=True)}, *READ))
+    responses=responses({200: ForkPointList}, *READ))
 @api_view(["GET"])
 def run_fork_points(request: Request, run_id: str) -> Response:
     run = queries.get_run(run_id, user=request.user)
     store = DjangoStore(run.project)
     points = [p.to_wire() for p in engine_fork_points(store.read(run.id), store=store)]
-    return Response(ForkPointSerializer(points, many=True).data)
+    return Response(ForkPointList.model_validate(points).model_dump(mode="json"))
 
 
 @extend_schema(

@@ -8,10 +8,10 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from forklab.api import documented
 from forklab.api.inputs import DiffQuery, body
 from forklab.api.schema import FORK_WRITE, READ, path_id, responses
-from forklab.api.serializers import RunDiffSerializer, SweepEstimateSerializer, SweepSerializer
+from forklab.api.serializers import SweepEstimateSerializer, SweepSerializer
+from forklab.engine.fork.wire import RunDiffWire
 from forklab.runs import forking
 from forklab.runs.specs import SweepSpec
 
@@ -19,7 +19,7 @@ SWEEP_ID = path_id("group_id", "the sweep's fork group id")
 
 
 @extend_schema(
-    operation_id="sweeps_estimate", request=documented.SweepSpec, summary="Estimate a sweep",
+    operation_id="sweeps_estimate", request=SweepSpec, summary="Estimate a sweep",
     description="Predicts each variant's live calls, tokens and cost; starts nothing. A "
                 "variant whose change does not resolve fails the whole request (422).",
     responses=responses({200: SweepEstimateSerializer}, *FORK_WRITE))
@@ -30,7 +30,7 @@ def sweep_estimate(request: Request) -> Response:
 
 
 @extend_schema(
-    operation_id="sweeps_create", request=documented.SweepSpec, summary="Start a sweep",
+    operation_id="sweeps_create", request=SweepSpec, summary="Start a sweep",
     description="One fork per named variant from the same run and point, sharing a "
                 "`fork_group_id`; every variant is validated before any starts. They run in "
                 "the background: poll `GET /sweeps/{fork_group_id}/`.",
@@ -56,9 +56,9 @@ def sweep_detail(request: Request, group_id: str) -> Response:
 @extend_schema(
     operation_id="diff", parameters=[DiffQuery], summary="Compare two runs",
     description="The RunDiff of any two runs you can read (base first).",
-    responses=responses({200: RunDiffSerializer}, 400, *READ))
+    responses=responses({200: RunDiffWire}, 400, *READ))
 @api_view(["GET"])
 def diff(request: Request) -> Response:
     query = DiffQuery.read(request.query_params)
-    return Response(RunDiffSerializer(forking.diff(
-        user=request.user, base_id=query["base"], variant_id=query["variant"])).data)
+    return Response(forking.diff(
+        user=request.user, base_id=query["base"], variant_id=query["variant"]).to_wire())

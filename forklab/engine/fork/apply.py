@@ -11,7 +11,6 @@ the target and what would have been accepted.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,14 +18,14 @@ from typing import Any
 from forklab.engine.canonical import merge_patch
 from forklab.engine.errors import GraphValidationError, InvalidChange
 from forklab.engine.fork.changes import (
+    TARGET,
+    AgentChange,
     Change,
+    ChangeBase,
     ConfigChange,
     HumanResponseChange,
-    ModelChange,
     OutputChange,
-    PromptChange,
     RouteChange,
-    TemperatureChange,
     ToolChange,
 )
 from forklab.engine.fork.conflicts import check_conflicts
@@ -41,22 +40,33 @@ from forklab.engine.graph import (
     has_cycle,
 )
 
-_TARGET = re.compile(r"^(?P<node>[A-Za-z_][\w\-]*)(\.(?P<role>[A-Za-z_]\w*)(\[(?P<i>\d+)\])?)?$")
-AgentChange = ModelChange | PromptChange | TemperatureChange
+_TARGET = TARGET
 
 
 def _modified(agent: AgentSpec, item: AgentChange) -> AgentSpec:
-    match item:
-        case ModelChange():
-            return agent.model_copy(update={"model": item.model,
-                                            "provider": item.provider or agent.provider})
-        case PromptChange():
-            return agent.model_copy(update={"system_prompt": item.system_prompt})
-        case TemperatureChange():
-            return agent.model_copy(update={"temperature": item.temperature})
+    """The agent with the change's settings (each agent kind says which: ``agent_update``)."""
+    return agent.model_copy(update=item.agent_update())
 
 
-def _node_or_refuse(graph: GraphSpec, node_id: str, item: Change) -> Any:
+def agent_at(graph: GraphSpec, target: str) -> AgentSpec | None:
+    """The agent an agent change's ``target`` addresses in ``graph`` (None: none there)."""
+    match = _TARGET.match(target)
+    node = graph.node(match["node"]) if match and graph.has_node(match["node"]) else None
+    if match is None or node is None:
+        return None
+    if match["role"] is None:
+        agent = getattr(node, "agent", None)
+        return graph.resolve_agent(agent) if agent is not None else None
+    role = node.roles.get(match["role"]) if isinstance(node, AgentNode) and node.roles else None
+    if role is None:
+        return None
+    if match["i"] is None:
+        return graph.resolve_agent(role.agent)
+    index = int(match["i"])
+    return graph.resolve_agent(role.agent_for(index)) if index < role.count else None
+
+
+def _node_or_refuse(graph: GraphSpec, node_id: str, item: ChangeBase) -> Any:
     if not graph.has_node(node_id):
         raise InvalidChange(
             f"{item.kind} change: graph {graph.id!r} has no node {node_id!r}; nodes: "
@@ -191,7 +201,7 @@ def effective_graph(graph: GraphSpec, changes: Sequence[Change], *,
     if one_request:
         check_conflicts(changes)
     for item in changes:
-        if isinstance(item, (ModelChange, PromptChange, TemperatureChange)):
+        if isinstance(item, AgentChange):
             graph = _apply_agent(graph, item)
         elif isinstance(item, ConfigChange):
             graph = _apply_config(graph, item)
@@ -221,7 +231,7 @@ def config_targets(changes: Sequence[Change]) -> list[Target]:
     """What the config-type changes target (their calls are labelled ``changed``)."""
     targets = []
     for item in changes:
-        if isinstance(item, (ModelChange, PromptChange, TemperatureChange)):
+        if isinstance(item, AgentChange):
             match = _TARGET.match(item.target)
             if match is not None:
                 index = None if match["i"] is None else int(match["i"])

@@ -9,7 +9,8 @@ redaction placeholders) are checked on the wire form before anything else.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+import re
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -20,43 +21,107 @@ MAX_DEPTH = 16
 MAX_KEYS = 200
 REDACTION_PLACEHOLDERS = ("[REDACTED]", "[redacted: mask failed]")
 
-CONFIG_KINDS = frozenset({"model", "prompt", "temperature", "config"})
-"""Kinds that change the graph (promotable); the rest change state."""
+Path = tuple[str, ...]
+"""What a change writes, for conflict checks (:mod:`~forklab.engine.fork.conflicts`)."""
+
+TARGET = re.compile(r"^(?P<node>[A-Za-z_][\w\-]*)(\.(?P<role>[A-Za-z_]\w*)(\[(?P<i>\d+)\])?)?$")
+"""An agent change's target: ``node``, ``node.role`` or ``node.role[i]``."""
+
+
+def leaves(prefix: Path, patch: Any) -> list[Path]:
+    """Every leaf path of a merge patch under ``prefix``."""
+    if isinstance(patch, dict) and patch:
+        return [leaf for key, value in patch.items() for leaf in leaves((*prefix, str(key)), value)]
+    return [prefix]
 
 
 class _Change(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Base of every change kind. Everything outside the engine's apply rules reads a change
+    through these per-kind members, so a new kind is a new class in the union (plus its
+    apply rule), never a new branch in the API, forms, CLI, estimate or conflict checks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
+
+    kind: str
+    """The JSON ``kind``: each kind narrows it to its ``Literal`` (the union's discriminator)."""
+    promotable: ClassVar[bool] = False
+    """Config-type: it changes the graph, so ``promote`` can adopt it (SPEC §3.9)."""
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
 
     def describe(self) -> str:
         """One human line; every kind overrides it with its target and value."""
-        return str(getattr(self, "kind", "change"))
+        return self.kind
+
+    def written_paths(self) -> list[Path]:
+        """The paths this change writes; two changes of one request whose paths overlap
+        conflict (see :mod:`~forklab.engine.fork.conflicts`)."""
+        return [("kind", self.kind)]
+
+    def scoped_node(self) -> str | None:
+        """The node this change is scoped to (None: the whole run)."""
+        return None
 
 
-class ModelChange(_Change):
-    kind: Literal["model"] = "model"
+class AgentChange(_Change):
+    """A change of one agent setting, scoped to the node, role or instance it names.
+
+    ``agent_field`` is both the field of this change holding the new value and the
+    :class:`~forklab.engine.graph.AgentSpec` field it sets."""
+
+    promotable: ClassVar[bool] = True
+    agent_field: ClassVar[str]
     target: str
+
+    def agent_update(self) -> dict[str, Any]:
+        """The AgentSpec fields this change sets."""
+        return {self.agent_field: getattr(self, self.agent_field)}
+
+    def scoped_node(self) -> str | None:
+        return self.target.split(".")[0]
+
+    def written_paths(self) -> list[Path]:
+        """The agent attribute where the node config holds it; a role-wide change also
+        writes every instance's, so it conflicts with an instance change."""
+        attribute = self.agent_field
+        match = TARGET.match(self.target)
+        if match is None:  # refused later as an unreadable target; conflicts only with itself
+            return [("agent-target", self.target, attribute)]
+        node, role, index = match["node"], match["role"], match["i"]
+        if role is None:
+            return [("node", node, "agent", attribute)]
+        base = ("node", node, "roles", role)
+        if index is None:
+            return [(*base, "agent", attribute), (*base, "instances", "*", attribute)]
+        return [(*base, "instances", index, attribute)]
+
+
+class ModelChange(AgentChange):
+    kind: Literal["model"] = "model"
+    agent_field: ClassVar[str] = "model"
     model: str
     provider: str | None = None
+
+    def agent_update(self) -> dict[str, Any]:
+        return {"model": self.model, **({"provider": self.provider} if self.provider else {})}
 
     def describe(self) -> str:
         return f"model of {self.target!r} -> {self.model}"
 
 
-class PromptChange(_Change):
+class PromptChange(AgentChange):
     kind: Literal["prompt"] = "prompt"
-    target: str
+    agent_field: ClassVar[str] = "system_prompt"
     system_prompt: str
 
     def describe(self) -> str:
         return f"prompt of {self.target!r}"
 
 
-class TemperatureChange(_Change):
+class TemperatureChange(AgentChange):
     kind: Literal["temperature"] = "temperature"
-    target: str
+    agent_field: ClassVar[str] = "temperature"
     temperature: float = Field(ge=0.0, le=2.0)
 
     def describe(self) -> str:
@@ -72,14 +137,26 @@ class MemoryChange(_Change):
         keys = [f"={k}" for k in self.set] + [f"-{k}" for k in self.delete]
         return f"memory {' '.join(keys)}"
 
+    def written_paths(self) -> list[Path]:
+        return [("memory", key) for key in [*self.set, *self.delete]]
+
 
 class ConfigChange(_Change):
+    promotable: ClassVar[bool] = True
     kind: Literal["config"] = "config"
     node: str
     patch: dict[str, Any]
 
     def describe(self) -> str:
         return f"config of {self.node!r} ({', '.join(self.patch)})"
+
+    def scoped_node(self) -> str | None:
+        return self.node
+
+    def written_paths(self) -> list[Path]:
+        """Every leaf of the merge patch (patching ``agent`` or a role conflicts with an
+        agent change of that node or role)."""
+        return leaves(("node", self.node), self.patch)
 
 
 class RouteChange(_Change):
@@ -92,6 +169,12 @@ class RouteChange(_Change):
     def describe(self) -> str:
         return f"route {self.source!r} -> {self.to!r}{' once' if self.once else ''}"
 
+    def scoped_node(self) -> str | None:
+        return self.source
+
+    def written_paths(self) -> list[Path]:
+        return [("route", self.source)]
+
 
 class OutputChange(_Change):
     kind: Literal["output"] = "output"
@@ -101,6 +184,13 @@ class OutputChange(_Change):
     def describe(self) -> str:
         return f"output of {self.node!r}"
 
+    def scoped_node(self) -> str | None:
+        return self.node
+
+    def written_paths(self) -> list[Path]:
+        """The whole node: it substitutes what the node produces."""
+        return [("node", self.node)]
+
 
 class ToolChange(_Change):
     kind: Literal["tool"] = "tool"
@@ -109,6 +199,13 @@ class ToolChange(_Change):
 
     def describe(self) -> str:
         return f"tool result of {self.node!r}"
+
+    def scoped_node(self) -> str | None:
+        return self.node
+
+    def written_paths(self) -> list[Path]:
+        """The whole node: it substitutes what the node produces."""
+        return [("node", self.node)]
 
 
 class HumanResponseChange(_Change):
@@ -120,6 +217,9 @@ class HumanResponseChange(_Change):
     def describe(self) -> str:
         return f"human response {self.decision}"
 
+    def written_paths(self) -> list[Path]:
+        return [("human",)]
+
 
 class InputPatchChange(_Change):
     kind: Literal["input_patch"] = "input_patch"
@@ -128,6 +228,11 @@ class InputPatchChange(_Change):
     def describe(self) -> str:
         return f"input patch ({', '.join(self.patch)})"
 
+    def written_paths(self) -> list[Path]:
+        """Down to the patch's leaves: two patches of different keys combine, a memory change
+        and a patch of one key conflict."""
+        return leaves(("memory",), self.patch)
+
 
 Change = Annotated[
     ModelChange | PromptChange | TemperatureChange | MemoryChange | ConfigChange | RouteChange
@@ -135,8 +240,15 @@ Change = Annotated[
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[Change] = TypeAdapter(Change)
-KINDS = ("model", "prompt", "temperature", "memory", "config", "route", "output", "tool",
-         "human_response", "input_patch")
+CHANGE_TYPES: tuple[type[_Change], ...] = get_args(get_args(Change)[0])
+"""Every change kind's class, in the union's order."""
+KINDS = tuple(str(cls.model_fields["kind"].default) for cls in CHANGE_TYPES)
+CONFIG_KINDS = frozenset(k for k, cls in zip(KINDS, CHANGE_TYPES, strict=True) if cls.promotable)
+"""Kinds that change the graph (promotable); the rest change state."""
+
+
+ChangeBase = _Change
+"""What every change kind is (for code that takes any one of them)."""
 
 
 def _build[C: _Change](cls: type[C], **fields: Any) -> C:
@@ -272,11 +384,15 @@ def parse_change(data: Any) -> Change:
 
 
 def parse_changes(data: Any) -> list[Change]:
-    """A list of changes (or one) from wire form, with the structural limits checked first."""
+    """A list of changes (or one) from wire form, with the structural limits checked first.
+
+    Built changes (already validated: a builder, a parsed request) pass through as they are;
+    only their wire form is measured against the limits."""
     items = data if isinstance(data, (list, tuple)) else [data]
     wire = [c.wire() if isinstance(c, _Change) else c for c in items]
     check_limits(wire)
-    return [parse_change(item) for item in wire]
+    return [c if isinstance(c, _Change) else parse_change(w)  # type: ignore[misc]
+            for c, w in zip(items, wire, strict=True)]
 
 
 def wire(changes: list[Change]) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """Conflicting changes (SPEC §3.3): two changes of one request that write the same thing.
 
-Each change is described by the *paths* it writes, and two changes conflict when a path of
+Each change is described by the *paths* it writes (its kind's ``written_paths()``), and two changes conflict when a path of
 one is a prefix of (or equal to) a path of the other — ``*`` matching any one step. Paths:
 
 - an agent change: the attribute of the agent it sets, where the node config holds it —
@@ -20,68 +20,15 @@ Never resolved by order: the request is refused naming both changes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from typing import Any
 
 from forklab.engine.errors import ConflictingChanges
-from forklab.engine.fork.changes import (
-    Change,
-    ConfigChange,
-    HumanResponseChange,
-    InputPatchChange,
-    MemoryChange,
-    ModelChange,
-    OutputChange,
-    PromptChange,
-    RouteChange,
-    TemperatureChange,
-    ToolChange,
-)
-
-Path = tuple[str, ...]
-_TARGET = re.compile(r"^(?P<node>[A-Za-z_][\w\-]*)(\.(?P<role>[A-Za-z_]\w*)(\[(?P<i>\d+)\])?)?$")
-_ATTRIBUTE = {"model": "model", "prompt": "system_prompt", "temperature": "temperature"}
-
-
-def _leaves(prefix: Path, patch: Any) -> list[Path]:
-    if isinstance(patch, dict) and patch:
-        return [leaf for key, value in patch.items() for leaf in _leaves((*prefix, str(key)), value)]
-    return [prefix]
-
-
-def _agent_paths(item: ModelChange | PromptChange | TemperatureChange) -> list[Path]:
-    attribute = _ATTRIBUTE[item.kind]
-    match = _TARGET.match(item.target)
-    if match is None:  # refused later as an unreadable target; conflicts only with itself
-        return [("agent-target", item.target, attribute)]
-    node, role, index = match["node"], match["role"], match["i"]
-    if role is None:
-        return [("node", node, "agent", attribute)]
-    base = ("node", node, "roles", role)
-    if index is None:
-        return [(*base, "agent", attribute), (*base, "instances", "*", attribute)]
-    return [(*base, "instances", index, attribute)]
+from forklab.engine.fork.changes import Change, MemoryChange, Path
 
 
 def written_paths(item: Change) -> list[Path]:
-    """The paths a change writes (see the module docstring)."""
-    match item:
-        case ModelChange() | PromptChange() | TemperatureChange():
-            return _agent_paths(item)
-        case ConfigChange():
-            return _leaves(("node", item.node), item.patch)
-        case OutputChange() | ToolChange():
-            return [("node", item.node)]
-        case RouteChange():
-            return [("route", item.source)]
-        case HumanResponseChange():
-            return [("human",)]
-        case MemoryChange():
-            return [("memory", key) for key in [*item.set, *item.delete]]
-        case InputPatchChange():
-            return _leaves(("memory",), item.patch)
-    return []  # pragma: no cover
+    """The paths a change writes (each kind says: ``written_paths()`` on its type)."""
+    return item.written_paths()
 
 
 def _overlap(a: Path, b: Path) -> bool:

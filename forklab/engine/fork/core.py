@@ -38,8 +38,8 @@ from forklab.engine.fork.points import (
     point_number,
     resolve_point,
 )
-from forklab.engine.fork.spend import Budget
 from forklab.engine.fork.tail import Policy
+from forklab.engine.fork.wire import Budget
 from forklab.engine.graph import GraphSpec
 from forklab.engine.recording import RecordedRun
 from forklab.engine.reducers import fold, rewind_to_boundary
@@ -275,11 +275,10 @@ def _unreached_targets(changes: Sequence[Change], tail: Sequence[Execution]) -> 
     ran = {e.node for e in tail}
     warnings = []
     for item in changes:
-        node = (getattr(item, "target", None) or getattr(item, "node", None)
-                or getattr(item, "source", None))
-        if node is not None and node.split(".")[0] not in ran:
+        node = item.scoped_node()
+        if node is not None and node not in ran:
             warnings.append(
-                f"{item.describe()}: {node.split('.')[0]!r} does not run after the fork point "
+                f"{item.describe()}: {node!r} does not run after the fork point "
                 "in the base run; the change matters only if the tail reaches it")
     return warnings
 

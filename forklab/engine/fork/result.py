@@ -14,6 +14,7 @@ from forklab.engine.fork.diff import RunDiff, diff_runs, format_run_diff, incurr
 from forklab.engine.fork.estimate import Estimate
 from forklab.engine.fork.points import ForkPoint
 from forklab.engine.fork.tail import Budget, Policy, SharedMemo
+from forklab.engine.fork.wire import ForkResultWire
 from forklab.engine.oracle import HumanAnswer
 from forklab.engine.recording import RecordedRun
 from forklab.engine.runner import CancelToken
@@ -105,8 +106,12 @@ class ForkResult:
         return self.changes if self.own_changes is None else self.own_changes
 
     def to_wire(self) -> dict[str, Any]:
-        """The fork-specific fields of the Fork result shape (SPEC §4.6)."""
-        return {
+        """The fork-specific fields of the Fork result shape (SPEC §4.6), as JSON."""
+        return self.wire_model().to_wire()
+
+    def wire_model(self) -> ForkResultWire:
+        """The fork-specific fields of the Fork result shape (SPEC §4.6), typed."""
+        return ForkResultWire.from_wire({
             "run_id": self.run_id, "base_run_id": self.base_run_id,
             "fork_sequence_id": self.fork_sequence_id, "fork_node_id": self.fork_node_id,
             "effective_fork_sequence_id": self.effective_fork_sequence_id,
@@ -116,7 +121,7 @@ class ForkResult:
             "calls": self.calls, "diff": self.diff.wire() if self.diff else None,
             "explain": self.explain(), "warnings": self.warnings,
             "unpriced_calls": self.unpriced_calls, "point": self.point.to_wire(),
-        }
+        })
 
 
 def _describe(changes: Sequence[dict[str, Any]]) -> list[str]:

@@ -26,27 +26,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from forklab.engine.fork.wire import Budget
 from forklab.engine.graph import AgentNode, GraphSpec, RouterNode, ToolNode
 from forklab.engine.oracle import BudgetExceeded, NodeCall
 from forklab.engine.providers import ChatRequest, PriceTable, estimate_tokens
-
-
-@dataclass(frozen=True)
-class Budget:
-    max_live_calls: int | None = 50
-    max_cost_usd: float | None = 1.00
-
-    @classmethod
-    def parse(cls, data: Any) -> Budget:
-        if data is None:
-            return cls()
-        if isinstance(data, Budget):
-            return data
-        return cls(max_live_calls=data.get("max_live_calls", 50),
-                   max_cost_usd=data.get("max_cost_usd", 1.00))
-
-    def wire(self) -> dict[str, Any]:
-        return {"max_live_calls": self.max_live_calls, "max_cost_usd": self.max_cost_usd}
 
 
 def request_input_tokens(request: ChatRequest) -> int:

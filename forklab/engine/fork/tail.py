@@ -23,7 +23,6 @@ same :class:`~forklab.engine.fork.spend.Spend`, reflection writes captured.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from forklab.engine.canonical import fingerprint
@@ -36,7 +35,8 @@ from forklab.engine.fork.changes import (
     ToolChange,
 )
 from forklab.engine.fork.memo import Recording, SharedMemo
-from forklab.engine.fork.spend import Budget, Spend, worst_case, worst_case_usd
+from forklab.engine.fork.spend import Spend, worst_case, worst_case_usd
+from forklab.engine.fork.wire import Budget, Policy
 from forklab.engine.graph import ApprovalNode, GraphSpec, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import (
     Blocked,
@@ -52,35 +52,7 @@ from forklab.engine.providers import ChatRequest, PriceTable
 from forklab.engine.state import Execution
 from forklab.engine.tools import ToolContext
 
-SideEffects = str | dict[str, Any]  # "replay" | "block" | {"allow": [...] | True}
-
 __all__ = ["Budget", "ForkOracle", "Policy", "Recording", "SharedMemo", "Spend"]
-
-
-@dataclass(frozen=True)
-class Policy:
-    side_effects: SideEffects = "replay"
-    memoize: bool = False
-
-    @classmethod
-    def parse(cls, data: Any) -> Policy:
-        if data is None:
-            return cls()
-        if isinstance(data, Policy):
-            return data
-        return cls(side_effects=data.get("side_effects", "replay"),
-                   memoize=bool(data.get("memoize", False)))
-
-    def allows(self, node: str) -> bool:
-        allow = self.side_effects.get("allow") if isinstance(self.side_effects, dict) else None
-        return allow is True or (isinstance(allow, list) and node in allow)
-
-    @property
-    def blocks_all(self) -> bool:
-        return self.side_effects == "block"
-
-    def wire(self) -> dict[str, Any]:
-        return {"side_effects": self.side_effects, "memoize": self.memoize}
 
 
 def _reused_result(ex: Execution, kind: str) -> dict[str, Any]:

@@ -29,8 +29,9 @@ from forklab.engine.fork.changes import parse_changes
 from forklab.engine.fork.effective import DELETE
 from forklab.engine.fork.lineage import forked_event
 from forklab.engine.fork.memo import Recording, SharedMemo
-from forklab.engine.fork.spend import Budget, Spend
+from forklab.engine.fork.spend import Spend
 from forklab.engine.fork.tail import ForkOracle, Policy
+from forklab.engine.fork.wire import Budget
 from forklab.engine.graph import parse_stored_graph
 from forklab.engine.oracle import HumanAnswer, LiveOracle
 from forklab.engine.reducers import fold
@@ -131,7 +132,7 @@ def _child_run_id(state: RunState, seq: int) -> str | None:
 def tail_spend(state: RunState, store: Store, *, start: int | None = None) -> Spend:
     """What a run's tail has spent: every live or changed call, a subgraph's counted call
     by call from its child run (so a resumed fork keeps one budget)."""
-    spend = Spend(Budget(None, None), enforce=False)
+    spend = Spend(Budget(max_live_calls=None, max_cost_usd=None), enforce=False)
     first = (state.fork or {}).get("tail_from_call", 0) if start is None else start
     for call in state.calls[first:]:
         if call.label not in ("live", "changed"):

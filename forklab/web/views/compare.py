@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from forklab.engine.errors import ForklabError
+from forklab.engine.fork.changes import parse_changes
 from forklab.runs import queries
 from forklab.runs.models import Run
 from forklab.web.changeview import Before, ChangeView, describe, input_changes
@@ -77,7 +78,7 @@ def _changes(base: Run, variant: Run, result: dict[str, Any]) -> list[ChangeView
         graph = None
     before = Before(graph=graph, memory=prefix["memory"], input=prefix["input"],
                     after_point=result["base_state"].executions[inherited:])
-    return describe(list(variant.fork_mutations or []), before)
+    return describe(parse_changes(variant.fork_mutations or []), before)
 
 
 STRIP_STEPS = 40

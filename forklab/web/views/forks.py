@@ -13,12 +13,12 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from forklab.engine.errors import ForklabError
-from forklab.engine.fork.changes import parse_change
+from forklab.engine.fork.changes import Change, PromptChange
+from forklab.engine.fork.wire import PreflightWire
 from forklab.runs import forking, queries
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Run
-from forklab.runs.specs import ForkSpec, parse
 from forklab.web import timeline
 from forklab.web.composer import Composer, build_composer, decode_changes, encode_changes
 from forklab.web.forkform import ForkForm, field_for, read_fork_form
@@ -59,7 +59,7 @@ def point_error(run: Run, tl: timeline.Timeline, at: int) -> str:
 
 def composer_context(request: HttpRequest, run: Run, at: int | None, *, graph: Any = None,
                      tl: timeline.Timeline | None = None,
-                     changes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                     changes: list[Change] | None = None) -> dict[str, Any]:
     """The composer at ``at``, its fields as the run had them overlaid with ``changes``."""
     composer = _composer(run, at, graph=graph, tl=tl)
     return {"composer": composer, "values": composer.initial(changes), "errors": {},
@@ -67,7 +67,7 @@ def composer_context(request: HttpRequest, run: Run, at: int | None, *, graph: A
             "fork_link": _fork_link(request, run, composer.seq, changes or [])}
 
 
-def _fork_link(request: HttpRequest, run: Run, seq: int, changes: list[dict[str, Any]]) -> str:
+def _fork_link(request: HttpRequest, run: Run, seq: int, changes: list[Change]) -> str:
     url = f"{reverse('compose', args=[run.id])}?at={seq}"
     if changes:
         url += f"&changes={encode_changes(changes)}"
@@ -90,7 +90,7 @@ def compose(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     if at is None and request.GET.get("at", "") != "":
         return _refused(request, run, 400, "This fork link is damaged: its point "
                         f"at={request.GET['at'][:40]!r} is not a seq number.")
-    changes = []
+    changes: list[Change] = []
     if request.GET.get("changes"):
         try:
             changes = decode_changes(request.GET["changes"])
@@ -123,7 +123,7 @@ def _submit(request: HtmxHttpRequest, run: Run) -> HttpResponse:
     form = read_fork_form(composer, request.POST)
     if not form.errors:
         try:
-            started = forking.start_fork(user=request.user, spec=parse(ForkSpec, form.body))
+            started = forking.start_fork(user=request.user, spec=form.spec())
         except ForklabError as exc:
             form.errors[field_for(exc, form)] = exc.message
         else:
@@ -161,10 +161,10 @@ def preflight(request: HttpRequest, run_id: str) -> HttpResponse:
     run = forkable_run(request, run_id)
     composer = _composer(run, int_param(request.POST.get("at")))
     form = read_fork_form(composer, request.POST)
-    result: dict[str, Any] | None = None
+    result: PreflightWire | None = None
     if not form.errors:
         try:
-            result = forking.preflight(user=request.user, spec=parse(ForkSpec, form.body))
+            result = forking.preflight(user=request.user, spec=form.spec())
         except ForklabError as exc:
             form.errors[field_for(exc, form)] = exc.message
     return render(request, "web/composer.html#preflight-response", {
@@ -177,17 +177,11 @@ def preflight(request: HttpRequest, run_id: str) -> HttpResponse:
 
 def empty_prompts(form: ForkForm) -> list[str]:
     """A prompt emptied in the form is allowed, but almost never meant: say so."""
-    return [f"The system prompt of {c['target']!r} is empty: the agent gets no "
+    return [f"The system prompt of {c.target!r} is empty: the agent gets no "
             "instructions at all. Undo the edit if that was not intended."
-            for c in form.changes if c.get("kind") == "prompt" and
-            not str(c.get("system_prompt", "")).strip()]
+            for c in form.changes if isinstance(c, PromptChange) and
+            not c.system_prompt.strip()]
 
 
 def _described(form: ForkForm) -> list[str]:
-    out = []
-    for change in form.changes:
-        try:
-            out.append(parse_change(change).describe())
-        except ForklabError as exc:
-            out.append(f"{change.get('kind', '?')}: {exc.message}")
-    return out
+    return [change.describe() for change in form.changes]

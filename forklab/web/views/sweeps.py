@@ -4,6 +4,7 @@ live variants-by-outcome matrix at ``/sweeps/<group>/`` with each cell linking t
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 
 from forklab.engine.errors import ForklabError
+from forklab.engine.fork.changes import Change, change, parse_changes, wire
 from forklab.runs import forking, queries
 from forklab.runs.engine_env import build_environment
 from forklab.runs.models import Run
@@ -61,13 +63,13 @@ def _launcher(run: Run, at: int | None, target_name: str | None) -> Launcher:
 
 
 def _variants(launcher: Launcher, data: QueryDict, count: int
-              ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str], list[dict[str, Any]]]:
+              ) -> tuple[dict[str, list[Change]], dict[str, str], list[dict[str, Any]]]:
     """Named change lists from the form, field errors, and the rows to show again.
 
     A fresh form names its rows ``variant-1`` …; a submitted one keeps what was sent (an
     emptied name leaves that row out)."""
     fresh = not any(key.endswith("-name") for key in data)
-    variants: dict[str, list[dict[str, Any]]] = {}
+    variants: dict[str, list[Change]] = {}
     errors: dict[str, str] = {}
     rows: list[dict[str, Any]] = []
     t = launcher.target
@@ -92,36 +94,47 @@ def _variants(launcher: Launcher, data: QueryDict, count: int
 
 
 def _changes(t: AgentTarget | None, row: dict[str, Any], p: str,
-             errors: dict[str, str]) -> list[dict[str, Any]]:
-    changes: list[dict[str, Any]] = []
+             errors: dict[str, str]) -> list[Change]:
+    """A row's changes, built by the engine's builders; a bad value is an error on its field
+    (the free-form ``changes`` field takes any kind in its JSON form)."""
+    changes: list[Change] = []
+
+    def add(field: str, build: Callable[[], Change | list[Change]]) -> None:
+        try:
+            built = build()
+        except ForklabError as exc:
+            errors[f"{p}-{field}"] = exc.message
+        else:
+            changes.extend(built if isinstance(built, list) else [built])
+
     if t is not None:
         if row["model"] and row["model"] != t.model:
-            changes.append({"kind": "model", "target": t.target, "model": row["model"]})
+            add("model", lambda: change.model(t.target, row["model"]))
         if row["prompt"] != t.system_prompt:
-            changes.append({"kind": "prompt", "target": t.target,
-                            "system_prompt": row["prompt"]})
+            add("prompt", lambda: change.prompt(t.target, row["prompt"]))
         try:
             temperature = float(row["temperature"])
         except (TypeError, ValueError):
             errors[f"{p}-temperature"] = f"expected a number, got {row['temperature']!r}"
         else:
             if temperature != t.temperature:
-                changes.append({"kind": "temperature", "target": t.target,
-                                "temperature": temperature})
+                add("temperature", lambda: change.temperature(t.target, temperature))
     if row["changes"].strip():
         try:
             extra = json.loads(row["changes"])
         except json.JSONDecodeError as exc:
             errors[f"{p}-changes"] = f"not valid JSON: {exc.msg}"
         else:
-            changes += extra if isinstance(extra, list) else [extra]
+            add("changes", lambda: parse_changes(extra))
     return changes
 
 
-def _body(launcher: Launcher, variants: dict[str, Any], data: QueryDict) -> dict[str, Any]:
-    return {"base_run": launcher.run.id, "at": {"sequence": launcher.seq},
-            "variants": variants, "label": data.get("label", "").strip(),
-            "policy": {"memoize": data.get("memoize") == "on"}}
+def _spec(launcher: Launcher, variants: dict[str, list[Change]], data: QueryDict) -> SweepSpec:
+    """The sweep request the form describes, validated as the API validates its body."""
+    return parse(SweepSpec, {
+        "base_run": launcher.run.id, "at": {"sequence": launcher.seq},
+        "variants": {name: wire(changes) for name, changes in variants.items()},
+        "label": data.get("label", "").strip(), "policy": {"memoize": data.get("memoize") == "on"}})
 
 
 @login_required
@@ -144,7 +157,7 @@ def launch(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         else:
             try:
                 group = forking.start_sweep(user=request.user,
-                                            spec=parse(SweepSpec, _body(launcher, variants, data)))
+                                            spec=_spec(launcher, variants, data))
             except ForklabError as exc:
                 errors[_variant_field(exc, variants)] = exc.message
             else:
@@ -157,7 +170,7 @@ def launch(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     return render(request, "web/sweep_launch.html", context, status=status)
 
 
-def _variant_field(exc: ForklabError, variants: dict[str, Any]) -> str:
+def _variant_field(exc: ForklabError, variants: dict[str, list[Change]]) -> str:
     names = list(variants)
     label = exc.context.get("variant") or exc.context.get("name")
     if label in names:
@@ -179,7 +192,7 @@ def estimate(request: HttpRequest, run_id: str) -> HttpResponse:
     if variants and not errors:
         try:
             result = forking.estimate_sweep(
-                user=request.user, spec=parse(SweepSpec, _body(launcher, variants, request.POST)))
+                user=request.user, spec=_spec(launcher, variants, request.POST))
         except ForklabError as exc:
             errors["form"] = exc.message
     live_calls = sum(v["live_calls"] for v in (result or {}).get("variants", {}).values())

@@ -5,6 +5,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from forklab.engine.fork import fork
+from forklab.engine.fork.wire import Budget, Policy
 from forklab.runs import cli, leases
 from forklab.runs.engine_env import build_environment
 from forklab.runs.management.base import ForklabCommand
@@ -35,13 +36,14 @@ def add_policy_flags(parser: CommandParser) -> None:
     parser.add_argument("--ignore-budget", action="store_true")
 
 
-def policy_and_budget(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def policy_and_budget(options: dict[str, Any]) -> tuple[Policy, Budget]:
     cost = options["max_cost_usd"]
     max_cost = None if str(cost).lower() == "none" else cli.finite(cost, "--max-cost-usd",
                                                                    "a number or 'none'")
-    return ({"side_effects": cli.side_effects(options["side_effects"]),
-             "memoize": options["memoize"]},
-            {"max_live_calls": options["max_live_calls"], "max_cost_usd": max_cost})
+    return (Policy.parse({"side_effects": cli.side_effects(options["side_effects"]),
+                          "memoize": options["memoize"]}),
+            Budget.parse({"max_live_calls": options["max_live_calls"],
+                          "max_cost_usd": max_cost}))
 
 
 class Command(ForklabCommand):

@@ -33,7 +33,7 @@ class Command(ForklabCommand):
         variants = {}
         for text in options["variant"]:
             name, value = cli.split_pair(text, "variant", "terse='{\"kind\": \"prompt\", ...}'")
-            variants[name] = cli.load_json(value, f"--variant {name}")
+            variants[name] = cli.variant_changes(name, cli.load_json(value, f"--variant {name}"))
         policy, budget = policy_and_budget(options)
         common: dict[str, Any] = {"at": cli.point(options["at"]), "variants": variants,
                                   "policy": policy, "budget": budget, "store": store,

@@ -1,0 +1,455 @@
+"""The wire shapes of forking (SPEC §3.2 to §3.6, §4.3, §4.6), defined once.
+
+A fork request, a sweep request, their policy and budget, the change union (from
+:mod:`~forklab.engine.fork.changes`), and the fork result with its run diff, estimate, calls
+and fork point are pydantic models here. The engine takes them, the task payload is their
+JSON dump, the REST API validates bodies with them and drf-spectacular documents the same
+models (no second schema), and the dashboard's forms and the CLI build them.
+
+Invariants:
+- a validated :class:`ForkSpec` holds parsed changes (the discriminated union, structural
+  limits checked first): a bad change raises the engine's own ``invalid_change`` /
+  ``invalid_overrides`` while the body is read, never a loose dict that fails later;
+- :meth:`ForkSpec.wire` (and every model's JSON dump) is the SPEC's JSON form, aliases
+  included (a route change's ``from``), and validates back to an equal model;
+- output models (:class:`ForkResultWire` …) validate the engine's wire dicts and dump them
+  in the SPEC's shape (``from_wire(d).to_wire()``), which is what the API sends and what its
+  OpenAPI schema documents.
+"""
+
+from __future__ import annotations
+
+from copy import deepcopy
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+)
+
+from forklab.engine.errors import ForklabError
+from forklab.engine.fork.changes import Change, parse_changes
+from forklab.engine.inputs import check_json_value
+
+ID_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
+
+
+class InvalidRequest(ForklabError):
+    """A request body (or a field of one) is not of the documented form."""
+
+    code = "invalid_request"
+
+
+class WireModel(BaseModel):
+    """Base of the request shapes: unknown fields refused, non-finite numbers refused (a
+    form's "nan" or "inf" in a number field is an error, not a value), dumps by alias."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, serialize_by_alias=True,
+                              validate_by_name=True, validate_by_alias=True)
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON form (what the API accepts and the task payload carries)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def parse_request[S: BaseModel](spec: type[S], data: Any) -> S:
+    """Validate a request body: values no store can keep are ``invalid_input`` naming their
+    path; a bad change is ``invalid_change``/``invalid_overrides``; any other problem is one
+    ``invalid_request`` naming the field."""
+    if not isinstance(data, dict):
+        raise InvalidRequest(f"the request body must be a JSON object, got "
+                             f"{type(data).__name__}")
+    check_json_value(data, where="body")
+    try:
+        return spec.model_validate(data)
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+
+
+def _invalid(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> InvalidRequest:
+    errors = exc.errors()
+    field = ".".join(str(p) for p in (*prefix, *errors[0]["loc"])) or "(body)"
+    return InvalidRequest(
+        f"field '{field}': {errors[0]['msg']}", field=field,
+        errors=[{"field": ".".join(str(p) for p in (*prefix, *e["loc"])), "msg": e["msg"]}
+                for e in errors[:10]])
+
+
+# -- policy and budget (SPEC §3.4) -------------------------------------------------------------
+
+
+class AllowList(WireModel):
+    allow: list[str] | Literal[True]
+
+
+class Policy(WireModel):
+    """How the tail treats side effects, and whether it memoizes (SPEC §3.4)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    side_effects: Literal["replay", "block"] | AllowList = "replay"
+    memoize: bool = False
+
+    @classmethod
+    def parse(cls, data: Policy | dict[str, Any] | None) -> Policy:
+        """A policy from None (the default), a policy, or its JSON form."""
+        if data is None:
+            return cls()
+        if isinstance(data, Policy):
+            return data
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise _invalid(exc, ("policy",)) from None
+
+    def allows(self, node: str) -> bool:
+        side = self.side_effects
+        return isinstance(side, AllowList) and (side.allow is True or node in side.allow)
+
+    @property
+    def blocks_all(self) -> bool:
+        return self.side_effects == "block"
+
+
+DEFAULT_MAX_LIVE_CALLS = 50
+DEFAULT_MAX_COST_USD = 1.00
+
+
+class Budget(WireModel):
+    """A fork's caps: live calls and USD (None: no cap)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_live_calls: int | None = Field(default=DEFAULT_MAX_LIVE_CALLS, ge=0, le=100_000)
+    max_cost_usd: float | None = Field(default=DEFAULT_MAX_COST_USD, ge=0)
+
+    @classmethod
+    def parse(cls, data: Budget | dict[str, Any] | None) -> Budget:
+        """A budget from None (the defaults), a budget, or its JSON form."""
+        if data is None:
+            return cls()
+        if isinstance(data, Budget):
+            return data
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise _invalid(exc, ("budget",)) from None
+
+    def explicit(self) -> dict[str, Any]:
+        """Only what the caller set (``max_cost_usd: null`` = clear the cost budget)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+# -- fork points (SPEC §3.2) -------------------------------------------------------------------
+
+_INT = {"type": "integer"}
+_OCCURRENCE = {"anyOf": [{"type": "integer", "minimum": 1}, {"const": "last"}],
+               "description": "which execution (default 1)"}
+
+
+def _point(title: str, key: str, value: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"title": title, "type": "object", "required": [key],
+            "properties": {key: value, **extra}}
+
+
+POINT_SCHEMA: dict[str, Any] = {
+    "description": "Where to fork (SPEC §3.2). `start`, `failure` (the default for a failed "
+                   "run), `human`, a CLI form (`seq:6`, `before:write#2`, `after:write#last`, "
+                   "`iteration:2`, `first-write:draft`, `first-read:notes`, `version:3`), or "
+                   "one of the objects. Omitted: `failure` for a failed run, else an error.",
+    "anyOf": [
+        {"type": "string", "examples": ["start", "failure", "before:write#2", "seq:6"]},
+        _point("a boundary seq", "sequence", _INT),
+        _point("before a node execution", "before_node", {"type": "string"},
+               occurrence=_OCCURRENCE),
+        _point("after a node execution", "after_node", {"type": "string"},
+               occurrence=_OCCURRENCE),
+        _point("a loop boundary", "before_iteration", _INT),
+        _point("before the first approval gate", "before_human_input", {"const": True}),
+        _point("before the first write of a key", "before_first_write_of", {"type": "string"}),
+        _point("before the first read of a key", "before_first_read_of", {"type": "string"}),
+        _point("a persisted snapshot (source snapshot)", "version", _INT),
+        {"type": "null"},
+    ],
+}
+
+PointSpec = Annotated[str | dict[str, JsonValue] | None, WithJsonSchema(POINT_SCHEMA)]
+"""A fork point as a request names it; the engine resolves it against the base run (an
+address that does not resolve is ``fork_point_not_found``, naming what would)."""
+
+
+# -- changes in a request (SPEC §3.3) ----------------------------------------------------------
+
+
+def _change_schema() -> dict[str, Any]:
+    """The change union as one self-contained ``oneOf`` (``kind`` required), derived from the
+    change models themselves: a new kind is documented by being in the union."""
+    schema = TypeAdapter(Change).json_schema(mode="validation")
+    defs = schema.pop("$defs")
+    branches = []
+    for ref in schema["oneOf"]:
+        branch = deepcopy(defs[ref["$ref"].rsplit("/", 1)[-1]])
+        branch["required"] = ["kind", *(k for k in branch.get("required", []) if k != "kind")]
+        branch["properties"]["kind"].pop("default", None)
+        branches.append(branch)
+    return {"oneOf": branches,
+            "description": "One change (SPEC §3.3); `target` is a node id or a dotted role."}
+
+
+CHANGE_SCHEMA = _change_schema()
+CHANGES_SCHEMA = {"type": "array", "items": CHANGE_SCHEMA}
+
+
+def _parsed_changes(value: Any) -> Any:
+    """A list of wire-form (or built) changes, parsed by the engine so a bad one is its
+    ``invalid_change``/``invalid_overrides``; anything but a list is left to pydantic."""
+    return parse_changes(value) if isinstance(value, list | tuple) else value
+
+
+def _parsed_variants(value: Any) -> Any:
+    """Each variant's change (or list of changes) parsed; an error names its variant."""
+    if not isinstance(value, dict):
+        return value
+    parsed = {}
+    for name, changes in value.items():
+        try:
+            parsed[name] = parse_changes(changes if isinstance(changes, list) else [changes])
+        except ForklabError as exc:
+            exc.context.setdefault("variant", name)
+            raise
+    return parsed
+
+
+Changes = Annotated[list[Change], BeforeValidator(_parsed_changes),
+                    WithJsonSchema(CHANGES_SCHEMA)]
+Variants = Annotated[
+    dict[str, list[Change]], BeforeValidator(_parsed_variants),
+    WithJsonSchema({"type": "object", "minProperties": 1, "maxProperties": 32,
+                    "description": "variant name → one change or a list of changes",
+                    "additionalProperties": {"anyOf": [CHANGES_SCHEMA, CHANGE_SCHEMA]}}),
+]
+
+
+# -- requests (SPEC §4.3) ----------------------------------------------------------------------
+
+
+class ForkSpec(WireModel):
+    """A fork request: the base run, where to fork, what to change, policy and budget."""
+
+    model_config = ConfigDict(title="ForkSpec")
+
+    base_run: str = Field(pattern=ID_PATTERN)
+    at: PointSpec = None
+    changes: Changes = Field(default_factory=list)
+    policy: Policy = Field(default_factory=Policy)
+    budget: Budget = Field(default_factory=Budget)
+    label: str = Field(default="", max_length=200)
+    client_request_id: str | None = Field(default=None, max_length=200)
+    ignore_budget: bool = False
+    source: Literal["events", "snapshot", "auto"] = "events"
+    graph_version: int | None = Field(default=None, ge=1)
+    run_id: str | None = Field(default=None, pattern=ID_PATTERN)
+
+
+class SweepSpec(WireModel):
+    """A sweep: one fork per named variant, from the same run at the same point."""
+
+    model_config = ConfigDict(title="SweepSpec")
+
+    base_run: str = Field(pattern=ID_PATTERN)
+    at: PointSpec = None
+    variants: Variants = Field(min_length=1, max_length=32)
+    policy: Policy = Field(default_factory=Policy)
+    budget: Budget = Field(default_factory=Budget)
+    concurrency: int = Field(default=4, ge=1, le=16)
+    ignore_budget: bool = False
+    label: str = Field(default="", max_length=200)
+
+    def variant(self, name: str) -> ForkSpec:
+        """The fork request of one variant (labelled with its name)."""
+        return ForkSpec(base_run=self.base_run, at=self.at, changes=self.variants[name],
+                        policy=self.policy, budget=self.budget, label=name,
+                        ignore_budget=self.ignore_budget)
+
+
+# -- results (SPEC §4.6) -----------------------------------------------------------------------
+
+
+class OutModel(BaseModel):
+    """Base of the result shapes. ``from_wire(d).to_wire()`` is ``d`` in the SPEC's shape: a
+    key the engine left out (``score`` without a scorer) stays out, and the dashboard-only
+    ``not_reached`` marks of a diff are dropped."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Self:
+        return cls.model_validate(data)
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+class EstimateWire(OutModel):
+    """What the tail is predicted to spend."""
+
+    live_calls: int
+    tokens: int
+    cost_usd: float
+
+
+class ForkPointWire(OutModel):
+    """An addressable boundary: the seq before a node starts (SPEC §3.2, §4.6)."""
+
+    seq: int
+    node: str | None
+    occurrence: int | None
+    iteration: int | None
+    kind: Literal["before_node", "end"]
+    label: str = Field(description="human text, e.g. before 'write' execution 1, iteration 1")
+    run_id: str | None = Field(default=None, description=(
+        "the run whose log holds this boundary (on a fork, an inherited one is held by an "
+        "ancestor)"))
+
+
+class SuppressedEffect(OutModel):
+    node: str
+    inputs: JsonValue
+    reason: str
+
+
+class MemoHit(OutModel):
+    node: str
+    occurrence: int
+
+
+class CallWire(OutModel):
+    """One call of the tail with its provenance label."""
+
+    seq: int
+    node: str
+    occurrence: int
+    role: str | None
+    kind: Literal["agent", "tool", "human", "subgraph"]
+    label: Literal["reused", "live", "simulated", "changed", "blocked"]
+    model: str | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+
+
+class PathEntry(OutModel):
+    node: str
+    occurrence: int
+    iteration: int
+    status: str
+
+
+class AlignedStep(OutModel):
+    op: Literal["same", "changed", "inserted", "skipped"]
+    base: PathEntry | None
+    variant: PathEntry | None
+    # the dashboard's mark of a base step a stopped variant never reached; not in SPEC §4.6
+    not_reached: bool | None = Field(default=None, exclude=True)
+
+
+class DiffPath(OutModel):
+    aligned: list[AlignedStep]
+    inserted: list[str]
+    skipped: list[str]
+    not_reached: list[str] | None = Field(default=None, exclude=True)
+
+
+class Divergence(OutModel):
+    index: int
+    base: str | None
+    variant: str | None
+
+
+class MemoryDelta(OutModel):
+    op: Literal["added", "removed", "changed"]
+    bytes_delta: int
+    taint_moved: bool
+    base: JsonValue
+    variant: JsonValue
+
+
+class Terminal(OutModel):
+    base: str
+    variant: str
+    iterations_delta: int
+    wall_clock_delta_ms: float
+
+
+class NodeCost(OutModel):
+    base_usd: float
+    variant_usd: float
+    delta_usd: float
+
+
+class DiffCost(OutModel):
+    tokens_delta: int
+    usd_delta: float | None
+    incurred_usd: float | None
+    per_node: dict[str, NodeCost]
+
+
+class Score(OutModel):
+    base: float
+    variant: float
+    delta: float
+
+
+class RunDiffWire(OutModel):
+    """What became different between two runs (SPEC §3.5, §4.6)."""
+
+    divergence: Divergence | None
+    path: DiffPath
+    memory: dict[str, MemoryDelta]
+    terminal: Terminal
+    cost: DiffCost
+    suppressed_effects: list[SuppressedEffect]
+    attribution: Literal["single", "combined"]
+    score: Score | None = None
+
+
+class PreflightWire(OutModel):
+    """What a fork would do and cost (``POST /forks/preflight/``); it starts nothing."""
+
+    fork_sequence_id: int
+    fork_node_id: str | None
+    effective_fork_sequence_id: int
+    events_reused: int
+    estimate: EstimateWire
+    warnings: list[str]
+    point: ForkPointWire
+    effective_point: ForkPointWire = Field(exclude=True)  # the engine's; the API sends the seq
+    changes: list[Change]
+
+
+class ForkResultWire(OutModel):
+    """The fork-specific fields of a finished fork (SPEC §4.6); the API adds the variant
+    Run's fields around them. ``changes`` are the fork's combined ``fork_mutations``."""
+
+    run_id: str | None
+    base_run_id: str
+    fork_sequence_id: int
+    fork_node_id: str | None
+    effective_fork_sequence_id: int
+    changes: list[Change]
+    estimate: EstimateWire
+    incurred_cost_usd: float | None
+    suppressed_effects: list[SuppressedEffect]
+    memo_hits: list[MemoHit]
+    calls: list[CallWire]
+    diff: RunDiffWire | None
+    explain: str
+    warnings: list[str]
+    unpriced_calls: int
+    point: ForkPointWire
