@@ -90,7 +90,7 @@ def ask(runner: Runner, call: NodeCall, agent: AgentSpec, messages: list[dict[st
         *, role: str | None = None, index: int | None = None,
         choices: list[str] | None = None) -> str:
     """One model call: ``agent.requested``, the oracle's answer, ``agent.responded``."""
-    runner.check_cancel()
+    runner.before_call()
     params = dict(agent.params)
     if choices:
         params["choices"] = list(choices)
@@ -178,7 +178,7 @@ def tool_writes(node: ToolNode, result: Any) -> dict[str, Any]:
 
 
 def _tool_node(runner: Runner, node: ToolNode, call: NodeCall) -> str | None:
-    runner.check_cancel()
+    runner.before_call()
     args = {**node.params, **call.reads}
     runner._envelope_emit(ToolCalled, call, tool=node.tool, effect=node.effect,
                           args=runner.env.redactor.redact(args), args_hash=fingerprint(args))
@@ -245,6 +245,7 @@ def _approval_node(runner: Runner, node: ApprovalNode, call: NodeCall) -> str | 
     from forklab.engine.runner import Paused
 
     runner._envelope_emit(HumanRequested, call, prompt=node.prompt, context=call.reads)
+    runner.flush()  # a human may take days: what the gate shows is stored first
     answer = runner.oracle.human(call, node)
     if answer is None:
         raise Paused()

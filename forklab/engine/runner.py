@@ -1,8 +1,18 @@
 """The live runner: executes a graph, appending every transition to the event log.
 
-Each event is appended to the store (``expected_seq`` = the state's version) and then folded
-into the runner's state through the same ``evolve`` the fold uses, so the live state always
-equals the state rebuilt from the log. Node failures become ``node.failed`` + ``run.failed``
+Each event is folded into the runner's state through the same ``evolve`` the fold uses, so
+the live state always equals the state rebuilt from the log, and queued in an
+:class:`~forklab.engine.store.EventBatch` that is appended in one transaction:
+
+- at a node boundary, when the node made an outside call (a model, tool, human or child
+  run) — so one live node costs one append, and a stream of reused nodes (memo hits, a fork
+  tail's unaffected nodes) is appended in batches of up to ``MAX_BATCH_EVENTS``;
+- before an outside call, when the batch holds a recorded result (``before_call``): whatever
+  a run has paid for is durable before it starts the next call, so a crash costs at most the
+  call in flight (a resumed node serves the recorded ones back);
+- when the run stops (finished, paused, blocked, cancelled) or an exception escapes.
+
+``on_event`` sees every event once it is stored, in seq order. Node failures become ``node.failed`` + ``run.failed``
 events; only integrity violations (a seq conflict: someone else wrote this run) escape.
 
 Control flow: ``start`` / ``resume`` / ``answer`` enter ``_loop``, which asks the planner for
@@ -22,6 +32,8 @@ from forklab.engine.environment import Environment
 from forklab.engine.errors import RunStateError
 from forklab.engine.events import (
     REPLAY_VERSION,
+    AgentResponded,
+    CallFailed,
     EffectSuppressed,
     Event,
     HumanAnswered,
@@ -34,6 +46,8 @@ from forklab.engine.events import (
     RunCompleted,
     RunFailed,
     RunStarted,
+    SubgraphCompleted,
+    ToolReturned,
 )
 from forklab.engine.graph import END, GraphSpec
 from forklab.engine.inputs import check_json_value
@@ -55,11 +69,15 @@ from forklab.engine.planner import (
 )
 from forklab.engine.reducers import evolve, fold
 from forklab.engine.state import RunState
-from forklab.engine.store import Store, graph_hash
+from forklab.engine.store import EventBatch, Store, graph_hash
 from forklab.engine.subgraphs import execution_fingerprint
 from forklab.engine.telemetry import tracer
 
 log = logging.getLogger("forklab.engine.runner")
+
+# events that record what an outside call returned: made durable before the next call
+RESULT_TYPES = frozenset(cls.TYPE for cls in (
+    AgentResponded, ToolReturned, CallFailed, HumanAnswered, SubgraphCompleted))
 
 
 class Paused(Exception):
@@ -110,19 +128,39 @@ class Runner:
         self.graph_version = graph_version
         self.state = RunState()
         self.ancestry: tuple[str, ...] = ()  # graphs of the runs this child run nests in
+        self.batch = EventBatch(store, run_id)
+        self._unsaved_result = False  # the batch holds the result of an outside call
+        self._called_out = False  # the current node made an outside call
 
     # -- the log -------------------------------------------------------------------------
     def emit(self, cls: type[Event], **fields: Any) -> Event:
-        """Append one event after the current version, then fold it into the state."""
+        """Record one event after the current version: fold it into the state and queue it
+        in the batch (stored at the next flush, see the module docstring)."""
         # microsecond precision: what the wire form (ISO time) keeps, so a log read back from
         # a durable store folds to exactly the state the runner had
         at = round(self.env.clock(), 6)
         event = cls(run_id=self.run_id, seq=self.state.version + 1, at=at, **fields)
-        self.store.append(self.run_id, [event], expected_seq=self.state.version)
         evolve(self.state, event)  # type: ignore[arg-type]
-        if self.on_event is not None:
-            self.on_event(event)
+        self._unsaved_result = self._unsaved_result or event.type in RESULT_TYPES
+        if self.batch.add(event):
+            self.flush()
         return event
+
+    def flush(self) -> None:
+        """Append the queued events in one transaction, then tell ``on_event`` of each."""
+        self._unsaved_result = False
+        events = self.batch.flush()
+        if self.on_event is not None:
+            for event in events:
+                self.on_event(event)
+
+    def before_call(self) -> None:
+        """Called before every outside call (model, tool, human, child run): honours a
+        cancel request, and makes every result recorded so far durable first."""
+        self.check_cancel()
+        self._called_out = True
+        if self._unsaved_result:
+            self.flush()
 
     # -- entry points --------------------------------------------------------------------
     def start(
@@ -186,7 +224,10 @@ class Runner:
         with tracer.start_as_current_span("workflow.run", attributes={
             "run.id": self.run_id, "run.kind": self.state.run_kind, "graph.id": self.graph.id,
         }):
-            return self._drive()
+            try:
+                return self._drive()
+            finally:  # stopped, paused or an exception escaped: what was recorded is stored
+                self.flush()
 
     def _drive(self) -> RunState:
         while self.state.status == "running":
@@ -201,7 +242,10 @@ class Runner:
                 f"node.execute.{self.graph.node(node_id).kind}",
                 attributes={"node.id": node_id, "run.id": self.run_id},
             ):
+                self._called_out = False
                 self._execute(node_id)
+            if self._called_out:  # live work: one append per node; reuse batches up
+                self.flush()
         return self.state
 
     def _execute(self, node_id: str) -> None:

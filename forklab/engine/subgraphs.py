@@ -117,6 +117,7 @@ def run_subgraph_node(runner: Runner, node: SubgraphNode, call: NodeCall) -> str
             child_graph = runner.store.load_graph(node.graph)
         except ForklabError as exc:  # a graph missing from the store fails the node
             raise NodeFailure(exc.code, exc.message) from None
+        runner.flush()  # the parent's log names the child before the child's log exists
         child = ChildRunner(child_graph, store=runner.store, run_id=child_id, env=runner.env,
                             oracle=runner.oracle.child(call, node), cancel=runner.cancel,
                             on_event=runner.on_event)
