@@ -77,6 +77,21 @@ class SnapshotStore(Protocol):
     def first_seq(self, run_id: str) -> int:
         """Seq of the earliest event still stored (0 when none)."""
 
+    def load_final_state(self, run_id: str) -> RunState | None:
+        """The state a finished run ended in, when the store keeps it (None: fold the log).
+
+        Equal (canonically) to folding the run's whole log; readers of a finished run use it
+        so no finished log is folded twice. Never the state of an unfinished run.
+        """
+
+
+def final_state_from_snapshots(store: Store, run_id: str) -> RunState | None:
+    """A finished run's newest snapshot when it is taken at the run's last event."""
+    snapshot = store.load_snapshot(run_id)
+    if snapshot is None or not snapshot.finished:
+        return None
+    return snapshot if snapshot.version == store.last_seq(run_id) else None
+
 
 class Store(EventStore, GraphStore, SnapshotStore, Protocol):
     """What the runner and the fork core need: events, graphs and snapshots."""
@@ -251,3 +266,6 @@ class MemoryStore:
         with self._lock:
             log = self._events.get(run_id)
             return log[0].seq if log else 0
+
+    def load_final_state(self, run_id: str) -> RunState | None:
+        return final_state_from_snapshots(self, run_id)

@@ -203,6 +203,23 @@ class StoreContract:
         assert store.read("r1") == []
         assert store.first_seq("r1") == 0
 
+    def test_a_finished_runs_stored_final_state_is_what_its_log_folds_to(
+        self, store: Store
+    ) -> None:
+        recorded = run_recorded(SCENARIOS["diamond"].graph(), SCENARIOS["diamond"].input,
+                                store=store)
+        folded = fold(store.read(recorded.run_id))
+        stored = store.load_final_state(recorded.run_id)
+        if stored is None:  # a store that keeps no projection: a final snapshot serves
+            store.save_snapshot(recorded.run_id, folded)
+            stored = store.load_final_state(recorded.run_id)
+        assert stored is not None and canonical_equals(stored.to_wire(), folded.to_wire())
+
+    def test_an_unfinished_run_has_no_final_state(self, store: Store) -> None:
+        store.append("r1", [started(), written("r1", 2)], expected_seq=0)
+        store.save_snapshot("r1", fold(store.read("r1")))
+        assert store.load_final_state("r1") is None
+
     # -- a whole recorded run --------------------------------------------------------------
     @pytest.mark.parametrize("name", sorted(SCENARIOS))
     def test_recorded_scenario_folds_back_to_its_final_state(self, store: Store, name: str) -> None:

@@ -77,6 +77,9 @@ class BaseRun:
 
 
 def _final_state(run_id: str, store: Store, events: list[AnyEvent]) -> RunState:
+    stored = store.load_final_state(run_id)  # no finished log is folded twice
+    if stored is not None and (not events or stored.version == events[-1].seq):
+        return stored
     if events and events[0].seq == 1:
         return fold(events)
     snapshot = store.load_snapshot(run_id)
