@@ -39,7 +39,6 @@ from forklab.runs import broadcast
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import LeaseLost
 from forklab.runs.models import Run, RunKind, RunStatus
-from forklab.runs.projections import ForkResultProjection
 from forklab.runs.store import DjangoStore
 
 log = logging.getLogger("forklab.runs.execution")
@@ -70,16 +69,8 @@ def on_event(event: Event) -> None:
 def drive(run_id: str, *, owner: str) -> str:
     """Take the run (whose lease ``owner`` holds) to its next resting point; its status.
 
-    Never raises for what happens to the run: the outcome is on the run. A fork it leaves
-    finished gets its result stored (``runs.projections``), so reading it reads no log.
+    Never raises for what happens to the run: the outcome is on the run.
     """
-    try:
-        return _drive(run_id, owner=owner)
-    finally:
-        ForkResultProjection.after_run(run_id)
-
-
-def _drive(run_id: str, *, owner: str) -> str:
     run = Run.objects.select_related("project").filter(pk=run_id).first()
     if run is None:
         return "gone"

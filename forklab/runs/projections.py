@@ -4,16 +4,19 @@ The log stays the truth; each projection is a cache with a ``version`` (the run'
 when it was computed) and is rebuilt when that version is not the run's last seq.
 
 - :class:`ForkResultProjection`: a finished fork's SPEC §3 result fields (estimate, calls,
-  diff, explain, warnings, …). Written by the worker right after the fork's tail stops
-  (``forklab.runs.execution.drive``) and, for a fork finished before this projection
-  existed, by the first read. ``GET /api/v1/forks/{id}/`` then reads the run row and this
+  diff, explain, warnings, …). Written by the worker once it has let go of the fork
+  (``forklab.runs.tasks.after_work``, after its lease is released) and, for a fork
+  finished before this projection existed, by the first read. ``GET /api/v1/forks/{id}/`` then reads the run row and this
   one row: no event of either run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
+
+from django.db import IntegrityError
 
 from forklab.engine.errors import ForklabError
 from forklab.runs.models import ForkResult, Run, RunKind
@@ -53,8 +56,10 @@ class ForkResultProjection:
         wire = load_fork_result(run.id, store=DjangoStore(run.project),
                                 env=build_environment()).to_wire()
         result = {key: wire[key] for key in RESULT_FIELDS}
-        ForkResult.objects.update_or_create(
-            run_id=run.pk, defaults={"version": run.last_seq, "result": result})
+        # a concurrent reader or worker may store the same result first
+        with contextlib.suppress(IntegrityError):
+            ForkResult.objects.update_or_create(
+                run_id=run.pk, defaults={"version": run.last_seq, "result": result})
         return result
 
     @classmethod
