@@ -4,16 +4,19 @@ Each event is folded into the runner's state through the same ``evolve`` the fol
 the live state always equals the state rebuilt from the log, and queued in an
 :class:`~forklab.engine.store.EventBatch` that is appended in one transaction:
 
-- at a node boundary, when the node made an outside call (a model, tool, human or child
-  run) — so one live node costs one append, and a stream of reused nodes (memo hits, a fork
+- before every outside call (a model or tool: ``before_call``; a human gate, a child run),
+  so what the run did up to the call — the node's start, the request — is stored and
+  visible to live viewers while the call runs, and every result already paid for is
+  durable: a crash costs at most the call in flight (a resumed node serves the recorded
+  ones back);
+- at a node boundary when the node called out — so a live node with one call costs two
+  appends instead of one per event — while a stream of reused nodes (memo hits, a fork
   tail's unaffected nodes) is appended in batches of up to ``MAX_BATCH_EVENTS``;
-- before an outside call, when the batch holds a recorded result (``before_call``): whatever
-  a run has paid for is durable before it starts the next call, so a crash costs at most the
-  call in flight (a resumed node serves the recorded ones back);
 - when the run stops (finished, paused, blocked, cancelled) or an exception escapes.
 
-``on_event`` sees every event once it is stored, in seq order. Node failures become ``node.failed`` + ``run.failed``
-events; only integrity violations (a seq conflict: someone else wrote this run) escape.
+``on_event`` sees every event once it is stored, in seq order. Node failures become
+``node.failed`` + ``run.failed`` events; only integrity violations (a seq conflict: someone
+else wrote this run) escape.
 
 Control flow: ``start`` / ``resume`` / ``answer`` enter ``_loop``, which asks the planner for
 the next node until the frontier is empty, the run pauses at a human gate, the side-effect
@@ -32,8 +35,6 @@ from forklab.engine.environment import Environment
 from forklab.engine.errors import RunStateError
 from forklab.engine.events import (
     REPLAY_VERSION,
-    AgentResponded,
-    CallFailed,
     EffectSuppressed,
     Event,
     HumanAnswered,
@@ -46,8 +47,6 @@ from forklab.engine.events import (
     RunCompleted,
     RunFailed,
     RunStarted,
-    SubgraphCompleted,
-    ToolReturned,
 )
 from forklab.engine.graph import END, GraphSpec
 from forklab.engine.inputs import check_json_value
@@ -75,9 +74,6 @@ from forklab.engine.telemetry import tracer
 
 log = logging.getLogger("forklab.engine.runner")
 
-# events that record what an outside call returned: made durable before the next call
-RESULT_TYPES = frozenset(cls.TYPE for cls in (
-    AgentResponded, ToolReturned, CallFailed, HumanAnswered, SubgraphCompleted))
 
 
 class Paused(Exception):
@@ -129,7 +125,6 @@ class Runner:
         self.state = RunState()
         self.ancestry: tuple[str, ...] = ()  # graphs of the runs this child run nests in
         self.batch = EventBatch(store, run_id)
-        self._unsaved_result = False  # the batch holds the result of an outside call
         self._called_out = False  # the current node made an outside call
 
     # -- the log -------------------------------------------------------------------------
@@ -141,14 +136,12 @@ class Runner:
         at = round(self.env.clock(), 6)
         event = cls(run_id=self.run_id, seq=self.state.version + 1, at=at, **fields)
         evolve(self.state, event)  # type: ignore[arg-type]
-        self._unsaved_result = self._unsaved_result or event.type in RESULT_TYPES
         if self.batch.add(event):
             self.flush()
         return event
 
     def flush(self) -> None:
         """Append the queued events in one transaction, then tell ``on_event`` of each."""
-        self._unsaved_result = False
         events = self.batch.flush()
         if self.on_event is not None:
             for event in events:
@@ -156,11 +149,10 @@ class Runner:
 
     def before_call(self) -> None:
         """Called before every outside call (model, tool, human, child run): honours a
-        cancel request, and makes every result recorded so far durable first."""
+        cancel request, then stores what was recorded so far (see the module docstring)."""
         self.check_cancel()
         self._called_out = True
-        if self._unsaved_result:
-            self.flush()
+        self.flush()
 
     # -- entry points --------------------------------------------------------------------
     def start(
