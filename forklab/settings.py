@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
+
+from forklab.engine.environment import max_concurrency_from_env
+from forklab.engine.errors import ConfigurationError
+
+# Lets classes subscript Django's generic types at run time (admin.ModelAdmin[Run], …), as
+# mypy strict wants them written.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("FORKLAB_VAR_DIR") or BASE_DIR / "var")
@@ -385,6 +393,12 @@ INSTALLED_APPS += ["drf_spectacular_sidecar"]
 # -- forklab engine --------------------------------------------------------------------------
 
 FORKLAB_PRICES = envprices("FORKLAB_PRICES")
+# Nodes of one run executing at once: the engine's Environment reads FORKLAB_MAX_CONCURRENCY
+# itself (engine code never reads Django settings); checked here so a bad value stops start-up.
+try:
+    FORKLAB_MAX_CONCURRENCY = max_concurrency_from_env()
+except ConfigurationError as exc:
+    raise ImproperlyConfigured(exc.message) from None
 FORKLAB_TOOL_MODULES = envlist("FORKLAB_TOOL_MODULES")
 # Dotted paths of extra model providers (a class or factory called with no argument), each
 # registered under its `name` — which may replace the built-in `scripted`.

@@ -27,6 +27,12 @@ POSTGRES_URL = os.environ.get("FORKLAB_TEST_POSTGRES_URL", "")
 # servers and workers with sweeping on.
 settings.FORKLAB_RECOVERY_SWEEP_S = 0
 
+# Every test world creates users with passwords; the production hasher (PBKDF2, over a million
+# iterations) costs about half a CPU second per user, which made it the biggest single cost
+# of building a world. Passwords made here are only ever checked in this process (the browser
+# and fault tests' servers hash their own users), so the fast hasher is safe and enough.
+settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
 if POSTGRES_URL:
     settings.DATABASES["pg"] = database_from_url(POSTGRES_URL)
     # If anything read the database settings already, make it read them again.

@@ -59,6 +59,9 @@ STATUS: dict[str, int] = {
     "method_not_allowed": 405, "not_acceptable": 406, "unsupported_media_type": 415,
     "throttled": 429,
     "provider_error": 502, "database_not_ready": 503,
+    # a malformed engine setting (FORKLAB_MAX_CONCURRENCY): the server's fault, not the
+    # caller's; settings refuse it at start-up, so a request can only meet it mid-reconfigure
+    "invalid_configuration": 503,
 }
 DEFAULT_STATUS = 400  # a ForklabError whose code is not listed is still the caller's error
 

@@ -9,6 +9,7 @@ serializers, so drf-spectacular documents them and a bad value is ``invalid_requ
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -54,7 +55,7 @@ class BoundedJSONParser(JSONParser):
     """
 
     def parse(self, stream: Any, media_type: str | None = None,
-              parser_context: dict[str, Any] | None = None) -> Any:
+              parser_context: Mapping[str, Any] | None = None) -> Any:
         limit = settings.FORKLAB_MAX_BODY_BYTES
         raw = stream.read(limit + 1) if stream is not None else b""
         charset = (parser_context or {}).get("encoding") or settings.DEFAULT_CHARSET
@@ -92,7 +93,9 @@ class RunFilters(Query):
     kind = s.ChoiceField(choices=RunKind.values, required=False, allow_blank=True, help_text="run_kind")
     status = s.ChoiceField(choices=RunStatus.values, required=False, allow_blank=True)
     graph = s.CharField(required=False, allow_blank=True, max_length=100, help_text="graph id")
-    parent = s.CharField(required=False, allow_blank=True, max_length=64, help_text="parent run id")
+    # a query parameter named like Field.parent (DRF's metaclass collects it as a field)
+    parent = s.CharField(required=False, allow_blank=True, max_length=64,  # type: ignore[assignment]
+                         help_text="parent run id")
     project = s.CharField(required=False, allow_blank=True, max_length=100, help_text="project slug")
 
 

@@ -25,7 +25,7 @@ class Shape(s.Serializer):  # type: ignore[type-arg]
     """
 
     @property
-    def fields(self) -> Any:  # type: ignore[override]
+    def fields(self) -> Any:
         cls = type(self)
         cached = cls.__dict__.get("_shape_fields")
         if cached is None:
@@ -85,7 +85,7 @@ class RunSerializer(Shape):
     graph_version = s.IntegerField()
     run_kind = s.ChoiceField(choices=RunKind.values)
     status = s.ChoiceField(choices=RunStatus.values)
-    label = s.CharField(allow_blank=True)
+    label = s.CharField(allow_blank=True)  # type: ignore[assignment]  # a field named like Field.label
     parent_run_id = nullable_str()
     fork_sequence_id = nullable_int()
     fork_node_id = nullable_str()
@@ -124,7 +124,7 @@ class ForkPointSerializer(Shape):
     occurrence = nullable_int()
     iteration = nullable_int()
     kind = s.ChoiceField(choices=["before_node", "end"])
-    label = s.CharField()
+    label = s.CharField()  # type: ignore[assignment]  # a field named like Field.label
     run_id = nullable_str(help_text="the run whose log holds this boundary (on a fork, an "
                                     "inherited one is held by an ancestor)")
 
@@ -229,7 +229,7 @@ class CallSerializer(Shape):
     occurrence = s.IntegerField()
     role = nullable_str()
     kind = s.ChoiceField(choices=["agent", "tool", "human", "subgraph"])
-    label = s.ChoiceField(choices=["reused", "live", "simulated", "changed"])
+    label = s.ChoiceField(choices=["reused", "live", "simulated", "changed"])  # type: ignore[assignment]  # a field named like Field.label
     model = nullable_str()
     input_tokens = s.IntegerField()
     output_tokens = s.IntegerField()

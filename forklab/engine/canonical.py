@@ -36,7 +36,12 @@ def canonical_equals(a: Any, b: Any) -> bool:
 
 def fingerprint(value: Any) -> str:
     """A short stable hash (sha256 hex, 32 chars) of ``value``'s canonical JSON."""
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:32]
+    return hash_text(canonical_json(value))
+
+
+def hash_text(text: str) -> str:
+    """:func:`fingerprint` of a value whose canonical JSON ``text`` is already known."""
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def json_size(value: Any) -> int:

@@ -3,16 +3,21 @@ redactor applied to what action records keep (``forklab.engine.redaction``).
 
 Everything non-deterministic (the clock, id generation) is injected here so replays and
 tests are deterministic.
+
+``max_concurrency`` is how many nodes of one run may execute at once when the graph does not
+say (``GraphSpec.max_concurrency``); it defaults to ``FORKLAB_MAX_CONCURRENCY`` (else 16).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from forklab.engine.errors import ConfigurationError
 from forklab.engine.providers import PriceTable, ProviderRegistry
 from forklab.engine.redaction import Redactor
 from forklab.engine.tools import ReflectionStore, ToolRegistry
@@ -28,8 +33,39 @@ def counter_ids(prefix: str = "run") -> Callable[[], str]:
     return lambda: f"{prefix}-{next(counter):04d}"
 
 
+DEFAULT_MAX_CONCURRENCY = 16
+MAX_CONCURRENCY_LIMIT = 256
+
+
+def max_concurrency_from_env(environ: dict[str, str] | None = None) -> int:
+    """``FORKLAB_MAX_CONCURRENCY`` (an integer from 1 to 256), else 16.
+
+    Raises ``ConfigurationError`` naming the variable for anything else."""
+    raw = (os.environ if environ is None else environ).get("FORKLAB_MAX_CONCURRENCY", "").strip()
+    if not raw:
+        return DEFAULT_MAX_CONCURRENCY
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_CONCURRENCY_LIMIT:
+        raise ConfigurationError(
+            f"FORKLAB_MAX_CONCURRENCY must be an integer from 1 to {MAX_CONCURRENCY_LIMIT} "
+            f"(nodes of one run executing at once); got {raw!r}",
+            variable="FORKLAB_MAX_CONCURRENCY")
+    return value
+
+
 class FixedClock:
-    """A clock that advances by ``step`` seconds per reading (deterministic timestamps)."""
+    """A clock that advances by ``step`` seconds per reading (deterministic timestamps).
+
+    It is *logical*: its readings count events rather than tell time, so the runner reads it
+    only in log order (when an event is appended) — a run's stamps are then the same whatever
+    its concurrency. A real clock is read when an event happens, so nodes that ran at once
+    show their real overlap.
+    """
+
+    logical = True
 
     def __init__(self, start: float = 1_767_225_600.0, step: float = 0.001) -> None:
         self._now = start
@@ -49,3 +85,4 @@ class Environment:
     clock: Callable[[], float] = time.time
     ids: Callable[[], str] = uuid_ids
     redactor: Redactor = field(default_factory=Redactor)  # applied to recorded requests/tools
+    max_concurrency: int = field(default_factory=max_concurrency_from_env)

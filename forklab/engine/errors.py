@@ -156,3 +156,9 @@ class StoreRejected(ForklabError):
     constraint or a value it cannot hold). Nothing was appended."""
 
     code = "store_rejected"
+
+
+class ConfigurationError(ForklabError):
+    """An environment setting of the engine is malformed; names the variable."""
+
+    code = "invalid_configuration"

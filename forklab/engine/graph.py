@@ -18,13 +18,25 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections.abc import Set as AbstractSet
+from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 
+from forklab.engine.canonical import canonical_json, fingerprint
 from forklab.engine.errors import GraphValidationError, UnboundedCycleError, UnknownNodeReference
+from forklab.engine.graph_index import GraphIndex
 
 END = "end"
 """Reserved target name meaning "finish the run" in router rules and ``on_reject``."""
@@ -197,6 +209,11 @@ class GraphSpec(_Model):
         default_factory=dict, description="Run-scoped agent registry (inline definitions)."
     )
     max_iterations: int | None = Field(default=None, ge=1, le=10_000)
+    max_concurrency: int | None = Field(
+        default=None, ge=1, le=256,
+        description="How many nodes of one run may execute at once (ready, independent "
+        "branches); unset: the environment's default (FORKLAB_MAX_CONCURRENCY, else 16). "
+        "The log is the same whatever the value.")
 
     @field_validator("nodes")
     @classmethod
@@ -211,24 +228,92 @@ class GraphSpec(_Model):
     def model_post_init(self, __context: Any) -> None:
         check_references(self)
 
-    # -- lookups -------------------------------------------------------------------------
+    # -- lookups (indexed once per graph version; see graph_index) -------------------------
+    @cached_property
+    def index(self) -> GraphIndex:
+        """Node, successor and predecessor tables, built on first use and kept (the spec is
+        frozen, so they never go stale; :meth:`model_copy` drops them)."""
+        return GraphIndex.build(self.nodes, self.edges)
+
+    @cached_property
+    def content_hash(self) -> str:
+        """Hash of the stored form (what ``run.started`` records as ``graph_hash``)."""
+        return fingerprint(self.to_wire())
+
+    def model_copy(self, *, update: Any = None, deep: bool = False) -> GraphSpec:
+        copied = super().model_copy(update=update, deep=deep)
+        if update:  # cached lookups describe the old fields
+            for name in _CACHED:
+                copied.__dict__.pop(name, None)
+        return copied
+
+    @cached_property
+    def _fingerprint_parts(self) -> dict[str, FingerprintParts]:
+        return {}
+
+    def fingerprint_parts(self, node_id: str) -> FingerprintParts:
+        """The canonical JSON of the node's config and agents (the parts of its fingerprint
+        that do not depend on the execution), serialised once per graph version."""
+        parts = self._fingerprint_parts.get(node_id)
+        if parts is None:
+            node = self.node(node_id)
+            parts = FingerprintParts(
+                config=canonical_json(node.model_dump(mode="json", exclude={"description"})),
+                agents=canonical_json(node_agents(self, node)))
+            self._fingerprint_parts[node_id] = parts
+        return parts
+
     def node(self, node_id: str) -> AgentNode | ToolNode | RouterNode | ApprovalNode | SubgraphNode:
-        for node in self.nodes:
-            if node.id == node_id:
-                return node
-        raise UnknownNodeReference(
-            f"graph {self.id!r} has no node {node_id!r}; nodes: {', '.join(self.node_ids())}",
-            node=node_id,
-        )
+        found = self.index.nodes.get(node_id)
+        if found is None:
+            raise UnknownNodeReference(
+                f"graph {self.id!r} has no node {node_id!r}; nodes: {', '.join(self.node_ids())}",
+                node=node_id,
+            )
+        return found  # type: ignore[no-any-return]
+
+    def has_node(self, node_id: str) -> bool:
+        return node_id in self.index.nodes
 
     def node_ids(self) -> list[str]:
-        return [n.id for n in self.nodes]
+        return list(self.index.nodes)
 
     def successors(self, node_id: str) -> list[str]:
-        return [e.target for e in self.edges if e.source == node_id]
+        return list(self.index.successors.get(node_id, ()))
 
     def predecessors(self, node_id: str) -> list[str]:
-        return [e.source for e in self.edges if e.target == node_id]
+        return list(self.index.predecessors.get(node_id, ()))
+
+    def with_node(self, node: Any) -> GraphSpec:
+        """This graph with the node of ``node``'s id replaced, validating only what changed.
+
+        Sound because every check but one looks at a single node together with the set of
+        node ids and the agent registry, and a replacement keeps the id (so the edges, the
+        start node and every other node's references stay valid). The exception is the cycle
+        check: it runs again only when the graph has no ``max_iterations`` and the node's
+        targets changed. Raises :class:`GraphValidationError` like :func:`parse_graph`.
+        """
+        data = node.model_dump(mode="json", by_alias=True) if isinstance(node, BaseModel) \
+            else node
+        node = _validate_node(data, self.id)  # a model_copy'd node was never validated
+        old = self.node(node.id)
+        if node.kind != old.kind:
+            raise GraphValidationError(
+                f"node {node.id!r}, field 'kind': a replacement keeps the kind "
+                f"({old.kind}); got {node.kind}", node=node.id, field="kind")
+        _check_node(self, node, self.index.nodes.keys())
+        position = self.index.position[node.id]
+        nodes = [*self.nodes[:position], node, *self.nodes[position + 1:]]
+        graph = self.model_copy(update={"nodes": nodes})
+        graph.__dict__["index"] = self.index.with_node(node)
+        graph.__dict__["_fingerprint_parts"] = {  # agents resolve in the unchanged registry
+            k: v for k, v in self._fingerprint_parts.items() if k != node.id}
+        if self.max_iterations is None and _targets(node) != _targets(old) and has_cycle(graph):
+            raise UnboundedCycleError(
+                f"node {node.id!r}: its targets make a cycle in graph {self.id!r}, which sets "
+                "no 'max_iterations'; loops must be bounded", node=node.id,
+                field="max_iterations")
+        return graph
 
     def resolve_agent(self, ref: AgentRef) -> AgentSpec:
         if isinstance(ref, AgentSpec):
@@ -238,6 +323,42 @@ class GraphSpec(_Model):
     def to_wire(self) -> dict[str, Any]:
         """JSON-ready dict (``from``/``to`` edge keys), the stored form of a graph version."""
         return self.model_dump(mode="json", by_alias=True, exclude_defaults=False)
+
+
+_CACHED = ("index", "content_hash", "_fingerprint_parts")
+
+
+class FingerprintParts(NamedTuple):
+    """Canonical JSON texts of a node's config (description aside) and of its agents."""
+
+    config: str
+    agents: str
+
+
+def node_agents(graph: GraphSpec, node: Any) -> dict[str, Any]:
+    """Every agent ``node`` drives, resolved (``agent``, or ``role[i]`` per instance)."""
+    agents: dict[str, Any] = {}
+    if isinstance(node, (AgentNode, RouterNode)) and node.agent is not None:
+        agents["agent"] = graph.resolve_agent(node.agent).model_dump(mode="json")
+    if isinstance(node, AgentNode) and node.roles:
+        for name, role in node.roles.items():
+            for i in range(role.count):
+                agents[f"{name}[{i}]"] = graph.resolve_agent(role.agent_for(i)).model_dump(
+                    mode="json")
+    return agents
+_NODE_ADAPTER: TypeAdapter[Any] = TypeAdapter(Node)
+
+
+def _validate_node(data: Any, graph_id: str) -> Any:
+    """One node validated from plain data, errors worded like :func:`parse_graph`'s."""
+    try:
+        return _NODE_ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        message = _format_pydantic(exc, {"nodes": [data]}, prefix=("nodes", 0))
+        raise GraphValidationError(
+            f"invalid graph {graph_id!r}: {message}",
+            errors=[{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()],
+        ) from None
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -265,7 +386,7 @@ def _agent_refs(node: Any) -> list[tuple[str, AgentRef]]:
     return refs
 
 
-def _check_node(graph: GraphSpec, node: Any, ids: set[str]) -> None:
+def _check_node(graph: GraphSpec, node: Any, ids: AbstractSet[str]) -> None:
     where = f"node {node.id!r}"
     for field, target in _targets(node):
         if target != END and target not in ids:
@@ -424,10 +545,10 @@ def check_references(graph: GraphSpec) -> None:
 # -- loading ---------------------------------------------------------------------------------
 
 
-def _format_pydantic(exc: ValidationError, data: Any) -> str:
+def _format_pydantic(exc: ValidationError, data: Any, prefix: tuple[Any, ...] = ()) -> str:
     lines = []
     for err in exc.errors()[:5]:
-        loc = list(err["loc"])
+        loc = [*prefix, *err["loc"]]
         if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
             loc.append("kind")  # pydantic locates a bad discriminator at the node itself
         where = ""
@@ -457,6 +578,33 @@ def parse_graph(data: Any) -> GraphSpec:
             f"invalid graph {data.get('id', '?')!r}: {_format_pydantic(exc, data)}",
             errors=[{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()],
         ) from None
+
+
+_PARSED_MAX = 32
+_parsed: dict[str, GraphSpec] = {}  # canonical text -> graph, oldest first
+_parsed_lock = threading.Lock()
+
+
+def parse_stored_graph(data: str | dict[str, Any]) -> GraphSpec:
+    """:func:`parse_graph` for a graph's stored form (JSON text, or the dict of
+    :meth:`GraphSpec.to_wire`), cached by content: a stored version is parsed, validated,
+    indexed and hashed once per process, however often runs and forks load it.
+
+    Sound because a graph spec is immutable and its validation a pure function of its
+    content. Only JSON-shaped data (string keys) may come here — the key is its JSON text.
+    Keeps the newest :data:`_PARSED_MAX` graphs.
+    """
+    text = data if isinstance(data, str) else json.dumps(data, sort_keys=True)
+    with _parsed_lock:
+        hit = _parsed.get(text)
+    if hit is not None:
+        return hit
+    graph = parse_graph(json.loads(text) if isinstance(data, str) else data)
+    with _parsed_lock:
+        _parsed[text] = graph
+        while len(_parsed) > _PARSED_MAX:
+            del _parsed[next(iter(_parsed))]
+    return graph
 
 
 def loads_graph(text: str, *, fmt: Literal["json", "yaml"] = "yaml") -> GraphSpec:

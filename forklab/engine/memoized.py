@@ -11,8 +11,9 @@ memoization stays invisible to taint as well.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from forklab.engine.context import NodeContext
 from forklab.engine.events import (
     AgentResponded,
     CallFailed,
@@ -24,51 +25,47 @@ from forklab.engine.events import (
     ToolReturned,
 )
 from forklab.engine.graph import ApprovalNode, SubgraphNode, ToolNode
-from forklab.engine.nodes import reads_tainted, write_memory
-from forklab.engine.oracle import NodeCall, NodeFailure
+from forklab.engine.nodes import write_memory
+from forklab.engine.oracle import NodeFailure
 from forklab.engine.state import Execution
 
-if TYPE_CHECKING:
-    from forklab.engine.runner import Runner
 
-
-def _emit_action(runner: Runner, call: NodeCall, action: dict[str, Any]) -> None:
+def _emit_action(ctx: NodeContext, action: dict[str, Any]) -> None:
     kind = action["type"]
     if kind == "agent_result":
-        runner._envelope_emit(
-            AgentResponded, call, role=action["role"], index=action["index"],
+        ctx.emit(
+            AgentResponded, role=action["role"], index=action["index"],
             model=action["model"], text=action["text"], input_tokens=action["input_tokens"],
             output_tokens=action["output_tokens"], cost_usd=action["cost_usd"], latency_ms=0.0,
             label="reused", request_hash=action["request_hash"])
     elif kind == "tool":  # what the tool was called with
-        runner._envelope_emit(ToolCalled, call, tool=action["tool"],
-                              effect=getattr(runner.graph.node(call.node), "effect", "read"),
+        ctx.emit(ToolCalled, tool=action["tool"],
+                              effect=getattr(ctx.graph.node(ctx.call.node), "effect", "read"),
                               args=action["args"], args_hash=action["args_hash"])
     elif kind == "tool_result":
-        runner._envelope_emit(ToolReturned, call, result=action["result"], label="reused")
+        ctx.emit(ToolReturned, result=action["result"], label="reused")
     elif kind == "call_failed":
-        runner._envelope_emit(CallFailed, call, kind=action["kind"], role=action["role"],
+        ctx.emit(CallFailed, kind=action["kind"], role=action["role"],
                               index=action["index"], model=action["model"], label="reused",
                               error=action["error"], request_hash=action["request_hash"])
     elif kind == "human":
-        runner._envelope_emit(HumanAnswered, call, decision=action["decision"],
+        ctx.emit(HumanAnswered, decision=action["decision"],
                               data=action["data"], memory_updates=action["memory_updates"],
                               label="reused")
     elif kind == "subgraph_result":
-        runner._envelope_emit(SubgraphCompleted, call, child_run_id=action["child_run_id"],
+        ctx.emit(SubgraphCompleted, child_run_id=action["child_run_id"],
                               status=action["status"], output=action["output"], label="reused",
                               cost_usd=action["cost_usd"], input_tokens=action["input_tokens"],
                               output_tokens=action["output_tokens"],
                               tainted=list(action.get("tainted") or []))
 
 
-def _write_taint(runner: Runner, call: NodeCall, recorded: Execution) -> dict[str, bool]:
+def _write_taint(ctx: NodeContext, recorded: Execution) -> dict[str, bool]:
     """Whether each recorded write is tainted, as the node kind would decide it live."""
-    node = runner.graph.node(call.node)
+    node = ctx.graph.node(ctx.call.node)
     if isinstance(node, ApprovalNode):
         return dict.fromkeys(recorded.writes, False)
-    read_taint = reads_tainted(runner, call,
-                               untrusted=isinstance(node, ToolNode) and not node.trusted)
+    read_taint = ctx.reads_tainted(untrusted=isinstance(node, ToolNode) and not node.trusted)
     if isinstance(node, SubgraphNode):
         child = set()
         for action in recorded.actions:
@@ -79,27 +76,27 @@ def _write_taint(runner: Runner, call: NodeCall, recorded: Execution) -> dict[st
     return dict.fromkeys(recorded.writes, read_taint)
 
 
-def replay_memo(runner: Runner, call: NodeCall, recorded: Execution) -> str | None:
+def replay_memo(ctx: NodeContext, recorded: Execution) -> str | None:
     """Serve a node its recorded execution: copies of its action records, labelled reused.
 
     Returns the recorded route (or an approval's rejection target); raises NodeFailure when
     the recorded execution failed.
     """
     for action in recorded.actions:
-        _emit_action(runner, call, action)
+        _emit_action(ctx, action)
     if recorded.status == "failed":
         error = recorded.error or {}
         raise NodeFailure(str(error.get("type", "failed")), str(error.get("message", "")))
     for key in recorded.deletes:
-        runner._envelope_emit(MemoryWritten, call, key=key, value=None, deleted=True)
-    taint = _write_taint(runner, call, recorded)
+        ctx.emit(MemoryWritten, key=key, value=None, deleted=True)
+    taint = _write_taint(ctx, recorded)
     for key, value in recorded.writes.items():
-        write_memory(runner, call, key, value, taint[key])
+        write_memory(ctx, key, value, taint[key])
     if recorded.route is not None:
-        runner._envelope_emit(RouteDecided, call, to=recorded.route, reason="memoized",
+        ctx.emit(RouteDecided, to=recorded.route, reason="memoized",
                               label="reused")
         return recorded.route
-    node = runner.graph.node(call.node)
+    node = ctx.graph.node(ctx.call.node)
     decisions = [a["decision"] for a in recorded.actions if a["type"] == "human"]
     if isinstance(node, ApprovalNode) and decisions and decisions[-1] == "rejected":
         return node.on_reject

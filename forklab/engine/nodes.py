@@ -1,6 +1,7 @@
 """What each node kind does when it executes (the runner's per-kind handlers).
 
-Each handler emits the node's action events through the runner and returns the routing
+Each handler gets a :class:`~forklab.engine.context.NodeContext` (what it may read and do,
+never the runner), emits the node's action events through it and returns the routing
 decision (``None`` means "follow the static edges"). Writes are emitted as
 ``memory.written`` events and buffered by the reducer until ``node.completed``.
 
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from forklab.engine.canonical import canonical_json, fingerprint
+from forklab.engine.context import NodeContext
 from forklab.engine.events import (
     AgentRequested,
     AgentResponded,
@@ -37,12 +39,9 @@ from forklab.engine.graph import (
     SubgraphNode,
     ToolNode,
 )
-from forklab.engine.oracle import HumanAnswer, NodeCall, NodeFailure, RecordedTool
+from forklab.engine.oracle import HumanAnswer, NodeFailure, RecordedTool
 from forklab.engine.providers import ChatRequest
 from forklab.engine.tools import ToolContext
-
-if TYPE_CHECKING:
-    from forklab.engine.runner import Runner
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -59,69 +58,70 @@ def render(template: str, reads: dict[str, Any]) -> str:
     return _PLACEHOLDER.sub(value, template)
 
 
-def reads_tainted(runner: Runner, call: NodeCall, untrusted: bool = False) -> bool:
-    return untrusted or any(key in runner.state.taint for key in call.reads)
+def write_memory(ctx: NodeContext, key: str, value: Any, tainted: bool) -> None:
+    ctx.emit(MemoryWritten, key=key, value=value, tainted=tainted)
 
 
-def write_memory(runner: Runner, call: NodeCall, key: str, value: Any, tainted: bool) -> None:
-    runner._envelope_emit(MemoryWritten, call, key=key, value=value, tainted=tainted)
-
-
-def execute(runner: Runner, node: Any, call: NodeCall) -> str | None:
+def execute(ctx: NodeContext, node: Any) -> str | None:
     if isinstance(node, AgentNode):
-        return _agent_node(runner, node, call)
+        return _agent_node(ctx, node)
     if isinstance(node, ToolNode):
-        return _tool_node(runner, node, call)
+        return _tool_node(ctx, node)
     if isinstance(node, RouterNode):
-        return _router_node(runner, node, call)
+        return _router_node(ctx, node)
     if isinstance(node, ApprovalNode):
-        return _approval_node(runner, node, call)
+        return _approval_node(ctx, node)
     if isinstance(node, SubgraphNode):
         from forklab.engine.subgraphs import run_subgraph_node
 
-        return run_subgraph_node(runner, node, call)
+        return run_subgraph_node(ctx, node)
     raise AssertionError(f"unhandled node kind {node.kind}")
 
 
 # -- agents ----------------------------------------------------------------------------------
 
 
-def ask(runner: Runner, call: NodeCall, agent: AgentSpec, messages: list[dict[str, Any]],
-        *, role: str | None = None, index: int | None = None,
-        choices: list[str] | None = None) -> str:
-    """One model call: ``agent.requested``, the oracle's answer, ``agent.responded``."""
-    runner.before_call()
+def chat_request(agent: AgentSpec, messages: list[dict[str, Any]],
+                 choices: list[str] | None = None) -> ChatRequest:
+    """The request ``ask`` sends (the scheduler bounds a call's cost from it up front)."""
     params = dict(agent.params)
     if choices:
         params["choices"] = list(choices)
-    request = ChatRequest(provider=agent.provider, model=agent.model,
-                          system_prompt=agent.system_prompt, temperature=agent.temperature,
-                          messages=tuple(messages), max_tokens=agent.max_tokens, params=params,
-                          latency_ms=agent.latency_ms)
-    runner._envelope_emit(AgentRequested, call, role=role, index=index,
-                          provider=request.provider, model=request.model,
-                          temperature=request.temperature, request_hash=request.request_hash,
-                          **runner.env.redactor.redact_fields(  # hash above: unredacted
-                              system_prompt=request.system_prompt, messages=list(messages),
-                              params=params))
+    return ChatRequest(provider=agent.provider, model=agent.model,
+                       system_prompt=agent.system_prompt, temperature=agent.temperature,
+                       messages=tuple(messages), max_tokens=agent.max_tokens, params=params,
+                       latency_ms=agent.latency_ms)
+
+
+def ask(ctx: NodeContext, agent: AgentSpec, messages: list[dict[str, Any]],
+        *, role: str | None = None, index: int | None = None,
+        choices: list[str] | None = None) -> str:
+    """One model call: ``agent.requested``, the oracle's answer, ``agent.responded``."""
+    ctx.check_cancel()
+    call = ctx.call
+    request = chat_request(agent, messages, choices)
+    params = dict(request.params)
+    ctx.emit(AgentRequested, role=role, index=index, provider=request.provider,
+             model=request.model, temperature=request.temperature,
+             request_hash=request.request_hash,
+             **ctx.env.redactor.redact_fields(  # hash above: unredacted
+                 system_prompt=request.system_prompt, messages=list(messages), params=params))
     try:
-        served = runner.oracle.agent(call, request, role, index)
+        served = ctx.oracle.agent(call, request, role, index)
     except NodeFailure as failure:  # the call was made and failed: it is still a call
-        runner._envelope_emit(CallFailed, call, kind="agent", role=role, index=index,
-                              model=request.model, label=failure.label, error=failure.error,
-                              request_hash=request.request_hash)
+        ctx.emit(CallFailed, kind="agent", role=role, index=index, model=request.model,
+                 label=failure.label, error=failure.error, request_hash=request.request_hash)
         raise
     if served.recorded:
         cost = served.cost_usd  # what the recording paid (prices may have changed since)
     elif served.label == "simulated":
         cost = 0.0
     else:
-        cost = runner.env.prices.cost(request.model, served.input_tokens, served.output_tokens)
-    runner._envelope_emit(AgentResponded, call, role=role, index=index, model=request.model,
-                          text=served.text, input_tokens=served.input_tokens,
-                          output_tokens=served.output_tokens, cost_usd=cost,
-                          latency_ms=served.latency_ms, label=served.label,
-                          request_hash=request.request_hash)
+        cost = ctx.env.prices.cost(request.model, served.input_tokens, served.output_tokens)
+    ctx.emit(AgentResponded, role=role, index=index, model=request.model, text=served.text,
+             input_tokens=served.input_tokens, output_tokens=served.output_tokens,
+             cost_usd=cost, latency_ms=served.latency_ms, label=served.label,
+             request_hash=request.request_hash)
     return served.text
 
 
@@ -135,13 +135,13 @@ def _output_value(node: AgentNode, text: str) -> Any:
                           f"{text[:120]!r}") from None
 
 
-def _agent_node(runner: Runner, node: AgentNode, call: NodeCall) -> str | None:
-    graph = runner.graph
-    user = {"role": "user", "content": render(node.prompt, call.reads)}
-    tainted = reads_tainted(runner, call)
+def _agent_node(ctx: NodeContext, node: AgentNode) -> str | None:
+    graph = ctx.graph
+    user = {"role": "user", "content": render(node.prompt, ctx.call.reads)}
+    tainted = ctx.reads_tainted()
     if node.agent is not None:
-        text = ask(runner, call, graph.resolve_agent(node.agent), [user], choices=node.choices)
-        write_memory(runner, call, node.writes[0], _output_value(node, text), tainted)
+        text = ask(ctx, graph.resolve_agent(node.agent), [user], choices=node.choices)
+        write_memory(ctx, node.writes[0], _output_value(node, text), tainted)
         return None
     transcript: list[str] = []
     for name, role in node.ordered_roles():
@@ -152,12 +152,11 @@ def _agent_node(runner: Runner, node: AgentNode, call: NodeCall) -> str | None:
         for i in range(role.count):
             index = i if role.count > 1 else None
             agent = graph.resolve_agent(role.agent_for(i))
-            text = ask(runner, call, agent, messages, role=name, index=index,
-                       choices=role.choices)
+            text = ask(ctx, agent, messages, role=name, index=index, choices=role.choices)
             answers.append(text)
             transcript.append(f"{name}{'' if index is None else f'[{i}]'}: {text}")
         if role.writes:
-            write_memory(runner, call, role.writes, answers if role.count > 1 else answers[0], tainted)
+            write_memory(ctx, role.writes, answers if role.count > 1 else answers[0], tainted)
     return None
 
 
@@ -177,52 +176,53 @@ def tool_writes(node: ToolNode, result: Any) -> dict[str, Any]:
     ))
 
 
-def _tool_node(runner: Runner, node: ToolNode, call: NodeCall) -> str | None:
-    runner.before_call()
+def _tool_node(ctx: NodeContext, node: ToolNode) -> str | None:
+    ctx.check_cancel()
+    call = ctx.call
     args = {**node.params, **call.reads}
-    runner._envelope_emit(ToolCalled, call, tool=node.tool, effect=node.effect,
-                          args=runner.env.redactor.redact(args), args_hash=fingerprint(args))
-    ctx = ToolContext(run_id=runner.run_id, node=node.id, occurrence=call.occurrence,
-                      reflections=runner.env.reflections,
-                      capture_reflections=runner.oracle.captures_reflections)
+    ctx.emit(ToolCalled, tool=node.tool, effect=node.effect,
+             args=ctx.env.redactor.redact(args), args_hash=fingerprint(args))
+    tool_ctx = ToolContext(run_id=ctx.run_id, node=node.id, occurrence=call.occurrence,
+                           reflections=ctx.env.reflections,
+                           capture_reflections=ctx.oracle.captures_reflections)
     try:
-        result, label = runner.oracle.tool(call, node, args, ctx)
+        result, label = ctx.oracle.tool(call, node, args, tool_ctx)
     except NodeFailure as failure:  # the tool raised: the call is still recorded and counted
-        _discard_reflections(runner, call, ctx)
-        runner._envelope_emit(CallFailed, call, kind="tool", role=None, index=None, model=None,
-                              label=failure.label, error=failure.error,
-                              request_hash=fingerprint(args))
+        _discard_reflections(ctx, tool_ctx)
+        ctx.emit(CallFailed, kind="tool", role=None, index=None, model=None,
+                 label=failure.label, error=failure.error, request_hash=fingerprint(args))
         raise
-    _discard_reflections(runner, call, ctx)
+    _discard_reflections(ctx, tool_ctx)
     recorded = isinstance(result, RecordedTool)
-    runner._envelope_emit(ToolReturned, call, label=label, result=(
-        result.result if recorded else runner.env.redactor.redact(result)))
+    ctx.emit(ToolReturned, label=label, result=(
+        result.result if recorded else ctx.env.redactor.redact(result)))
     writes = result.writes if recorded else tool_writes(node, result)
-    tainted = reads_tainted(runner, call, untrusted=not node.trusted)
+    tainted = ctx.reads_tainted(untrusted=not node.trusted)
     for key, value in sorted(writes.items()):  # key order: not stored
-        write_memory(runner, call, key, value, tainted)
+        write_memory(ctx, key, value, tainted)
     return None
 
 
-def _discard_reflections(runner: Runner, call: NodeCall, ctx: ToolContext) -> None:
-    for captured in ctx.captured:
-        runner._envelope_emit(ReflectionDiscarded, call, **captured)
+def _discard_reflections(ctx: NodeContext, tool_ctx: ToolContext) -> None:
+    for captured in tool_ctx.captured:
+        ctx.emit(ReflectionDiscarded, **captured)
 
 
 # -- routers ---------------------------------------------------------------------------------
 
 
-def _router_node(runner: Runner, node: RouterNode, call: NodeCall) -> str | None:
+def _router_node(ctx: NodeContext, node: RouterNode) -> str | None:
     from forklab.engine.planner import route_by_rules
 
-    forced = runner.oracle.route(call, node)
+    call = ctx.call
+    forced = ctx.oracle.route(call, node)
     if forced is not None:
         target, reason, label = forced, "forced by a route change", "simulated"
     elif node.agent is not None:
         # sorted: a graph stored as JSON (jsonb, canonical JSON) keeps no key order, and the
         # order the answers are offered in is part of the request
         choices = sorted(node.choices or {})
-        answer = ask(runner, call, runner.graph.resolve_agent(node.agent),
+        answer = ask(ctx, ctx.graph.resolve_agent(node.agent),
                      [{"role": "user", "content": render(node.prompt, call.reads)}],
                      choices=choices).strip()
         if answer not in (node.choices or {}):
@@ -232,57 +232,56 @@ def _router_node(runner: Runner, node: RouterNode, call: NodeCall) -> str | None
     else:
         target, reason = route_by_rules(node, call.reads, call.iteration)
         label = "live"
-    runner._envelope_emit(RouteDecided, call, to=target, reason=reason, label=label)
+    ctx.emit(RouteDecided, to=target, reason=reason, label=label)
     for key in node.writes:
-        write_memory(runner, call, key, target, reads_tainted(runner, call))
+        write_memory(ctx, key, target, ctx.reads_tainted())
     return target
 
 
 # -- approvals -------------------------------------------------------------------------------
 
 
-def _approval_node(runner: Runner, node: ApprovalNode, call: NodeCall) -> str | None:
-    from forklab.engine.runner import Paused
+class Paused(Exception):
+    """Internal: the node is waiting for a human; the run stops with status ``paused``."""
 
-    runner._envelope_emit(HumanRequested, call, prompt=node.prompt, context=call.reads)
-    runner.flush()  # a human may take days: what the gate shows is stored first
-    answer = runner.oracle.human(call, node)
+
+def _approval_node(ctx: NodeContext, node: ApprovalNode) -> str | None:
+    ctx.emit(HumanRequested, prompt=node.prompt, context=ctx.call.reads)
+    answer = ctx.oracle.human(ctx.call, node)
     if answer is None:
         raise Paused()
-    return finish_approval(runner, node, call, answer)
+    return finish_approval(ctx, node, answer)
 
 
-def finish_approval(runner: Runner, node: ApprovalNode, call: NodeCall,
-                    answer: HumanAnswer) -> str | None:
-    runner._envelope_emit(HumanAnswered, call, decision=answer.decision, data=answer.data,
-                          memory_updates=dict(answer.memory_updates or {}),
-                          label=answer.label, answered_by=answer.answered_by)
+def finish_approval(ctx: NodeContext, node: ApprovalNode, answer: HumanAnswer) -> str | None:
+    ctx.emit(HumanAnswered, decision=answer.decision, data=answer.data,
+             memory_updates=dict(answer.memory_updates or {}),
+             label=answer.label, answered_by=answer.answered_by)
     if node.writes:
-        write_memory(runner, call, node.writes[0], answer.decision, False)
+        write_memory(ctx, node.writes[0], answer.decision, False)
     for key, value in sorted((answer.memory_updates or {}).items()):
-        write_memory(runner, call, key, value, False)
+        write_memory(ctx, key, value, False)
     return node.on_reject if answer.decision == "rejected" else None
 
 
 # -- substitution (a fork's output change) ---------------------------------------------------
 
 
-def substitute_output(runner: Runner, node: Any, call: NodeCall,
-                      memory: dict[str, Any]) -> str | None:
+def substitute_output(ctx: NodeContext, node: Any, memory: dict[str, Any]) -> str | None:
     """Write a change-supplied output instead of executing the node (label ``simulated``)."""
     if isinstance(node, AgentNode):
-        runner._envelope_emit(AgentResponded, call, role=None, index=None, model="(simulated)",
-                              text=canonical_json(memory), input_tokens=0, output_tokens=0,
-                              cost_usd=0.0, latency_ms=0.0, label="simulated",
-                              request_hash="simulated")
+        ctx.emit(AgentResponded, role=None, index=None, model="(simulated)",
+                 text=canonical_json(memory), input_tokens=0, output_tokens=0,
+                 cost_usd=0.0, latency_ms=0.0, label="simulated", request_hash="simulated")
     elif isinstance(node, SubgraphNode):
-        runner._envelope_emit(SubgraphCompleted, call, child_run_id="(simulated)",
-                              status="completed", output=memory, label="simulated")
+        ctx.emit(SubgraphCompleted, child_run_id="(simulated)", status="completed",
+                 output=memory, label="simulated")
     else:
-        runner._envelope_emit(ToolReturned, call, result=memory, label="simulated")
+        ctx.emit(ToolReturned, result=memory, label="simulated")
     for key, value in sorted(memory.items()):
-        write_memory(runner, call, key, value, False)
+        write_memory(ctx, key, value, False)
     return None
 
 
-__all__ = ["END", "ask", "execute", "finish_approval", "reads_tainted", "render", "write_memory"]
+__all__ = ["END", "Paused", "ask", "chat_request", "execute", "finish_approval", "render",
+           "write_memory"]

@@ -131,7 +131,12 @@ class BudgetExceeded(Exception):
 
 
 class Oracle(Protocol):
+    """``overlaps_calls``: whether answers may take time (real calls), so the runner runs
+    independent nodes at once (``engine.scheduler``); an oracle with a budget also offers
+    ``worst_case``/``admits``/``settle`` (see ``ForkOracle``)."""
+
     captures_reflections: bool
+    overlaps_calls: bool
 
     def output(self, call: NodeCall) -> dict[str, Any] | None: ...
     def memo(self, call: NodeCall) -> Execution | None: ...
@@ -169,6 +174,7 @@ class LiveOracle:
     """Does everything for real: providers, tools, the ``hitl`` callback, child runs."""
 
     captures_reflections = False
+    overlaps_calls = True  # its calls wait on the world: worth running nodes at once
 
     def __init__(self, env: Any, hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None = None):
         self.env = env

@@ -19,8 +19,8 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from forklab.engine.canonical import fingerprint
-from forklab.engine.graph import END, ITERATION_KEY, AgentNode, Condition, GraphSpec, RouterNode
+from forklab.engine.canonical import canonical_json, fingerprint, hash_text
+from forklab.engine.graph import END, ITERATION_KEY, Condition, GraphSpec, RouterNode, node_agents
 from forklab.engine.state import RunState
 
 
@@ -44,16 +44,17 @@ def successors(
     ``route`` is a router's decision (``END`` finishes that branch). Waiting successors are
     ``join: all`` nodes still missing a predecessor.
     """
+    index = graph.index
     if route is not None:
-        candidates = [] if route == END else [route]
+        candidates: tuple[str, ...] | list[str] = [] if route == END else [route]
     else:
-        candidates = graph.successors(node_id)
+        candidates = index.successors.get(node_id, ())
     ready: list[str] = []
     waiting: list[str] = []
     for succ in candidates:
-        if graph.node(succ).join == "all":
-            arrived = set(state.arrivals.get(succ, ())) | {node_id}
-            if not set(graph.predecessors(succ)) <= arrived:
+        if index.nodes[succ].join == "all":
+            missing = index.predecessor_sets.get(succ, frozenset()) - {node_id}
+            if not missing.issubset(state.arrivals.get(succ, ())):
                 waiting.append(succ)
                 continue
         ready.append(succ)
@@ -78,16 +79,30 @@ def node_fingerprint(graph: GraphSpec, node_id: str, reads: dict[str, Any], *,
     side-effect guard matches on the same hash, so "same inputs" means the same thing for
     memoization and for side effects.
     """
+    static = graph.fingerprint_parts(node_id)
+    # canonical_json of {"absent", "agents", "child", "config", "iteration", "node",
+    # "occurrence", "reads"} written out key by key in sorted order, so the node's config and
+    # agents (the same for every execution) are serialised once per graph version; equal,
+    # character for character, to canonical_json of the whole dict (tests check it).
+    text = "".join((
+        '{"absent":', canonical_json(sorted({k for k in graph.node(node_id).reads
+                                             if k not in reads})),
+        ',"agents":', static.agents,
+        "" if child is None else ',"child":' + canonical_json(child),
+        ',"config":', static.config,
+        ',"iteration":', canonical_json(iteration),
+        ',"node":', canonical_json(node_id),
+        ',"occurrence":', canonical_json(occurrence),
+        ',"reads":', canonical_json(reads), "}",
+    ))
+    return hash_text(text)
+
+
+def fingerprint_reference(graph: GraphSpec, node_id: str, reads: dict[str, Any], *,
+                          occurrence: int, iteration: int,
+                          child: dict[str, Any] | None = None) -> str:
+    """:func:`node_fingerprint` computed the slow, obvious way (what tests compare with)."""
     node = graph.node(node_id)
-    agents: dict[str, Any] = {}
-    if isinstance(node, (AgentNode, RouterNode)) and node.agent is not None:
-        agents["agent"] = graph.resolve_agent(node.agent).model_dump(mode="json")
-    if isinstance(node, AgentNode) and node.roles:
-        for name, role in node.roles.items():
-            for i in range(role.count):
-                agents[f"{name}[{i}]"] = graph.resolve_agent(role.agent_for(i)).model_dump(
-                    mode="json"
-                )
     return fingerprint({
         "node": node_id,
         "config": node.model_dump(mode="json", exclude={"description"}),
@@ -95,7 +110,7 @@ def node_fingerprint(graph: GraphSpec, node_id: str, reads: dict[str, Any], *,
         "absent": sorted({key for key in node.reads if key not in reads}),
         "occurrence": occurrence,
         "iteration": iteration,
-        "agents": agents,
+        "agents": node_agents(graph, node),
         "child": child,
     })
 

@@ -46,7 +46,7 @@ from forklab.engine.events import (
     ToolCalled,
     ToolReturned,
 )
-from forklab.engine.state import Call, Execution, RunState
+from forklab.engine.state import Call, Execution, NodesSoFar, RunState
 
 
 def check_next(state: RunState, event: AnyEvent) -> None:
@@ -278,7 +278,7 @@ def _start_node(state: RunState, event: NodeStarted) -> None:
         node=node, kind=event.kind, occurrence=event.occurrence or 1, iteration=iteration,
         start_seq=event.seq, fingerprint=event.fingerprint, reads=event.reads,
         started_at=event.at, prior_iteration=state.iteration,
-        prior_iteration_nodes=list(state.iteration_nodes),
+        prior_iteration_nodes=NodesSoFar(state.iteration_nodes),
     )
     if iteration != state.iteration:
         state.iteration = iteration
@@ -418,7 +418,8 @@ def _interrupt_node(state: RunState, event: NodeInterrupted) -> None:
     if state.occurrences[current.node] == 0:
         del state.occurrences[current.node]
     state.iteration = current.prior_iteration
-    state.iteration_nodes, current.prior_iteration_nodes = current.prior_iteration_nodes, []
+    state.iteration_nodes = list(current.prior_iteration_nodes)
+    current.prior_iteration_nodes = []  # only a running execution needs it (linear forks)
     state.frontier.insert(0, current.node)
     current.status, current.end_seq = "interrupted", event.seq
     state.interrupted.append(current)

@@ -1,36 +1,34 @@
 """The live runner: executes a graph, appending every transition to the event log.
 
-Each event is folded into the runner's state through the same ``evolve`` the fold uses, so
-the live state always equals the state rebuilt from the log, and queued in an
-:class:`~forklab.engine.store.EventBatch` that is appended in one transaction:
-
-- before every outside call (a model or tool: ``before_call``; a human gate, a child run),
-  so what the run did up to the call — the node's start, the request — is stored and
-  visible to live viewers while the call runs, and every result already paid for is
-  durable: a crash costs at most the call in flight (a resumed node serves the recorded
-  ones back);
-- at a node boundary when the node called out — so a live node with one call costs two
-  appends instead of one per event — while a stream of reused nodes (memo hits, a fork
-  tail's unaffected nodes) is appended in batches of up to ``MAX_BATCH_EVENTS``;
-- when the run stops (finished, paused, blocked, cancelled) or an exception escapes.
-
-``on_event`` sees every event once it is stored, in seq order. Node failures become
-``node.failed`` + ``run.failed`` events; only integrity violations (a seq conflict: someone
-else wrote this run) escape.
+Each event is appended to the store (``expected_seq`` = the state's version) and then folded
+into the runner's state through the same ``evolve`` the fold uses, so the live state always
+equals the state rebuilt from the log. The one exception is a run of memo hits in a fork
+tail: their events are folded as they are made and appended together, in one store call, at
+the next node that runs for real (or when the loop stops) — so a reused node costs a lookup
+and its events, not a transaction; the durable log still only ever ends at a node boundary.
+Node failures become ``node.failed`` + ``run.failed``
+events; only integrity violations (a seq conflict: someone else wrote this run) escape.
 
 Control flow: ``start`` / ``resume`` / ``answer`` enter ``_loop``, which asks the planner for
 the next node until the frontier is empty, the run pauses at a human gate, the side-effect
-guard blocks it, a node fails, or the cancel token is set.
+guard blocks it, a node fails, or the cancel token is set. Before each node the
+:class:`~forklab.engine.scheduler.Scheduler` starts independent ready nodes ahead on a thread
+pool; the node at the head either ran ahead (``_land``: its buffered events are appended) or
+executes in place (``_execute``). Either way its events land between its ``node.started`` and
+its ``node.completed`` in frontier order, so the log is the sequential one. Only this thread
+touches the store and the state; handlers get a :class:`~forklab.engine.context.NodeContext`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from forklab.engine import nodes
+from forklab.engine.context import Cancelled, NodeContext, Sink
 from forklab.engine.environment import Environment
 from forklab.engine.errors import RunStateError
 from forklab.engine.events import (
@@ -51,6 +49,7 @@ from forklab.engine.events import (
 from forklab.engine.graph import END, GraphSpec
 from forklab.engine.inputs import check_json_value
 from forklab.engine.memoized import replay_memo
+from forklab.engine.nodes import Paused
 from forklab.engine.oracle import (
     Blocked,
     BudgetExceeded,
@@ -67,21 +66,19 @@ from forklab.engine.planner import (
     successors,
 )
 from forklab.engine.reducers import evolve, fold
+from forklab.engine.scheduler import BufferedEvent, Flight, Scheduler
 from forklab.engine.state import RunState
-from forklab.engine.store import EventBatch, Store, graph_hash
+from forklab.engine.store import Store, graph_hash
 from forklab.engine.subgraphs import execution_fingerprint
 from forklab.engine.telemetry import tracer
 
 log = logging.getLogger("forklab.engine.runner")
 
+CANCEL_POLL_S = 0.25
+"""How often the runner asks the cancel token while the head node runs on the pool."""
 
-
-class Paused(Exception):
-    """Internal: the node is waiting for a human; the run stops with status ``paused``."""
-
-
-class Cancelled(Exception):
-    """Internal: the cancel token was set while a node was running."""
+BATCH_MAX = 1000
+"""Events a batch of memo hits may hold before it is appended (at the next node boundary)."""
 
 
 class CancelToken:
@@ -123,36 +120,117 @@ class Runner:
         self.on_event = on_event
         self.graph_version = graph_version
         self.state = RunState()
+        self._batch: list[Event] | None = None  # events folded but not yet appended
         self.ancestry: tuple[str, ...] = ()  # graphs of the runs this child run nests in
-        self.batch = EventBatch(store, run_id)
-        self._called_out = False  # the current node made an outside call
 
     # -- the log -------------------------------------------------------------------------
-    def emit(self, cls: type[Event], **fields: Any) -> Event:
-        """Record one event after the current version: fold it into the state and queue it
-        in the batch (stored at the next flush, see the module docstring)."""
+    def emit(self, cls: type[Event], *, at: float | None = None, **fields: Any) -> Event:
+        """Append one event after the current version, then fold it into the state.
+
+        While a batch is open (:meth:`_defer`) the event is folded at once but appended —
+        and handed to ``on_event`` — when the batch is flushed, in seq order."""
         # microsecond precision: what the wire form (ISO time) keeps, so a log read back from
         # a durable store folds to exactly the state the runner had
-        at = round(self.env.clock(), 6)
+        at = round(self.env.clock(), 6) if at is None else at
         event = cls(run_id=self.run_id, seq=self.state.version + 1, at=at, **fields)
+        if self._batch is not None:
+            self._batch.append(event)
+            evolve(self.state, event)  # type: ignore[arg-type]
+            return event
+        self.store.append(self.run_id, [event], expected_seq=self.state.version)
         evolve(self.state, event)  # type: ignore[arg-type]
-        if self.batch.add(event):
-            self.flush()
+        if self.on_event is not None:
+            self.on_event(event)
         return event
 
+    def _defer(self) -> None:
+        """Open a batch (a memo hit is about to start): its events are appended together.
+
+        Batches open and close only at node boundaries, so the durable log always ends at
+        one: a process that dies with a batch open loses only whole served-from-recording
+        executions, which a resume serves again."""
+        if self._batch is not None and len(self._batch) >= BATCH_MAX:
+            self.flush()
+        if self._batch is None:
+            self._batch = []
+
     def flush(self) -> None:
-        """Append the queued events in one transaction, then tell ``on_event`` of each."""
-        events = self.batch.flush()
+        """Append the open batch in one store call (one transaction) and close it."""
+        batch, self._batch = self._batch, None
+        if not batch:
+            return
+        self.store.append(self.run_id, batch, expected_seq=batch[0].seq - 1)
         if self.on_event is not None:
-            for event in events:
+            for event in batch:
                 self.on_event(event)
 
-    def before_call(self) -> None:
-        """Called before every outside call (model, tool, human, child run): honours a
-        cancel request, then stores what was recorded so far (see the module docstring)."""
-        self.check_cancel()
-        self._called_out = True
-        self.flush()
+    def append_buffered(self, batch: list[BufferedEvent]) -> None:
+        """Append events a node buffered while it ran ahead, in their order, as one batch.
+
+        An event without a time (a logical clock) is stamped now, in log order, so a
+        logical clock gives the same stamps whatever the concurrency."""
+        self.flush()  # served executions before it land first
+        events: list[Event] = []
+        version = self.state.version
+        for cls, fields, at in batch:
+            stamp = round(self.env.clock(), 6) if at is None else at
+            version += 1
+            events.append(cls(run_id=self.run_id, seq=version, at=stamp, **fields))
+        self.store.append(self.run_id, events, expected_seq=self.state.version)
+        for event in events:
+            evolve(self.state, event)  # type: ignore[arg-type]
+            if self.on_event is not None:
+                self.on_event(event)
+
+    @property
+    def logical_clock(self) -> bool:
+        """A clock that counts readings (``FixedClock``) rather than telling time: read only
+        in log order, when an event is appended, never from a worker thread."""
+        return bool(getattr(self.env.clock, "logical", False))
+
+    @property
+    def max_concurrency(self) -> int:
+        """How many nodes may execute at once: the graph's setting, else the environment's."""
+        return self.graph.max_concurrency or self.env.max_concurrency
+
+    # -- node contexts ---------------------------------------------------------------------
+    def context(self, call: NodeCall, tainted: frozenset[str], *, sink: Sink | None = None,
+                cancelled: Callable[[], bool] | None = None) -> NodeContext:
+        """The narrow context a handler of ``call`` runs with (``sink``: the log itself)."""
+        return NodeContext(graph=self.graph, call=call, run_id=self.run_id, env=self.env,
+                           oracle=self.oracle, tainted=tainted,
+                           sink=sink or self._append_fields,
+                           cancelled=cancelled or (lambda: self.cancel.cancelled),
+                           children=self if sink is None else None)
+
+    def _append_fields(self, cls: type[Event], fields: dict[str, Any]) -> None:
+        self.emit(cls, **fields)
+
+    @staticmethod
+    def handle(ctx: NodeContext, node: Any, substitute: dict[str, Any] | None,
+               memo: Any) -> str | None:
+        """Execute one node (or serve it): its route; raises what stops the node."""
+        if substitute is not None:
+            return nodes.substitute_output(ctx, node, substitute)
+        if memo is not None:
+            return replay_memo(ctx, memo)
+        return nodes.execute(ctx, node)
+
+    # -- child runs (what a subgraph node's context may do) ---------------------------------
+    def child_graph(self, graph_id: str) -> GraphSpec:
+        nesting = (*self.ancestry, self.graph.id)
+        if graph_id in nesting:  # a graph running itself would nest child runs forever
+            raise NodeFailure("subgraph_cycle", f"a subgraph node would run graph "
+                              f"{graph_id!r} inside itself ({' > '.join(nesting)})")
+        return self.store.load_graph(graph_id)
+
+    def run_child(self, graph: GraphSpec, *, child_id: str, oracle: Any,
+                  input: dict[str, Any], tainted_input: list[str]) -> RunState:
+        child = Runner(graph, store=self.store, run_id=child_id, env=self.env, oracle=oracle,
+                       cancel=self.cancel, on_event=self.on_event)
+        child.ancestry = (*self.ancestry, self.graph.id)
+        return child.start(input, run_kind="subgraph", parent_run_id=self.run_id,
+                           tainted_input=tainted_input)
 
     # -- entry points --------------------------------------------------------------------
     def start(
@@ -203,7 +281,9 @@ class Runner:
         call = NodeCall(node=current.node, kind=current.kind, occurrence=current.occurrence,
                         iteration=current.iteration, fingerprint=current.fingerprint,
                         reads=current.reads)
-        route = nodes.finish_approval(self, node, call, answer)  # type: ignore[arg-type]
+        ctx = self.context(call, frozenset(k for k in call.reads if k in self.state.taint))
+        route = nodes.finish_approval(ctx, node, answer)  # type: ignore[arg-type]
+        self._settle(call)
         self._complete(current.node, route)
         return self._loop()
 
@@ -218,29 +298,36 @@ class Runner:
         }):
             try:
                 return self._drive()
-            finally:  # stopped, paused or an exception escaped: what was recorded is stored
+            finally:
                 self.flush()
 
     def _drive(self) -> RunState:
-        while self.state.status == "running":
-            if self.cancel.cancelled:
-                self.emit(RunCancelled, reason="cancelled by request")
-                break
-            node_id = next_node(self.state)
-            if node_id is None:
-                self.emit(RunCompleted)
-                break
-            with tracer.start_as_current_span(
-                f"node.execute.{self.graph.node(node_id).kind}",
-                attributes={"node.id": node_id, "run.id": self.run_id},
-            ):
-                self._called_out = False
-                self._execute(node_id)
-            if self._called_out:  # live work: one append per node; reuse batches up
-                self.flush()
+        scheduler = Scheduler(self, self.max_concurrency)
+        try:
+            while self.state.status == "running":
+                if self.cancel.cancelled:
+                    self.emit(RunCancelled, reason="cancelled by request")
+                    break
+                node_id = next_node(self.state)
+                if node_id is None:
+                    self.emit(RunCompleted)
+                    break
+                scheduler.launch()
+                flight = scheduler.flights.get(node_id)
+                if flight is not None:
+                    self._land(scheduler, flight)
+                    continue
+                with tracer.start_as_current_span(
+                    f"node.execute.{self.graph.node(node_id).kind}",
+                    attributes={"node.id": node_id, "run.id": self.run_id},
+                ):
+                    self._execute(node_id, scheduler)
+        finally:
+            scheduler.close()
         return self.state
 
-    def _execute(self, node_id: str) -> None:
+    def _execute(self, node_id: str, scheduler: Scheduler) -> None:
+        """Execute the head node in place, its events appended as they happen."""
         node = self.graph.node(node_id)
         occurrence, iteration = next_execution(self.state, node_id)
         limit = self.graph.max_iterations
@@ -251,68 +338,125 @@ class Runner:
                            f"max_iterations={limit}",
             })
             return
-        reads = read_slice(node.reads, self.state.memory)
-        fp = execution_fingerprint(self.graph, self.store, node_id, reads,
-                                   occurrence=occurrence, iteration=iteration)
-        self.emit(NodeStarted, node=node_id, occurrence=occurrence, iteration=iteration,
-                  kind=node.kind, fingerprint=fp, reads=reads)
-        call = NodeCall(node=node_id, kind=node.kind, occurrence=occurrence,
-                        iteration=iteration, fingerprint=fp, reads=reads)
-        substitute = self.oracle.output(call)
+        predicted = scheduler.predictions.get(node_id)
+        scheduler.forget(node_id)
+        call = predicted.call if predicted is not None else None
+        if call is None:
+            reads = read_slice(node.reads, self.state.memory)
+            fp = execution_fingerprint(self.graph, self.store, node_id, reads,
+                                       occurrence=occurrence, iteration=iteration)
+            call = NodeCall(node=node_id, kind=node.kind, occurrence=occurrence,
+                            iteration=iteration, fingerprint=fp, reads=reads)
+        substitute = self.oracle.output(call)  # both are lookups: nothing runs yet
         memo = None if substitute is not None else self.oracle.memo(call)
+        if memo is not None:
+            self._defer()  # served from the recording: no call to wait for, batch its events
+        else:
+            self.flush()  # what runs for real appends (and broadcasts) as it goes
+        self.emit(NodeStarted, node=node_id, occurrence=occurrence, iteration=iteration,
+                  kind=node.kind, fingerprint=call.fingerprint, reads=call.reads)
+        ctx = self.context(call, frozenset(k for k in call.reads if k in self.state.taint))
         try:
-            if substitute is not None:
-                route = nodes.substitute_output(self, node, call, substitute)
-            elif memo is not None:
-                route = replay_memo(self, call, memo)
-            else:
-                route = nodes.execute(self, node, call)
-        except Paused:
+            route = self.handle(ctx, node, substitute, memo)
+        except Exception as exc:
+            self._finish(call, None, exc)
             return
-        except Cancelled:
-            self.emit(RunCancelled, reason="cancelled by request")
-            return
-        except BudgetExceeded as exc:
-            self.emit(RunFailed, error={"code": exc.code, "node": node_id,
-                                        "message": str(exc)})
-            return
-        except Blocked as blocked:
-            self._envelope_emit(EffectSuppressed, call, inputs=blocked.inputs,
-                                reason=blocked.reason)
-            self.emit(RunBlocked, suppressed_effects=list(self.state.suppressed_effects))
-            return
-        except NodeFailure as failure:
-            self._envelope_emit(NodeFailed, call, error=failure.error,
-                                duration_ms=self._elapsed_ms())
-            self.emit(RunFailed, error={"code": "node_failed", **failure.error,
-                                        "node": node_id})
-            return
-        self._complete(node_id, route, memo=memo is not None)
+        self._finish(call, route, None, memo=memo is not None)
 
-    def _complete(self, node_id: str, route: str | None, *, memo: bool = False) -> None:
+    def _land(self, scheduler: Scheduler, flight: Flight) -> None:
+        """The head ran ahead on the pool: append its buffered events (as they come), then
+        record how it ended, exactly as for a node executed in place."""
+        call = flight.call
+        occurrence, iteration = next_execution(self.state, call.node)
+        if (occurrence, iteration) != (call.occurrence, call.iteration) or \
+                read_slice(flight.node.reads, self.state.memory) != call.reads:
+            raise AssertionError(f"node {call.node!r} ran ahead on a prediction the log no "
+                                 "longer matches (a scheduler bug)")
+        scheduler.forget(call.node)
+        scheduler.reach_head(flight)
+        started = (NodeStarted, {
+            "node": call.node, "occurrence": occurrence, "iteration": iteration,
+            "kind": call.kind, "fingerprint": call.fingerprint, "reads": call.reads,
+        }, flight.started_at)
+        batch, backlog, done = scheduler.drain(flight)
+        self.append_buffered([started, *batch[:backlog]])
+        scheduler.appended(flight, backlog)
+        for event in batch[backlog:]:
+            self.append_buffered([event])
+            scheduler.appended(flight, 1)
+        polled = time.monotonic()
+        while not done:
+            scheduler.launch()
+            scheduler.wait(flight, timeout=CANCEL_POLL_S)
+            batch, _, done = scheduler.drain(flight)
+            for event in batch:
+                self.append_buffered([event])
+                scheduler.appended(flight, 1)
+            if time.monotonic() - polled >= CANCEL_POLL_S:  # a token may ask a database
+                polled = time.monotonic()
+                if self.cancel.cancelled:
+                    scheduler.stop.set()  # workers check it before each call
+        scheduler.flights.pop(call.node, None)
+        self._finish(call, flight.route, flight.error, finished_at=flight.finished_at)
+
+    def _finish(self, call: NodeCall, route: str | None, error: BaseException | None, *,
+                memo: bool = False, finished_at: float | None = None) -> None:
+        """Record how the head node ended: completed (with its route) or what stopped it."""
+        node_id = call.node
+        self._settle(call)
+        match error:
+            case None:
+                self._complete(node_id, route, memo=memo, finished_at=finished_at)
+            case Paused():
+                return
+            case Cancelled():
+                self.emit(RunCancelled, reason="cancelled by request")
+            case BudgetExceeded():
+                self.emit(RunFailed, error={"code": error.code, "node": node_id,
+                                            "message": str(error)})
+            case Blocked():
+                self._envelope_emit(EffectSuppressed, call, inputs=error.inputs,
+                                    reason=error.reason)
+                self.emit(RunBlocked, suppressed_effects=list(self.state.suppressed_effects))
+            case NodeFailure():
+                self._envelope_emit(NodeFailed, call, error=error.error,
+                                    duration_ms=self._elapsed_ms(finished_at))
+                self.emit(RunFailed, error={"code": "node_failed", **error.error,
+                                            "node": node_id})
+            case _:
+                raise error
+
+    def _settle(self, call: NodeCall) -> None:
+        """The node's calls now belong to the run (a fork's budget counts them as spent)."""
+        settle = getattr(self.oracle, "settle", None)
+        if settle is not None:
+            settle(call, kept=True)
+
+    def _complete(self, node_id: str, route: str | None, *, memo: bool = False,
+                  finished_at: float | None = None) -> None:
         current = self.state.current
         assert current is not None
         ready, waiting = successors(self.graph, self.state, node_id, route)
+        duration = self._elapsed_ms(finished_at)
         self._envelope_emit(NodeCompleted, NodeCall(
             node=node_id, kind=current.kind, occurrence=current.occurrence,
             iteration=current.iteration, fingerprint=current.fingerprint, reads=current.reads,
-        ), next=ready, waiting=waiting, duration_ms=self._elapsed_ms(), memo=memo)
+        ), next=ready, waiting=waiting, duration_ms=duration, memo=memo, at=finished_at)
 
-    def _elapsed_ms(self) -> float:
+    def _elapsed_ms(self, finished_at: float | None = None) -> float:
+        """The current node's duration: until ``finished_at`` (when it ran ahead on a real
+        clock), else until now."""
         current = self.state.current
         if current is None:
             return 0.0
-        return round((self.env.clock() - current.started_at) * 1000, 3)
+        end = self.env.clock() if finished_at is None else finished_at
+        return round((end - current.started_at) * 1000, 3)
 
     def _envelope_emit(self, cls: type[Event], call: NodeCall, **fields: Any) -> Event:
         """Emit an event carrying the node envelope (node, occurrence, iteration)."""
         return self.emit(cls, node=call.node, occurrence=call.occurrence,
                          iteration=call.iteration, **fields)
 
-    def check_cancel(self) -> None:
-        """Checked between calls inside a node: the node is abandoned, the run cancelled."""
-        if self.cancel.cancelled:
-            raise Cancelled()
 
 
-__all__ = ["END", "CancelToken", "HumanAnswered", "Paused", "Runner"]
+__all__ = ["END", "CancelToken", "Cancelled", "HumanAnswered", "Paused", "Runner"]

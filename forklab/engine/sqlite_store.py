@@ -32,7 +32,7 @@ from pathlib import Path
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import GraphNotFound, RunNotFound, SeqConflictError
 from forklab.engine.events import AnyEvent, Event, from_wire
-from forklab.engine.graph import GraphSpec, parse_graph
+from forklab.engine.graph import GraphSpec, parse_stored_graph
 from forklab.engine.state import RunState
 from forklab.engine.store import check_append, final_state_from_snapshots
 
@@ -203,7 +203,7 @@ class SqliteStore:
                 f"known versions: {self.graph_versions(graph_id) or 'none'}",
                 graph=graph_id, version=version,
             )
-        return parse_graph(json.loads(row[0]))
+        return parse_stored_graph(row[0])
 
     def graph_versions(self, graph_id: str) -> list[int]:
         rows = self._conn().execute(

@@ -23,10 +23,10 @@ import threading
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from forklab.engine.canonical import canonical_json, fingerprint
+from forklab.engine.canonical import canonical_json
 from forklab.engine.errors import EventGapError, GraphNotFound, RunNotFound, SeqConflictError
 from forklab.engine.events import AnyEvent, Event
-from forklab.engine.graph import GraphSpec, parse_graph
+from forklab.engine.graph import GraphSpec, parse_stored_graph
 from forklab.engine.state import RunState
 
 
@@ -160,7 +160,8 @@ def check_append(run_id: str, events: Sequence[Event], expected_seq: int, last: 
 
 
 def graph_hash(graph: GraphSpec) -> str:
-    return fingerprint(graph.to_wire())
+    """Hash of the graph's stored form (computed once per graph object)."""
+    return graph.content_hash
 
 
 class MemoryStore:
@@ -209,8 +210,6 @@ class MemoryStore:
             return len(versions)
 
     def load_graph(self, graph_id: str, version: int | None = None) -> GraphSpec:
-        import json
-
         with self._lock:
             versions = self._graphs.get(graph_id, [])
             index = len(versions) if version is None else version
@@ -220,7 +219,7 @@ class MemoryStore:
                     f"known versions: {list(range(1, len(versions) + 1)) or 'none'}",
                     graph=graph_id, version=version,
                 )
-            return parse_graph(json.loads(versions[index - 1]))
+            return parse_stored_graph(versions[index - 1])
 
     def graph_versions(self, graph_id: str) -> list[int]:
         with self._lock:

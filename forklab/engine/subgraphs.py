@@ -14,25 +14,22 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from forklab.engine.canonical import fingerprint
+from forklab.engine.context import NodeContext
 from forklab.engine.errors import ForklabError, GraphNotFound
 from forklab.engine.events import SubgraphCompleted, SubgraphStarted
 from forklab.engine.graph import GraphSpec, SubgraphNode
-from forklab.engine.nodes import reads_tainted, write_memory
+from forklab.engine.nodes import write_memory
 from forklab.engine.oracle import (
     Blocked,
     BudgetExceeded,
     ChildResult,
-    NodeCall,
     NodeFailure,
     ensure_json,
 )
 from forklab.engine.state import RunState
-
-if TYPE_CHECKING:
-    from forklab.engine.runner import Runner
 
 
 def child_input(node: SubgraphNode, reads: dict[str, Any]) -> dict[str, Any]:
@@ -99,48 +96,39 @@ def _result(child_id: str, state: RunState) -> ChildResult:
                        call_labels=tuple(c.label for c in state.calls))
 
 
-def run_subgraph_node(runner: Runner, node: SubgraphNode, call: NodeCall) -> str | None:
+def run_subgraph_node(ctx: NodeContext, node: SubgraphNode) -> str | None:
     """Execute a subgraph node: serve or run its child run, then map the outputs back."""
-    from forklab.engine.runner import Runner as ChildRunner
-
+    call, children = ctx.call, ctx.children
+    assert children is not None, "a subgraph node runs at the head of its run, never ahead"
     inputs = child_input(node, call.reads)
-    tainted_input = sorted(child for child, key in node.input.items()
-                           if key in runner.state.taint)
-    child_id = runner.env.ids()
+    tainted_input = sorted(child for child, key in node.input.items() if key in ctx.tainted)
+    child_id = ctx.env.ids()
 
     def run_child() -> ChildResult:
-        nesting = (*runner.ancestry, runner.graph.id)
-        if node.graph in nesting:  # a graph running itself would nest child runs forever
-            raise NodeFailure("subgraph_cycle", f"subgraph node {node.id!r} would run graph "
-                              f"{node.graph!r} inside itself ({' > '.join(nesting)})")
         try:  # loaded only when the child really runs: a recorded child needs no graph
-            child_graph = runner.store.load_graph(node.graph)
+            child_graph = children.child_graph(node.graph)
         except ForklabError as exc:  # a graph missing from the store fails the node
             raise NodeFailure(exc.code, exc.message) from None
-        runner.flush()  # the parent's log names the child before the child's log exists
-        child = ChildRunner(child_graph, store=runner.store, run_id=child_id, env=runner.env,
-                            oracle=runner.oracle.child(call, node), cancel=runner.cancel,
-                            on_event=runner.on_event)
-        child.ancestry = nesting
-        state = child.start(inputs, run_kind="subgraph", parent_run_id=runner.run_id,
-                            tainted_input=tainted_input)
+        state = children.run_child(child_graph, child_id=child_id,
+                                   oracle=ctx.oracle.child(call, node), input=inputs,
+                                   tainted_input=tainted_input)
         _child_outcome(node, child_id, state)
         return _result(child_id, state)
 
-    runner._envelope_emit(SubgraphStarted, call, child_run_id=child_id, graph_id=node.graph)
-    result = runner.oracle.subgraph(call, node, inputs, run_child)
-    runner._envelope_emit(SubgraphCompleted, call, child_run_id=result.child_run_id,
-                          status=result.status, output=result.output, label=result.label,
-                          cost_usd=result.cost_usd, input_tokens=result.input_tokens,
-                          output_tokens=result.output_tokens, tainted=list(result.tainted))
-    write_outputs(runner, node, call, result.output, result.tainted)
+    ctx.emit(SubgraphStarted, child_run_id=child_id, graph_id=node.graph)
+    result = ctx.oracle.subgraph(call, node, inputs, run_child)
+    ctx.emit(SubgraphCompleted, child_run_id=result.child_run_id, status=result.status,
+             output=result.output, label=result.label, cost_usd=result.cost_usd,
+             input_tokens=result.input_tokens, output_tokens=result.output_tokens,
+             tainted=list(result.tainted))
+    write_outputs(ctx, node, result.output, result.tainted)
     return None
 
 
-def write_outputs(runner: Runner, node: SubgraphNode, call: NodeCall, output: dict[str, Any],
+def write_outputs(ctx: NodeContext, node: SubgraphNode, output: dict[str, Any],
                   child_tainted: Any) -> None:
     """Map the child's keys back; each is tainted if the child's key was or a read was."""
-    read_taint = reads_tainted(runner, call)
+    read_taint = ctx.reads_tainted()
     for key, child_key in sorted(node.output.items()):  # a stored graph keeps no key order
-        write_memory(runner, call, key, output.get(child_key),
+        write_memory(ctx, key, output.get(child_key),
                      read_taint or child_key in set(child_tainted))

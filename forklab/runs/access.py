@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser
+from django.contrib.auth.models import User as Account
 from django.db.models import F
 
 from forklab.engine.errors import ForklabError
@@ -19,7 +20,23 @@ RANK = {Role.VIEWER: 1, Role.MEMBER: 2, Role.ADMIN: 3}
 DEFAULT_MAX_LIVE_CALLS = 50
 DEFAULT_MAX_COST_USD = 1.00
 
-User = AbstractBaseUser | AnonymousUser
+# ``Account``: settings.AUTH_USER_MODEL (Django's own user), what owns memberships and rows;
+# ``User``: whoever sent a request, signed in or not.
+User = Account | AnonymousUser
+
+
+def account(user: User | None) -> Account | None:
+    """The signed-in account behind ``user``; None for an anonymous (or no) user. What a
+    row's ``created_by`` records."""
+    return user if isinstance(user, Account) and user.is_authenticated else None
+
+
+def signed_in(user: User, *, action: str) -> Account:
+    """``user`` as an account; ``permission_denied`` for an anonymous user."""
+    found = account(user)
+    if found is None:
+        raise PermissionDenied(f"{action} needs a signed-in user", required="member", role=None)
+    return found
 
 
 class PermissionDenied(ForklabError):
@@ -28,9 +45,9 @@ class PermissionDenied(ForklabError):
 
 def role_in(user: User, project: Project) -> str | None:
     """The user's role in ``project`` (``admin`` for superusers), or None."""
-    if not user.is_authenticated:
+    if isinstance(user, AnonymousUser) or not user.is_authenticated:
         return None
-    if getattr(user, "is_superuser", False):
+    if user.is_superuser:
         return Role.ADMIN
     return (Membership.objects.filter(user=user, project=project)
             .values_list("role", flat=True).first())
@@ -50,7 +67,7 @@ def require_role(user: User, project: Project, minimum: str, *, action: str,
             f"{role or 'not a member'}. Ask a project admin.",
             required=minimum, role=role,
         )
-    return role
+    return str(role)
 
 
 def admin_only_reasons(*, policy: dict[str, Any], budget: dict[str, Any],
@@ -93,9 +110,9 @@ def readable_run_and_role(user: User, run_id: str) -> tuple[Any, str | None]:
     from forklab.runs.models import Run
 
     runs = Run.objects.select_related("project")
-    if not user.is_authenticated:
+    if isinstance(user, AnonymousUser) or not user.is_authenticated:
         run, role = None, None
-    elif getattr(user, "is_superuser", False):
+    elif user.is_superuser:
         run, role = runs.filter(pk=run_id).first(), Role.ADMIN
     else:
         run = (runs.filter(pk=run_id, project__memberships__user=user)

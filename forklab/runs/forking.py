@@ -22,7 +22,14 @@ from forklab.engine.fork.lifecycle import promote, run_case, save_case
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
 from forklab.engine.reducers import fold
 from forklab.runs import bases, queries, tasks
-from forklab.runs.access import User, readable_run_and_role, require_fork_rights, require_role
+from forklab.runs.access import (
+    User,
+    account,
+    readable_run_and_role,
+    require_fork_rights,
+    require_role,
+    signed_in,
+)
 from forklab.runs.control import answer as answer
 from forklab.runs.control import cancel as cancel
 from forklab.runs.engine_env import build_environment
@@ -105,7 +112,8 @@ def start_fork(*, user: User, spec: ForkSpec) -> StartedFork:
         with transaction.atomic():
             run = _queued_fork(run_id, base, plan, spec, user)
             if spec.client_request_id:
-                ForkRequest.objects.create(project=project, user=user,
+                ForkRequest.objects.create(project=project,
+                                           user=signed_in(user, action="forking"),
                                            client_request_id=spec.client_request_id,
                                            fork_run=run, body=spec.model_dump(mode="json"))
             transaction.on_commit(lambda: tasks.enqueue_fork(run_id, spec.model_dump(mode="json")))
@@ -144,7 +152,7 @@ def _queued_fork(run_id: str, base: Run, plan: Any, spec: ForkSpec, user: User,
         id=run_id, project=base.project, graph_version_id=base.graph_version_id,
         graph_slug=base.graph_slug, graph_version_number=base.graph_version_number,
         run_kind=RunKind.COUNTERFACTUAL, status=RunStatus.QUEUED, label=spec.label,
-        created_by=user if user.is_authenticated else None, parent_run=base,
+        created_by=account(user), parent_run=base,
         fork_sequence_id=plan.point.seq, fork_node_id=plan.effective.node,
         fork_mutations=plan.combined, fork_group_id=fork_group_id,
         replay_version=base.replay_version, input=plan.new_input)
@@ -232,7 +240,7 @@ def save_fork_as_case(*, user: User, run_id: str, spec: CaseSpec) -> Case:
         project=run.project, name=spec.name, source_run=run, graph_version=run.graph_version,
         input=case.input, changes=case.changes,
         recorded=case.model_dump(mode="json"), criteria=spec.criteria,
-        created_by=user if user.is_authenticated else None)
+        created_by=account(user))
 
 
 def _check_criteria(criteria: list[dict[str, Any]]) -> None:

@@ -85,7 +85,7 @@ def _observe_one(event: Event, kind: str, state: RunState) -> list[Observation]:
             return [RUNS_STARTED.labels(kind).inc]
         case RunCompleted() | RunFailed() | RunBlocked() | RunCancelled():
             status = event.type.removeprefix("run.")
-            found = [RUNS_FINISHED.labels(kind, status).inc]
+            found: list[Observation] = [RUNS_FINISHED.labels(kind, status).inc]
             if state.started_at is not None:
                 seconds = max(0.0, event.at - state.started_at)
                 found.append(lambda: RUN_SECONDS.labels(kind).observe(seconds))
@@ -136,5 +136,6 @@ def exposition() -> tuple[bytes, str]:
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        # prometheus_client leaves this constructor unannotated
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     return generate_latest(registry), CONTENT_TYPE_LATEST

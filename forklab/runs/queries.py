@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Max, QuerySet
 
+from forklab.engine.graph import GraphSpec
+from forklab.runs.access import User
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Case, Event, Graph, Project, Run, RunKind, RunStatus
-from forklab.runs.readcache import (  # noqa: F401 - the cached reads, read through queries
-    clear_caches,
-    compare_runs,
-    run_events,
-    state_at,
-)
+
+# the cached reads, read through queries (re-exported)
+from forklab.runs.readcache import clear_caches as clear_caches
+from forklab.runs.readcache import compare_runs as compare_runs
+from forklab.runs.readcache import run_events as run_events
+from forklab.runs.readcache import state_at as state_at
 
 
 def _check_choice(name: str, value: str | None, choices: list[str]) -> None:
@@ -25,7 +26,7 @@ def _check_choice(name: str, value: str | None, choices: list[str]) -> None:
         )
 
 
-def visible_projects(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Project]:
+def visible_projects(user: User) -> QuerySet[Project]:
     """Projects ``user`` can read: all for superusers, their memberships otherwise."""
     if not user.is_authenticated:
         return Project.objects.none()
@@ -57,11 +58,11 @@ def list_runs(
     return runs.order_by("-created_at", "id")
 
 
-def runs_for_user(user: AbstractBaseUser | AnonymousUser, **filters: Any) -> QuerySet[Run]:
+def runs_for_user(user: User, **filters: Any) -> QuerySet[Run]:
     return list_runs(projects=visible_projects(user), **filters)
 
 
-def get_run(run_id: str, *, user: AbstractBaseUser | AnonymousUser | None = None) -> Run:
+def get_run(run_id: str, *, user: User | None = None) -> Run:
     """One run; outside the user's projects it does not exist (not_found, never forbidden)."""
     runs = Run.objects.select_related("project")
     if user is not None:
@@ -89,7 +90,7 @@ ACTION_RESULTS = ("agent.responded", "tool.returned", "human.answered", "route.d
                   "subgraph.completed", "effect.suppressed", "node.completed", "node.failed")
 
 
-def search_runs(user: AbstractBaseUser | AnonymousUser, *, q: str = "",
+def search_runs(user: User, *, q: str = "",
                 **filters: Any) -> QuerySet[Run]:
     """``runs_for_user`` plus a label/id search and each run's number of direct forks."""
     from django.db.models import Count, Q
@@ -100,7 +101,7 @@ def search_runs(user: AbstractBaseUser | AnonymousUser, *, q: str = "",
     return runs.annotate(fork_count=Count("children"))
 
 
-def graph_slugs(user: AbstractBaseUser | AnonymousUser) -> list[str]:
+def graph_slugs(user: User) -> list[str]:
     return list(Run.objects.filter(project__in=visible_projects(user))
                 .order_by("graph_slug").values_list("graph_slug", flat=True).distinct())
 
@@ -142,16 +143,18 @@ def fork_tree(root: Run, *, limit: int = 200) -> list[tuple[Run, int]]:
 
 def node_lifecycle(run_id: str) -> list[tuple[int, str, str, int, int, float]]:
     """``(seq, type, node, occurrence, iteration, timestamp)`` of every node start and end."""
-    return list(Event.objects.filter(run_id=run_id, type__in=NODE_LIFECYCLE)
-                .order_by("seq").values_list("seq", "type", "node", "occurrence", "iteration",
-                                              "timestamp"))
+    rows = (Event.objects.filter(run_id=run_id, type__in=NODE_LIFECYCLE).order_by("seq")
+            .values_list("seq", "type", "node", "occurrence", "iteration", "timestamp"))
+    # node events always carry node, occurrence and iteration (the columns are nullable for
+    # run-level events)
+    return [(seq, type_, node or "", occurrence or 0, iteration or 0, ts)
+            for seq, type_, node, occurrence, iteration, ts in rows]
 
 
 def action_results(run_id: str, first: int, last: int) -> list[tuple[int, str, str, dict[str, Any]]]:
     """``(seq, type, node, payload)`` of calls and node ends with ``first <= seq <= last``."""
-    return list(Event.objects.filter(run_id=run_id, type__in=ACTION_RESULTS,
-                                     seq__gte=first, seq__lte=last)
-                .order_by("seq").values_list("seq", "type", "node", "payload"))
+    return _actions(Event.objects.filter(run_id=run_id, type__in=ACTION_RESULTS,
+                                         seq__gte=first, seq__lte=last))
 
 
 LABELLED = ("agent.responded", "tool.returned", "human.answered", "route.decided",
@@ -194,8 +197,13 @@ def action_results_in(run_id: str, ranges: list[tuple[int, int]]
     within = Q()
     for first, last in ranges:
         within |= Q(seq__gte=first, seq__lte=last)
-    return list(Event.objects.filter(within, run_id=run_id, type__in=ACTION_RESULTS)
-                .order_by("seq").values_list("seq", "type", "node", "payload"))
+    return _actions(Event.objects.filter(within, run_id=run_id, type__in=ACTION_RESULTS))
+
+
+def _actions(events: QuerySet[Event]) -> list[tuple[int, str, str, dict[str, Any]]]:
+    # calls and node ends always name their node
+    return [(seq, type_, node or "", payload) for seq, type_, node, payload
+            in events.order_by("seq").values_list("seq", "type", "node", "payload")]
 
 
 def execution_outputs(run_id: str, first: int, last: int) -> tuple[dict[str, Any], list[Any]]:
@@ -245,7 +253,7 @@ def forked_event(run_id: str) -> dict[str, Any] | None:
     # again for every field extracted
     row = (Event.objects.filter(run_id=run_id, type="run.forked")
            .values("seq", point=F("payload__point")).first())
-    return row
+    return None if row is None else dict(row)
 
 
 def fork_prefix(run_id: str) -> dict[str, Any]:
@@ -256,10 +264,12 @@ def fork_prefix(run_id: str) -> dict[str, Any]:
     row = (Event.objects.filter(run_id=run_id, type="run.forked")
            .values(memory=F("payload__prefix_state__memory"),
                    input=F("payload__prefix_state__input")).first())
-    return {"memory": (row or {}).get("memory") or {}, "input": (row or {}).get("input") or {}}
+    if row is None:
+        return {"memory": {}, "input": {}}
+    return {"memory": row["memory"] or {}, "input": row["input"] or {}}
 
 
-def graph_of(run: Run) -> Any:
+def graph_of(run: Run) -> GraphSpec:
     """The GraphSpec the run executed: a fork's effective graph, else its stored version."""
     from django.db.models import F
 
@@ -296,7 +306,7 @@ def list_events(run: Run, *, type: str | None = None, after: int = 0,
 _EVENT_SHAPE = ("seq", "type", "node", "occurrence", "iteration", "payload", "at")
 
 
-def list_graphs(user: AbstractBaseUser | AnonymousUser, *, project: str | None = None,
+def list_graphs(user: User, *, project: str | None = None,
                 graph_id: str | None = None) -> QuerySet[Graph]:
     graphs = (Graph.objects.filter(project__in=visible_projects(user))
               .select_related("project").annotate(latest_version=Max("versions__version")))
@@ -307,7 +317,7 @@ def list_graphs(user: AbstractBaseUser | AnonymousUser, *, project: str | None =
     return graphs.order_by("project__slug", "graph_id")
 
 
-def get_graph(user: AbstractBaseUser | AnonymousUser, key: str, *,
+def get_graph(user: User, key: str, *,
               project: str | None = None) -> Graph:
     """A readable graph by numeric id, or by graph id (``project`` disambiguates)."""
     graphs = list_graphs(user, project=project)
@@ -330,7 +340,7 @@ def forks_of(run: Run) -> QuerySet[Run]:
     return list_runs(parent=run.pk, kind=RunKind.COUNTERFACTUAL)
 
 
-def list_cases(user: AbstractBaseUser | AnonymousUser, *,
+def list_cases(user: User, *,
                project: str | None = None) -> QuerySet[Case]:
     cases = Case.objects.filter(project__in=visible_projects(user)).select_related(
         "project", "graph_version__graph")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User as Account
 from django.db import transaction
 
 from forklab.engine import inputs
@@ -24,7 +24,7 @@ from forklab.engine.oracle import HumanAnswer
 from forklab.engine.recording import run_recorded
 from forklab.engine.scenarios import SCENARIOS, Scenario
 from forklab.runs import leases, queries, tasks
-from forklab.runs.access import RANK, require_role, role_in
+from forklab.runs.access import RANK, User, account, require_role, role_in
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import GraphVersion, Membership, Project, Role, Run, RunKind, RunStatus
@@ -110,7 +110,7 @@ def record_run(
     graph: GraphSpec,
     input: dict[str, Any],
     label: str = "",
-    user: AbstractBaseUser | None = None,
+    user: Account | None = None,
     human_decision: str | None = None,
 ) -> Run:
     """Execute ``graph`` on ``input`` recording every event into the database.
@@ -141,7 +141,7 @@ class DemoResult:
 
 
 def ensure_demo_user(*, project: Project, username: str = "demo",
-                     password: str = "demo") -> AbstractBaseUser:
+                     password: str = "demo") -> Account:
     """A non-superuser demo login, admin of ``project``; an existing password is kept."""
     user_model = get_user_model()
     with transaction.atomic():
@@ -182,7 +182,7 @@ def install_demo() -> DemoResult:
 # -- the API's use cases: registering graphs, recording runs in the background ---------------
 
 
-def writable_project(user: AbstractBaseUser, slug: str | None, *, minimum: str,
+def writable_project(user: User, slug: str | None, *, minimum: str,
                      action: str) -> Project:
     """The project ``user`` acts in: ``slug`` (must be readable, else not_found), or — when
     omitted — the one project where the user has at least ``minimum`` (else invalid_request)."""
@@ -207,7 +207,7 @@ class RegisteredGraph:
     created: bool
 
 
-def register_graph(*, user: AbstractBaseUser, project: str | None,
+def register_graph(*, user: User, project: str | None,
                    spec: dict[str, Any]) -> RegisteredGraph:
     """Validate ``spec`` with the engine and store it: a new version unless it equals the
     latest. Needs the admin role (a graph version changes what later runs execute)."""
@@ -220,7 +220,7 @@ def register_graph(*, user: AbstractBaseUser, project: str | None,
     return RegisteredGraph(version=version, created=version.version != latest)
 
 
-def start_recording(*, user: AbstractBaseUser, spec: RunSpec) -> Run:
+def start_recording(*, user: User, spec: RunSpec) -> Run:
     """Queue a primary run of a registered graph (``specs.RunSpec``); it is recorded in the
     background. Needs the member role in the graph's project."""
     version = _graph_version_for(user, spec)
@@ -237,7 +237,7 @@ def start_recording(*, user: AbstractBaseUser, spec: RunSpec) -> Run:
         run = Run.objects.create(
             id=run_id, project=project, graph_version=version, graph_slug=version.graph.graph_id,
             graph_version_number=version.version, run_kind=RunKind.PRIMARY, label=spec.label,
-            created_by=user, input=spec.input, work=work)
+            created_by=account(user), input=spec.input, work=work)
         transaction.on_commit(lambda: tasks.enqueue_recording(run_id))
     return Run.objects.select_related("project").get(pk=run.pk)
 
@@ -249,7 +249,7 @@ def live_writes(graph: GraphSpec) -> str:
                      if getattr(node, "kind", "") == "tool" and getattr(node, "effect", "") == "write")
 
 
-def _graph_version_for(user: AbstractBaseUser, spec: RunSpec) -> GraphVersion:
+def _graph_version_for(user: User, spec: RunSpec) -> GraphVersion:
     if spec.project is not None:
         project = writable_project(user, spec.project, minimum=Role.MEMBER,
                                    action="recording a run")
@@ -275,7 +275,7 @@ def _graph_version_for(user: AbstractBaseUser, spec: RunSpec) -> GraphVersion:
     return version
 
 
-def delete_run(*, user: AbstractBaseUser, run_id: str) -> None:
+def delete_run(*, user: User, run_id: str) -> None:
     """Delete a run that is not executing, with its events (admin role). Its forks keep
     their own logs; a fork of it can no longer be rebuilt against it."""
     from forklab.engine.errors import RunInProgress

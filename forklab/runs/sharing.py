@@ -14,7 +14,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from forklab.runs import queries
-from forklab.runs.access import User, require_role
+from forklab.runs.access import User, account, require_role
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Project, Role, Run, ShareLink
 
@@ -55,7 +55,7 @@ def create_share(*, user: User, kind: str, target: dict[str, Any]) -> ShareLink:
     require_role(user, project, Role.ADMIN, action="creating a share link")
     return ShareLink.objects.create(
         project=project, token=secrets.token_urlsafe(24), target_kind=kind, target=clean,
-        created_by=user if user.is_authenticated else None)
+        created_by=account(user))
 
 
 def revoke_share(*, user: User, token: str) -> ShareLink:

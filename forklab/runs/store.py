@@ -31,9 +31,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User as Account
 from django.db import DataError, IntegrityError, transaction
-from django.db.models import Max, Min
+from django.db.models import Max, Min, QuerySet
 from django.utils import timezone
 
 from forklab.engine.errors import (
@@ -75,7 +75,11 @@ def default_project(*, using: str = "default") -> m.Project:
 
 
 def _dt(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC)
+    return None if ts is None else _when(ts)
+
+
+def _when(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
 
 
 def _usd(value: float | None) -> Decimal | None:
@@ -91,7 +95,7 @@ class DjangoStore:
     """
 
     def __init__(self, project: m.Project | None = None, *, using: str = "default",
-                 created_by: AbstractBaseUser | None = None, lease: str | None = None) -> None:
+                 created_by: Account | None = None, lease: str | None = None) -> None:
         self._project = project
         self._explicit_project = project is not None
         self.using = using
@@ -106,10 +110,10 @@ class DjangoStore:
             self._project = default_project(using=self.using)
         return self._project
 
-    def _runs(self) -> Any:
+    def _runs(self) -> QuerySet[m.Run]:
         return m.Run.objects.using(self.using)
 
-    def _events(self) -> Any:
+    def _events(self) -> QuerySet[m.Event]:
         return m.Event.objects.using(self.using)
 
     # -- events ----------------------------------------------------------------------------
@@ -247,7 +251,7 @@ class DjangoStore:
         self._events().bulk_create([
             m.Event(run_id=run_id, seq=e.seq, type=e.type, node=e.node,
                     occurrence=e.occurrence, iteration=e.iteration, payload=e.payload(),
-                    at=_dt(e.at), timestamp=e.at, v=e.SCHEMA)
+                    at=_when(e.at), timestamp=e.at, v=e.SCHEMA)
             for e in events
         ])
         usage = [
@@ -256,7 +260,7 @@ class DjangoStore:
                 role="" if e.role is None else (e.role if e.index is None
                                                  else f"{e.role}[{e.index}]"),
                 model=e.model, label=e.label, input_tokens=e.input_tokens,
-                output_tokens=e.output_tokens, cost_usd=_usd(e.cost_usd), created_at=_dt(e.at),
+                output_tokens=e.output_tokens, cost_usd=_usd(e.cost_usd), created_at=_when(e.at),
             )
             for e in events if isinstance(e, AgentResponded)
         ]

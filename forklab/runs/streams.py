@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from channels.db import database_sync_to_async
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from forklab.runs import queries
+from forklab.runs.access import User
 from forklab.runs.models import Event, Run, RunStatus
 from forklab.runs.serializers_json import iso, readable_payload
 
@@ -48,8 +48,8 @@ class Page:
         return not self.events or self.events[-1]["seq"] >= self.last_seq
 
 
-@database_sync_to_async
-def readable_run(run_id: str, user: AbstractBaseUser | AnonymousUser) -> str:
+@database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no type hints
+def readable_run(run_id: str, user: User) -> str:
     """The run's id if ``user`` may read it; raises ``not_found`` otherwise."""
     return queries.get_run(run_id, user=user).id
 

@@ -16,7 +16,7 @@ import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from django.db import close_old_connections, connections
 from django.tasks import task_backends
@@ -25,11 +25,13 @@ from django.tasks.base import Task, TaskResult, TaskResultStatus
 from django.tasks.exceptions import TaskResultDoesNotExist
 
 log = logging.getLogger("forklab.runs.task_backends")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _lock = threading.Lock()
 _pending: set[Future[None]] = set()
 _pool: ThreadPoolExecutor | None = None
-_results: dict[str, TaskResult] = {}
+_results: dict[str, TaskResult[..., Any]] = {}
 
 
 def pool(workers: int) -> ThreadPoolExecutor:
@@ -49,14 +51,16 @@ class ThreadPoolBackend(ImmediateBackend):
         super().__init__(alias, params)
         self.workers = int(params.get("OPTIONS", {}).get("MAX_WORKERS", 4))
 
-    def _run(self, task_result: TaskResult) -> None:
+    def _run(self, task_result: TaskResult[..., Any]) -> None:
         close_old_connections()
         try:
-            self._execute_task(task_result)
+            # ImmediateBackend's runner: django-stubs omit this private method
+            self._execute_task(task_result)  # type: ignore[attr-defined]
         finally:
             connections.close_all()
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:  # type: ignore[override]
+    def enqueue(self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]
+                ) -> TaskResult[P, R]:
         self.validate_task(task)
         result = TaskResult(
             task=task, id=self._new_id(), status=TaskResultStatus.READY, enqueued_at=None,
@@ -71,7 +75,7 @@ class ThreadPoolBackend(ImmediateBackend):
         future.add_done_callback(_forget(result.id))
         return result
 
-    def get_result(self, result_id: str) -> TaskResult:
+    def get_result(self, result_id: str) -> TaskResult[..., Any]:
         with _lock:
             try:
                 return _results[result_id]

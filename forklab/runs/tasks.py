@@ -109,10 +109,11 @@ def _recovered_too_often(run_id: str) -> bool:
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         work = dict(run.work or {})
-        work["recoveries"] = int(work.get("recoveries", 0)) + 1
+        recoveries = int(work.get("recoveries", 0)) + 1
+        work["recoveries"] = recoveries
         run.work = work
         run.save(update_fields=["work"])
-    return work["recoveries"] > execution.MAX_RECOVERIES
+    return recoveries > execution.MAX_RECOVERIES
 
 
 @task

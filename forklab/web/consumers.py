@@ -80,14 +80,15 @@ class OriginValidator:
 def token_from_scope(scope: dict[str, Any]) -> str | None:
     for name, value in scope.get("headers", []):
         if name.lower() == b"authorization":
-            scheme, _, key = value.decode("latin-1").partition(" ")
+            text: str = value.decode("latin-1")
+            scheme, _, key = text.partition(" ")
             if scheme.lower() == "token" and key.strip():
                 return key.strip()
     tokens = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
     return tokens[0] if tokens else None
 
 
-@database_sync_to_async
+@database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no type hints
 def user_for_token(key: str) -> Any:
     from rest_framework.authtoken.models import Token
 
@@ -97,7 +98,7 @@ def user_for_token(key: str) -> Any:
     return token.user
 
 
-class RunStreamConsumer(AsyncWebsocketConsumer):
+class RunStreamConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # untyped channels
     tail: RunTail | None = None
     group: str | None = None
     poller: asyncio.Task[None] | None = None

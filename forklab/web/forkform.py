@@ -9,6 +9,7 @@ context: kind, target, field, key, reasons …) to the form field that caused it
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,8 @@ class ForkForm:
         self.origins.append((change, origin))
 
 
-def _json(form: ForkForm, data: QueryDict, name: str, *, want: type | None = None) -> Any:
+def _json(form: ForkForm, data: QueryDict, name: str, *,
+          want: type[dict[str, Any]] | type[list[Any]] | None = None) -> Any:
     text = data.get(name, "").strip()
     if not text:
         return None
@@ -43,7 +45,7 @@ def _json(form: ForkForm, data: QueryDict, name: str, *, want: type | None = Non
         form.errors[name] = f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         return None
     if want is not None and not isinstance(value, want):
-        noun = {dict: "a JSON object {…}", list: "a JSON list […]"}[want]
+        noun = "a JSON object {…}" if want is dict else "a JSON list […]"
         form.errors[name] = f"expected {noun}, got {type(value).__name__}"
         return None
     return value
@@ -205,6 +207,7 @@ def _change_error_field(form: ForkForm, ctx: dict[str, Any]) -> str:
 
 def _conflict_field(form: ForkForm, key: list[str]) -> str:
     head = key[0]
+    test: Callable[[dict[str, Any]], bool]
     if head == "agent" and len(key) == 3:
         test = lambda c: c.get("kind") == key[1] and c.get("target") == key[2]  # noqa: E731
     elif head == "memory":

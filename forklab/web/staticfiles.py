@@ -11,7 +11,8 @@ from __future__ import annotations
 from whitenoise.storage import CompressedManifestStaticFilesStorage
 
 
-class HashedStaticFiles(CompressedManifestStaticFilesStorage):
+# whitenoise ships no type hints
+class HashedStaticFiles(CompressedManifestStaticFilesStorage):  # type: ignore[misc]
     manifest_strict = False
 
     def stored_name(self, name: str) -> str:

@@ -32,7 +32,8 @@ class Pair:
 
     @property
     def title(self) -> str:
-        return (self.variant or self.base).title if (self.variant or self.base) else ""
+        shown = self.variant or self.base
+        return shown.title if shown is not None else ""
 
     @property
     def changed(self) -> bool:

@@ -7,6 +7,7 @@ tokens, provenance labels), so a 10,000-event run renders one page at the price 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,8 +116,9 @@ def executions(run_id: str) -> list[Bar]:
             bars.append(bar)
             open_[bar.node] = bar
             continue
-        bar = open_.pop(node or "", None)  # type: ignore[assignment]
-        if bar is not None:
+        ended = open_.pop(node or "", None)
+        if ended is not None:
+            bar = ended
             bar.end_seq, bar.ended, bar.status = seq, ts, ENDS[type_]
     return [b for b in bars if b.status != "interrupted"]
 
@@ -141,7 +143,7 @@ def page_for(bars: list[Bar], seq: int | None) -> int:
 
 
 def build(run: Run, *, page: int | None = None, at: int | None = None,
-          kinds: dict[str, str] | None = None, filters: Filters | None = None,
+          kinds: Mapping[str, str] | None = None, filters: Filters | None = None,
           jump: str | None = None, compact: bool = False) -> Timeline:
     """The timeline page holding ``at`` (or ``page``, or the execution ``jump`` lands on),
     of the executions ``filters`` keep; ``kinds`` colours bars by node kind."""

@@ -70,9 +70,10 @@ def load_labels(run_id: str, bars: list[Bar]) -> None:
     for bar in bars:
         bar.labels, bar.memo, bar.blocked = [], False, False
     for seq, type_, label, memo in queries.label_rows(run_id):
-        bar = _owner(bars, starts, seq)
-        if bar is None:
+        owner = _owner(bars, starts, seq)
+        if owner is None:
             continue
+        bar = owner
         if type_ == "node.completed":
             bar.memo = bool(memo)
         elif type_ == "effect.suppressed":

@@ -1,8 +1,8 @@
-"""The API tests' world: the demo project (``install_demo``) plus a second project ``lab``
-with a user of each role, a completed ``diamond`` run and an ``order-fulfilment`` run paused
-at its approval gate.
+"""The API tests' world: the demo project (loaded from the golden logs,
+``install_golden_demo``) plus a second project ``lab`` with a user of each role, a completed
+``diamond`` run and an ``order-fulfilment`` run paused at its approval gate.
 
-Recording the world takes about a second, so tests that run inside a rolled-back
+Building the world takes a fraction of a second, so tests that run inside a rolled-back
 transaction share one copy per module (``world``: committed once, flushed after the module).
 Tests whose background tasks open their own connections need committed data: they are
 marked ``django_db(transaction=True)`` and build their own copy (``fresh_world``).
@@ -21,10 +21,9 @@ from django.core.management import call_command
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
-from forklab.engine.scenarios import SCENARIOS
 from forklab.runs.models import Membership, Project, Role, Run
-from forklab.runs.services import install_demo, install_graph, record_run
 from forklab.runs.task_backends import drain
+from tests.golden_runs import install_golden_demo, load_golden_run
 
 API = "/api/v1"
 
@@ -48,7 +47,7 @@ class World:
 
 
 def build_world() -> World:
-    demo = install_demo()
+    demo = install_golden_demo()
     lab = Project.objects.create(slug="lab", name="Lab")
     user_model = get_user_model()
     users: dict[str, AbstractBaseUser] = {"demo": user_model.objects.get(username="demo")}
@@ -57,12 +56,10 @@ def build_world() -> World:
         Membership.objects.create(user=user, project=lab, role=role)
         users[str(role)] = user
     tokens = {name: Token.objects.create(user=user).key for name, user in users.items()}
-    for name in ("diamond", "order-fulfilment"):
-        install_graph(project=lab, graph=SCENARIOS[name].graph())
-    diamond = record_run(project=lab, graph=SCENARIOS["diamond"].graph(),
-                         input=SCENARIOS["diamond"].input, label="lab", user=users["admin"])
-    paused = record_run(project=lab, graph=SCENARIOS["order-fulfilment"].graph(),
-                        input=SCENARIOS["order-fulfilment"].input, label="lab paused")
+    diamond = load_golden_run(project=lab, scenario="diamond", label="lab",
+                              user=users["admin"])
+    paused = load_golden_run(project=lab, scenario="order-fulfilment", label="lab paused",
+                             paused=True)
     assert paused.status == "paused"
     runs = {**demo.recorded, **demo.existing}
     return World(demo=demo.project, lab=lab, users=users, tokens=tokens, demo_runs=runs,

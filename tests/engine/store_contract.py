@@ -42,6 +42,10 @@ class StoreContract:
     def make_store(self) -> Store:
         raise NotImplementedError  # pragma: no cover - subclasses provide the backend
 
+    def thread_done(self) -> None:
+        """Called at the end of a thread that used the store (a Django store closes that
+        thread's database connections, which Django itself never closes)."""
+
     @pytest.fixture
     def store(self) -> Store:
         return self.make_store()
@@ -103,6 +107,8 @@ class StoreContract:
                 outcomes.append("ok")
             except SeqConflictError:
                 outcomes.append("conflict")
+            finally:
+                self.thread_done()
 
         threads = [threading.Thread(target=attempt, args=(i,)) for i in range(4)]
         for t in threads:

@@ -420,6 +420,8 @@ def _unvalidated(nodes: list[Any], edges: list[tuple[str, str]]) -> GraphSpec:
     valid = [n.model_copy(update={"reads": ["secret"]}) for n in nodes]
     spec = graph([n.model_dump(mode="json") for n in valid], edges)
     object.__setattr__(spec, "nodes", nodes)
+    for cached in ("index", "content_hash"):  # derived from the fields just swapped
+        spec.__dict__.pop(cached, None)
     return spec
 
 

@@ -61,10 +61,12 @@ class Daphne:
         self.log_path = tmp_path / f"{name}.log"
         env = child_env(count_file, DATABASE_URL=f"sqlite:///{connection.settings_dict['NAME']}",
                         FORKLAB_TASK_WORKERS="1", FORKLAB_METRICS_ALLOW="*")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-             "forklab.asgi:application"],
-            cwd=ROOT, env=env, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT)
+        # the child writes through its own copy of the descriptor: ours closes at once
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                 "forklab.asgi:application"],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{self.port}"
         wait_for(f"{name} to serve /healthz", self.healthy, deadline_s=60, alive=self.alive)
 

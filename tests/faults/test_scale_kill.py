@@ -60,11 +60,12 @@ def workers(tmp_path: Path) -> Iterator[dict[int, subprocess.Popen[bytes]]]:
                     FORKLAB_TASKS_BACKEND="db", REDIS_URL=settings.REDIS_URL)
     started_workers = {}
     for name in ("worker-a", "worker-b"):
-        process = subprocess.Popen(
-            [sys.executable, "manage.py", "db_worker", "--no-reload", "--interval", "0.1",
-             "--no-startup-delay", "--worker-id", name],
-            cwd=ROOT, env=env, stdout=(tmp_path / f"{name}.log").open("wb"),
-            stderr=subprocess.STDOUT)
+        # the child writes through its own copy of the descriptor: ours closes at once
+        with (tmp_path / f"{name}.log").open("wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "manage.py", "db_worker", "--no-reload", "--interval", "0.1",
+                 "--no-startup-delay", "--worker-id", name],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         started_workers[process.pid] = process
     yield started_workers
     for process in started_workers.values():

@@ -28,6 +28,9 @@ class TestDjangoStoreOnSQLite(StoreContract):
     def make_store(self) -> Store:
         return DjangoStore()
 
+    def thread_done(self) -> None:
+        connections.close_all()
+
 
 @pytest.mark.postgres
 @pytest.mark.django_db(databases=["default", "pg"], transaction=True)
@@ -35,6 +38,9 @@ class TestDjangoStoreOnPostgreSQL(StoreContract):
     def make_store(self) -> Store:
         assert connections["pg"].vendor == "postgresql"
         return DjangoStore(using="pg")
+
+    def thread_done(self) -> None:
+        connections.close_all()
 
 
 def record(name: str, store: DjangoStore, *, answer: bool = True) -> Any:

@@ -1,4 +1,5 @@
-"""The dashboard tests' world: the demo project (``install_demo``; ``demo`` is its admin), a
+"""The dashboard tests' world: the demo project (the golden logs, ``install_golden_demo``;
+``demo`` is its admin), a
 member ``bob``, a viewer ``vera``, an outsider ``eve`` (admin of project ``other``, which has
 a run of its own), a finished prompt fork of ``research-write``, an ``order-fulfilment`` fork
 paused at its approval gate and a finished two-variant sweep.
@@ -18,12 +19,11 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 
-from forklab.engine.scenarios import SCENARIOS
 from forklab.runs import forking
 from forklab.runs.models import Membership, Project, Role, Run
-from forklab.runs.services import install_demo, install_graph, record_run
 from forklab.runs.specs import ForkSpec, SweepSpec
 from forklab.runs.task_backends import drain
+from tests.golden_runs import install_golden_demo, load_golden_run
 
 HTMX = {"HX-Request": "true"}
 
@@ -50,16 +50,14 @@ class World:
 
 
 def build_world() -> World:
-    demo = install_demo()
+    demo = install_golden_demo()
     users = {"demo": get_user_model().objects.get(username="demo")}
     other = Project.objects.create(slug="other", name="Other team")
     for name, project, role in (("bob", demo.project, Role.MEMBER),
                                 ("vera", demo.project, Role.VIEWER), ("eve", other, Role.ADMIN)):
         users[name] = get_user_model().objects.create_user(name, password="pw")
         Membership.objects.create(user=users[name], project=project, role=role)
-    install_graph(project=other, graph=SCENARIOS["diamond"].graph())
-    other_run = record_run(project=other, graph=SCENARIOS["diamond"].graph(),
-                           input=SCENARIOS["diamond"].input, label="theirs")
+    other_run = load_golden_run(project=other, scenario="diamond", label="theirs")
     runs = {**demo.recorded, **demo.existing}
     admin = users["demo"]
     fork = forking.start_fork(user=admin, spec=ForkSpec(

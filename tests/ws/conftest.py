@@ -1,7 +1,7 @@
 """A small world for websocket tests: a project, its member, an outsider, a recorded base run.
 
-The base run is ``review-loop`` with simulated model latency, so a fork's tail takes long
-enough to be watched while it runs.
+The base run is ``review-loop`` (its golden log, ``tests/golden_runs.py``) under a graph with
+simulated model latency, so a fork's tail takes long enough to be watched while it runs.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from rest_framework.authtoken.models import Token
 from forklab.engine.graph import parse_graph
 from forklab.engine.scenarios import SCENARIOS
 from forklab.runs.models import Membership, Project, Role, Run
-from forklab.runs.services import install_graph, record_run
 from forklab.runs.task_backends import drain
+from tests.golden_runs import load_golden_run
 
 LATENCY_MS = 15
 
@@ -55,9 +55,7 @@ def world(transactional_db: None) -> Iterator[World]:
     elsewhere = Project.objects.create(slug="elsewhere", name="Elsewhere")
     Membership.objects.create(user=outsider, project=elsewhere, role=Role.ADMIN)
     graph = slow_review_loop()
-    install_graph(project=project, graph=graph)
-    base = record_run(project=project, graph=graph, input=SCENARIOS["review-loop"].input,
-                      user=member)
+    base = load_golden_run(project=project, scenario="review-loop", graph=graph, user=member)
     yield World(project=project, member=member, outsider=outsider,
                 token=Token.objects.create(user=member).key, base=base)
     assert drain(timeout=60), "background tasks still running after the test"

@@ -3,8 +3,7 @@ and forks."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.decorators import api_view
@@ -23,6 +22,7 @@ from forklab.api.serializers import (
 )
 from forklab.engine.fork import fork_points as engine_fork_points
 from forklab.runs import queries, services
+from forklab.runs.models import Run
 from forklab.runs.serializers_json import readable_payload, run_to_json
 from forklab.runs.specs import RunSpec
 from forklab.runs.store import DjangoStore
@@ -30,7 +30,7 @@ from forklab.runs.store import DjangoStore
 RUN_ID = path_id("run_id", "run id")
 
 
-def run_page(request: Request, runs: Any) -> Response:
+def run_page(request: Request, runs: QuerySet[Run]) -> Response:
     pages = Pages()
     page = pages.paginate_queryset(runs, request)
     return pages.get_paginated_response(RunSerializer([run_to_json(r) for r in page or []],

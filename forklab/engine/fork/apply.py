@@ -39,7 +39,6 @@ from forklab.engine.graph import (
     RouterNode,
     ToolNode,
     has_cycle,
-    parse_graph,
 )
 
 _TARGET = re.compile(r"^(?P<node>[A-Za-z_][\w\-]*)(\.(?P<role>[A-Za-z_]\w*)(\[(?P<i>\d+)\])?)?$")
@@ -58,7 +57,7 @@ def _modified(agent: AgentSpec, item: AgentChange) -> AgentSpec:
 
 
 def _node_or_refuse(graph: GraphSpec, node_id: str, item: Change) -> Any:
-    if node_id not in graph.node_ids():
+    if not graph.has_node(node_id):
         raise InvalidChange(
             f"{item.kind} change: graph {graph.id!r} has no node {node_id!r}; nodes: "
             f"{', '.join(graph.node_ids())}",
@@ -119,10 +118,9 @@ def _apply_agent(graph: GraphSpec, item: AgentChange) -> GraphSpec:
 
 
 def _replace_node(graph: GraphSpec, node: Any) -> GraphSpec:
-    data = graph.to_wire()
-    data["nodes"] = [node.model_dump(mode="json", by_alias=True) if n["id"] == node.id else n
-                     for n in data["nodes"]]
-    return parse_graph(data)
+    """Swap one node in; only that node (and the cycle check, if its targets moved) is
+    validated again — see :meth:`GraphSpec.with_node` for why that is sound."""
+    return graph.with_node(node)
 
 
 def _apply_config(graph: GraphSpec, item: ConfigChange) -> GraphSpec:
@@ -132,10 +130,8 @@ def _apply_config(graph: GraphSpec, item: ConfigChange) -> GraphSpec:
             raise InvalidChange(f"config change of {node.id!r}: '{fixed}' cannot change",
                                 kind="config", target=node.id, field=fixed)
     patched = merge_patch(node.model_dump(mode="json", by_alias=True), item.patch)
-    data = graph.to_wire()
-    data["nodes"] = [patched if n["id"] == node.id else n for n in data["nodes"]]
     try:
-        return parse_graph(data)
+        return graph.with_node(patched)
     except GraphValidationError as exc:
         raise InvalidChange(f"config change of {node.id!r} makes the graph invalid: "
                             f"{exc.message}", kind="config", target=node.id) from None
@@ -167,7 +163,7 @@ def _check_state_change(graph: GraphSpec, item: Change) -> None:
             if not isinstance(node, RouterNode):
                 raise InvalidChange(f"route change: {node.id!r} is a {node.kind} node, not a "
                                     "router", target=node.id, kind="route")
-            if item.to != END and item.to not in graph.node_ids():
+            if item.to != END and not graph.has_node(item.to):
                 raise InvalidChange(f"route change: unknown target {item.to!r}; expected one "
                                     f"of {', '.join([*graph.node_ids(), END])}", kind="route")
             if (not item.once and graph.max_iterations is None

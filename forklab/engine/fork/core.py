@@ -350,11 +350,11 @@ def plan_targets(plan: ForkPlan) -> list[Any]:
 
 def _graph_of(state: RunState, events: Sequence[AnyEvent], store: Store) -> GraphSpec:
     """The graph a run executed (a fork's effective graph, else its stored version)."""
-    from forklab.engine.graph import parse_graph
+    from forklab.engine.graph import parse_stored_graph
 
     forked = forked_event(events)
     if forked is not None:
-        return parse_graph(forked.graph)
+        return parse_stored_graph(forked.graph)
     return store.load_graph(state.graph_id, state.graph_version)
 
 

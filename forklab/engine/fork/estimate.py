@@ -113,7 +113,7 @@ class _Walk:
         except ForklabError:
             graph = None
         for ex in child.executions:
-            node = graph.node(ex.node) if graph and ex.node in graph.node_ids() else None
+            node = graph.node(ex.node) if graph and graph.has_node(ex.node) else None
             self.count(ex, node, graph)
 
 
@@ -143,7 +143,7 @@ def estimate_tail(
     keys = _seed_keys(applied, dirty)
     human_changed = any(isinstance(c, HumanResponseChange) for c in active)
     for offset, ex in enumerate(base.state.executions[position:]):
-        if ex.node not in graph.node_ids():
+        if not graph.has_node(ex.node):
             walk.est.warnings.append(f"node {ex.node!r} is not in the fork's graph")
             continue
         node = graph.node(ex.node)

@@ -169,7 +169,7 @@ def derived_changes(base: BaseRun) -> list[Change]:
 
 
 def _agent_target(graph: GraphSpec, ex: Execution) -> str | None:
-    node = graph.node(ex.node) if ex.node in graph.node_ids() else None
+    node = graph.node(ex.node) if graph.has_node(ex.node) else None
     if isinstance(node, AgentNode) and node.roles:
         return f"{node.id}.{node.ordered_roles()[0][0]}"
     if isinstance(node, (AgentNode, RouterNode)) and node.agent is not None:
@@ -202,7 +202,7 @@ def _late_key(base: BaseRun) -> str | None:
 
 
 def _declared(graph: GraphSpec, ex: Execution) -> list[str]:
-    return list(graph.node(ex.node).reads) if ex.node in graph.node_ids() else list(ex.reads)
+    return list(graph.node(ex.node).reads) if graph.has_node(ex.node) else list(ex.reads)
 
 
 def _first_affected(item: Change, graph: GraphSpec,

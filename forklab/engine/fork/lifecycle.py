@@ -44,7 +44,7 @@ def rebase_graph(base: BaseRun, version: int, point: ForkPoint) -> GraphSpec:
         graphs[link.run_id] = graph
     for entry in base.index.entries[:point.position or 0]:
         under = graphs.get(entry.run_id, graph)
-        if entry.node not in under.node_ids():
+        if not under.has_node(entry.node):
             raise PrefixDiverged(f"graph version {version} has no node {entry.node!r}, which "
                                  "ran before the fork point", node=entry.node, version=version)
         ex = base.state.executions[entry.position]
@@ -98,8 +98,8 @@ def promote(fork_run_id: str, *, store: Store) -> PromoteResult:
     base_graph = store.load_graph(graph_id, from_version)
     current = store.load_graph(graph_id, latest)
     for node in sorted(_touched_nodes(config)):
-        before = base_graph.node(node).model_dump(mode="json") if node in base_graph.node_ids() else None
-        now = current.node(node).model_dump(mode="json") if node in current.node_ids() else None
+        before = base_graph.node(node).model_dump(mode="json") if base_graph.has_node(node) else None
+        now = current.node(node).model_dump(mode="json") if current.has_node(node) else None
         if canonical_json(before) != canonical_json(now):
             raise PromoteConflict(
                 f"graph {graph_id!r} gained version {latest} after the fork's base (version "

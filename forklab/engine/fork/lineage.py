@@ -22,7 +22,7 @@ from typing import Any
 
 from forklab.engine.events import AnyEvent, RunForked
 from forklab.engine.fork.changes import Change, parse_changes
-from forklab.engine.graph import GraphSpec, parse_graph
+from forklab.engine.graph import GraphSpec, parse_stored_graph
 from forklab.engine.reducers import fold
 from forklab.engine.state import RunState
 from forklab.engine.store import Store
@@ -66,7 +66,7 @@ def _graph_of(run_id: str, events: Sequence[AnyEvent], state: RunState | None,
               store: Store) -> GraphSpec | None:
     forked = forked_event(events)
     if forked is not None:
-        return parse_graph(forked.graph)
+        return parse_stored_graph(forked.graph)
     if state is None:
         return None
     try:
@@ -127,7 +127,7 @@ class Lineage:
         """The reads ``node`` declares in the graph run ``run_id`` executed."""
         for link in self.links:
             if link.run_id == run_id and link.graph is not None \
-                    and node in link.graph.node_ids():
+                    and link.graph.has_node(node):
                 return list(link.graph.node(node).reads)
         return None
 

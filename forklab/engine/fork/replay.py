@@ -42,6 +42,7 @@ class RecordedOracle:
     """Answers every action from a recorded state's executions; never calls anything."""
 
     captures_reflections = True
+    overlaps_calls = False  # every answer is a lookup: nothing to overlap
 
     def __init__(self, recorded: RunState, *, strict: bool,
                  events: Sequence[AnyEvent] = ()) -> None:

@@ -36,8 +36,8 @@ from forklab.engine.fork.changes import (
     ToolChange,
 )
 from forklab.engine.fork.memo import Recording, SharedMemo
-from forklab.engine.fork.spend import Budget, Spend, worst_case_usd
-from forklab.engine.graph import ApprovalNode, RouterNode, SubgraphNode, ToolNode
+from forklab.engine.fork.spend import Budget, Spend, worst_case, worst_case_usd
+from forklab.engine.graph import ApprovalNode, GraphSpec, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import (
     Blocked,
     ChildResult,
@@ -134,6 +134,23 @@ class ForkOracle:
         humans = [c for c in changes if isinstance(c, HumanResponseChange)]
         self.human_change = humans[-1] if humans else None
 
+    # -- concurrency (engine.scheduler) -----------------------------------------------------
+    overlaps_calls = True
+
+    def worst_case(self, graph: GraphSpec, node: Any,
+                   call: NodeCall | None) -> tuple[int | None, float | None]:
+        """Most live calls and USD one execution of ``node`` can spend (None: unbounded or
+        not yet known); ``call`` is the execution when its read slice is final."""
+        if call is not None and (self.output(call) is not None or self.memo(call) is not None):
+            return 0, 0.0
+        return worst_case(graph, node, call, self.prices)
+
+    def admits(self, calls: int | None, usd: float | None) -> bool:
+        return self.spend.admits(calls, usd)
+
+    def settle(self, call: NodeCall, *, kept: bool) -> None:
+        self.spend.settle(call, kept=kept)
+
     # -- node level ------------------------------------------------------------------------
     def output(self, call: NodeCall) -> dict[str, Any] | None:
         return self.outputs.get(call.node)
@@ -176,15 +193,15 @@ class ForkOracle:
         if self.memoize and recorded is not None and recorded_hash == request.request_hash:
             return self._reuse_agent(recorded)
         label = self._label(call.node, role, index, recorded_hash, request.request_hash)
-        self.spend.before(call.node, worst_case_usd(request, self.prices), request.model)
+        self.spend.before(call, call.node, worst_case_usd(request, self.prices), request.model)
         try:
             served = self.live.agent(call, request, role, index)
         except NodeFailure as failure:
-            self.spend.after(0.0)
+            self.spend.after(0.0, call)
             failure.label = label
             raise
         self.spend.after(self.prices.cost(request.model, served.input_tokens,
-                                          served.output_tokens))
+                                          served.output_tokens), call)
         return Served(text=served.text, input_tokens=served.input_tokens,
                       output_tokens=served.output_tokens, latency_ms=served.latency_ms,
                       label=label)
@@ -215,14 +232,14 @@ class ForkOracle:
             ex = self.recording.by_occurrence[(node.id, call.occurrence)]
             return RecordedTool.of(ex, outcome), "reused"
         label = self._label(node.id, None, None, recorded_hash, args_hash)
-        self.spend.before(node.id, 0.0)
+        self.spend.before(call, node.id, 0.0)
         try:
             result, _ = self.live.tool(call, node, args, ctx)
         except NodeFailure as failure:
-            self.spend.after(0.0)
+            self.spend.after(0.0, call)
             failure.label = label
             raise
-        self.spend.after(0.0)
+        self.spend.after(0.0, call)
         return result, label
 
     def _guard(self, call: NodeCall, inputs: dict[str, Any]) -> Execution:

@@ -31,7 +31,7 @@ from forklab.engine.fork.lineage import forked_event
 from forklab.engine.fork.memo import Recording, SharedMemo
 from forklab.engine.fork.spend import Budget, Spend
 from forklab.engine.fork.tail import ForkOracle, Policy
-from forklab.engine.graph import parse_graph
+from forklab.engine.graph import parse_stored_graph
 from forklab.engine.oracle import HumanAnswer, LiveOracle
 from forklab.engine.reducers import fold
 from forklab.engine.runner import CancelToken, Runner
@@ -185,7 +185,7 @@ def fork_runner(
         targets=config_targets(changes[forked.inherited_changes:]),
         policy=Policy.parse(forked.policy), spend=spend, prices=env.prices,
         memoize=forked.memoize, hitl=hitl, routes_used=sorted(used))
-    runner = Runner(parse_graph(forked.graph), store=store, run_id=run_id, env=env,
+    runner = Runner(parse_stored_graph(forked.graph), store=store, run_id=run_id, env=env,
                     oracle=oracle, cancel=cancel, on_event=on_event,
                     graph_version=state.graph_version)
     runner.state = state

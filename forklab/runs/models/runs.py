@@ -15,7 +15,8 @@ from forklab.engine.state import FINISHED_STATUSES
 from forklab.runs.models.access import Project
 from forklab.runs.models.graphs import GraphVersion
 
-USD = {"max_digits": 20, "decimal_places": 10}
+# every USD amount: up to 10 integer digits and 10 decimal places
+USD_DIGITS, USD_PLACES = 20, 10
 
 
 class RunKind(models.TextChoices):
@@ -71,9 +72,11 @@ class Run(models.Model):
 
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
-    cost_usd = models.DecimalField(default=0, **USD)  # totals, inherited prefix included
+    # totals, inherited prefix included
+    cost_usd = models.DecimalField(default=0, max_digits=USD_DIGITS, decimal_places=USD_PLACES)
     # what this run paid itself; null when its tail called an unpriced model (unknown)
-    incurred_cost_usd = models.DecimalField(default=0, null=True, blank=True, **USD)
+    incurred_cost_usd = models.DecimalField(default=0, null=True, blank=True,
+                                            max_digits=USD_DIGITS, decimal_places=USD_PLACES)
     unpriced_calls = models.PositiveIntegerField(default=0)
 
     last_seq = models.PositiveIntegerField(default=0)  # kept after archival/compaction
@@ -199,7 +202,8 @@ class UsageRecord(models.Model):
     label = models.CharField(max_length=16)  # reused | live | simulated | changed
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
-    cost_usd = models.DecimalField(null=True, blank=True, **USD)  # null: unpriced model
+    cost_usd = models.DecimalField(null=True, blank=True,  # null: unpriced model
+                                   max_digits=USD_DIGITS, decimal_places=USD_PLACES)
     created_at = models.DateTimeField()
 
     class Meta:

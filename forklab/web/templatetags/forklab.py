@@ -33,8 +33,8 @@ def signed_usd(value: float | None) -> str:
 
 
 @register.filter
-def ms(value: float | None) -> str:
-    """A duration in milliseconds, in the unit that reads best."""
+def ms(value: float | str | None) -> str:
+    """A duration in milliseconds, in the unit that reads best (templates may pass "")."""
     if value is None or value == "":
         return "—"
     millis = float(value)
@@ -49,8 +49,8 @@ def ms(value: float | None) -> str:
 
 
 @register.filter
-def num(value: int | float | None) -> str:
-    """Thousands separated: ``12,345``."""
+def num(value: int | float | str | None) -> str:
+    """Thousands separated: ``12,345`` (templates may pass "")."""
     if value is None or value == "":
         return "—"
     return f"{int(value):,}"

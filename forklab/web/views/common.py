@@ -8,6 +8,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django_htmx.middleware import HtmxDetails
 
 from forklab.engine.errors import RunNotFound
 from forklab.runs import queries
@@ -15,6 +16,12 @@ from forklab.runs.access import PermissionDenied, role_in
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Project, Role, Run
 from forklab.web.views.errors import error_page
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A request as views see it: django-htmx's middleware (always installed) adds ``htmx``."""
+
+    htmx: HtmxDetails
 
 View = Callable[..., HttpResponse]
 
@@ -59,13 +66,13 @@ def int_param(value: str | None) -> int | None:
     """A query parameter as an integer, clamped to ±(2**31 - 1) (``?epage=10**20`` must not
     reach the database as an offset it cannot hold); None when absent or not a number."""
     try:
-        number = int(value) if value not in (None, "") else None  # type: ignore[arg-type]
+        number = int(value) if value is not None and value != "" else None
     except (TypeError, ValueError):
         return None
     return None if number is None else max(-MAX_INT_PARAM, min(number, MAX_INT_PARAM))
 
 
-def roles(request: HttpRequest, project: Project) -> dict[str, bool]:
+def roles(request: HttpRequest, project: Project) -> dict[str, bool | str | None]:
     """Which controls the page shows: viewers read, members fork, admins manage shares."""
     role = role_in(request.user, project)
     return {"can_fork": role in (Role.MEMBER, Role.ADMIN), "is_admin": role == Role.ADMIN,

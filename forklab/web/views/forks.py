@@ -23,7 +23,14 @@ from forklab.web import timeline
 from forklab.web.composer import Composer, build_composer, decode_changes, encode_changes
 from forklab.web.forkform import ForkForm, field_for, read_fork_form
 from forklab.web.inspector import inspector
-from forklab.web.views.common import forkable_run, htmx_target, int_param, page_errors, roles
+from forklab.web.views.common import (
+    HtmxHttpRequest,
+    forkable_run,
+    htmx_target,
+    int_param,
+    page_errors,
+    roles,
+)
 
 
 def _composer(run: Run, at: int | None, *, graph: Any = None,
@@ -70,7 +77,7 @@ def _fork_link(request: HttpRequest, run: Run, seq: int, changes: list[dict[str,
 @login_required
 @require_http_methods(["GET", "POST"])
 @page_errors
-def compose(request: HttpRequest, run_id: str) -> HttpResponse:
+def compose(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """GET: the composer (a page, or the partial for htmx). POST: start the fork."""
     run = forkable_run(request, run_id)
     if request.method == "POST":
@@ -111,7 +118,7 @@ def _refused(request: HttpRequest, run: Run, status: int, message: str, *,
                   {"run": run, "point_error": message, "retry_at": at}, status=status)
 
 
-def _submit(request: HttpRequest, run: Run) -> HttpResponse:
+def _submit(request: HtmxHttpRequest, run: Run) -> HttpResponse:
     composer = _composer(run, int_param(request.POST.get("at")))
     form = read_fork_form(composer, request.POST)
     if not form.errors:

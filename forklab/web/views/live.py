@@ -27,7 +27,7 @@ from forklab.runs.models import Event, Run
 from forklab.runs.serializers_json import event_to_json
 from forklab.runs.specs import AnswerSpec, parse
 from forklab.web.composer import pretty
-from forklab.web.views.common import htmx_target, page_errors, roles
+from forklab.web.views.common import HtmxHttpRequest, htmx_target, page_errors, roles
 
 BACKLOG_ROWS = 500
 
@@ -59,10 +59,10 @@ def _context(request: HttpRequest, run: Run, *, backlog: bool = False,
                                "pending": _pending_gate(run)}
     if backlog:
         rows = list(Event.objects.filter(run_id=run.id).order_by("-seq")[:BACKLOG_ROWS])[::-1]
-        backlog = [event_to_json(e) for e in rows]
-        context.update(backlog=backlog, after=rows[-1].seq if rows else 0,
+        events = [event_to_json(e) for e in rows]
+        context.update(backlog=events, after=rows[-1].seq if rows else 0,
                        skipped=max(0, (rows[0].seq - 1) if rows else 0),
-                       summary=tail_summary(backlog))
+                       summary=tail_summary(events))
     return context
 
 
@@ -96,7 +96,7 @@ def _pending_gate(run: Run) -> dict[str, Any] | None:
 @login_required
 @require_POST
 @page_errors
-def cancel(request: HttpRequest, run_id: str) -> HttpResponse:
+def cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     error = ""
     try:
         run = forking.cancel(user=request.user, run_id=run_id)
@@ -110,7 +110,7 @@ def cancel(request: HttpRequest, run_id: str) -> HttpResponse:
 @login_required
 @require_POST
 @page_errors
-def answer(request: HttpRequest, run_id: str) -> HttpResponse:
+def answer(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """Approve, reject or edit the gate a paused fork waits at."""
     error = ""
     body: dict[str, Any] = {"decision": request.POST.get("decision", "")}
@@ -129,7 +129,7 @@ def answer(request: HttpRequest, run_id: str) -> HttpResponse:
     return _panel_or_page(request, run, error, answered=not error)
 
 
-def _panel_or_page(request: HttpRequest, run: Run, error: str,
+def _panel_or_page(request: HtmxHttpRequest, run: Run, error: str,
                    answered: bool = False) -> HttpResponse:
     if request.htmx:
         run.refresh_from_db()

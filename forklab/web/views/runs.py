@@ -103,9 +103,9 @@ def event_table(request: HttpRequest, run: Run, at: int | None) -> dict[str, Any
     if page is None and at is not None:
         page = queries.events_before(run.id, at + 1, type=type_) // EVENTS_PER_PAGE + 1
     page = max(1, page or 1)
-    rows, total = queries.event_page(run.id, type=type_, offset=(page - 1) * EVENTS_PER_PAGE,
-                                     limit=EVENTS_PER_PAGE)
-    rows = [event_to_json(e) for e in rows]
+    events, total = queries.event_page(run.id, type=type_, offset=(page - 1) * EVENTS_PER_PAGE,
+                                       limit=EVENTS_PER_PAGE)
+    rows = [event_to_json(e) for e in events]
     pages = max(1, (total + EVENTS_PER_PAGE - 1) // EVENTS_PER_PAGE)
     return {"rows": rows, "total": total, "page": min(page, pages), "pages": pages,
             "type": type_, "types": types, "at": at}

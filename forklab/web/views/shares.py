@@ -16,7 +16,7 @@ from forklab.runs import queries, sharing
 from forklab.runs.access import role_in
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Role, Run, ShareLink
-from forklab.web.views.common import htmx_target, page_errors, page_or_partial
+from forklab.web.views.common import HtmxHttpRequest, htmx_target, page_errors, page_or_partial
 from forklab.web.views.compare import compare_context
 from forklab.web.views.errors import error_page
 from forklab.web.views.runs import run_context
@@ -32,7 +32,7 @@ def share_url(request: HttpRequest, link: ShareLink) -> str:
 @login_required
 @require_http_methods(["GET", "POST"])
 @page_errors
-def shares(request: HttpRequest) -> HttpResponse:
+def shares(request: HtmxHttpRequest) -> HttpResponse:
     """GET: a project's share links (admins). POST: create one for a run, point, diff, sweep."""
     if request.method == "POST":
         target = {k: request.POST[k] for k in TARGET_FIELDS if request.POST.get(k)}
@@ -62,7 +62,7 @@ def shares(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 @page_errors
-def revoke(request: HttpRequest, token: str) -> HttpResponse:
+def revoke(request: HtmxHttpRequest, token: str) -> HttpResponse:
     link = sharing.revoke_share(user=request.user, token=token)
     if (htmx_target(request) or "").startswith("share-box"):
         return render(request, "web/shares.html#share-revoked", {"link": link})
@@ -74,7 +74,7 @@ def revoke(request: HttpRequest, token: str) -> HttpResponse:
 
 @require_GET
 @page_errors
-def shared(request: HttpRequest, token: str) -> HttpResponse:
+def shared(request: HtmxHttpRequest, token: str) -> HttpResponse:
     """The shared target, read-only. Works logged out; a revoked token is a 404."""
     link = sharing.resolve_share(token)
     target = link.target
@@ -98,7 +98,7 @@ def _shared_diff(request: HttpRequest, link: ShareLink, base_id: str,
     return page_or_partial(request, "web/compare.html", context, partials=("path",))
 
 
-def _shared_sweep(request: HttpRequest, link: ShareLink) -> HttpResponse:
+def _shared_sweep(request: HtmxHttpRequest, link: ShareLink) -> HttpResponse:
     group = link.target["group"]
     runs = list(Run.objects.filter(project=link.project, fork_group_id=group).order_by("label"))
     if not runs:

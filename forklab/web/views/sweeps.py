@@ -21,7 +21,14 @@ from forklab.runs.models import Run
 from forklab.runs.specs import SweepSpec, parse
 from forklab.web import timeline
 from forklab.web.composer import AgentTarget, agent_targets, models_for
-from forklab.web.views.common import forkable_run, htmx_target, int_param, page_errors, roles
+from forklab.web.views.common import (
+    HtmxHttpRequest,
+    forkable_run,
+    htmx_target,
+    int_param,
+    page_errors,
+    roles,
+)
 
 DEFAULT_VARIANTS = 3
 MAX_VARIANTS = 12
@@ -62,11 +69,11 @@ def _variants(launcher: Launcher, data: QueryDict, count: int
     fresh = not any(key.endswith("-name") for key in data)
     variants: dict[str, list[dict[str, Any]]] = {}
     errors: dict[str, str] = {}
-    rows = []
+    rows: list[dict[str, Any]] = []
     t = launcher.target
     for i in range(1, count + 1):
         p = f"v{i}"
-        row = {"i": i, "name": data.get(f"{p}-name", f"variant-{i}" if fresh else "").strip(),
+        row: dict[str, Any] = {"i": i, "name": data.get(f"{p}-name", f"variant-{i}" if fresh else "").strip(),
                "model": data.get(f"{p}-model", t.model if t else ""),
                "temperature": data.get(f"{p}-temperature", t.temperature if t else ""),
                "prompt": data.get(f"{p}-prompt", t.system_prompt if t else "").replace("\r\n",
@@ -120,9 +127,9 @@ def _body(launcher: Launcher, variants: dict[str, Any], data: QueryDict) -> dict
 @login_required
 @require_http_methods(["GET", "POST"])
 @page_errors
-def launch(request: HttpRequest, run_id: str) -> HttpResponse:
+def launch(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = forkable_run(request, run_id)
-    data = request.POST if request.method == "POST" else request.GET
+    data: QueryDict = request.POST if request.method == "POST" else request.GET
     refresh = request.method == "POST" and bool(data.get("refresh"))
     if refresh:  # another agent chosen: each row starts again from that agent's settings
         data = data.copy()

@@ -8,6 +8,7 @@ from django.core.management.base import CommandParser
 from forklab.engine.fork.lifecycle import Case as EngineCase
 from forklab.engine.fork.lifecycle import run_case, save_case
 from forklab.runs import cli
+from forklab.runs.errors import InvalidArgument
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.models import Case
 
@@ -37,7 +38,7 @@ class Command(ForklabCommand):
         run, store = cli.store_for(options["fork"])
         criteria = cli.load_json(options["criteria"], "--criteria") if options["criteria"] else []
         if Case.objects.filter(project=run.project, name=options["name"]).exists():
-            raise cli.InvalidArgument(f"a case named {options['name']!r} already exists in "
+            raise InvalidArgument(f"a case named {options['name']!r} already exists in "
                                       f"project {run.project.slug!r}")
         case = save_case(run.id, name=options["name"], store=store, criteria=criteria)
         Case.objects.create(project=run.project, name=case.name, source_run=run,

@@ -7,6 +7,7 @@ from django.core.management.base import CommandParser
 from forklab.engine.fork.diff import diff_runs, format_run_diff
 from forklab.engine.reducers import fold
 from forklab.runs import cli
+from forklab.runs.errors import NotFound
 from forklab.runs.management.base import ForklabCommand
 
 
@@ -23,7 +24,7 @@ class Command(ForklabCommand):
             run, store = cli.store_for(run_id)
             events = store.read(run.id)
             if not events:
-                raise cli.NotFound(f"run {run.id!r} has no events to compare", run_id=run.id)
+                raise NotFound(f"run {run.id!r} has no events to compare", run_id=run.id)
             states.append(fold(events))
         diff = diff_runs(states[0], states[1])
         header = f"diff {options['base']} → {options['variant']}"

@@ -1,0 +1,328 @@
+"""Parallel branches with a deterministic log.
+
+**The order.** A run's log is the log the sequential scheduler writes: nodes start in
+frontier (FIFO) order, one at a time, each node's events contiguous from its ``node.started``
+to its ``node.completed``. Concurrency changes *when* a node executes, never *where* its
+events go, so replay, fold, fidelity checks and golden logs cannot tell ``max_concurrency``
+1 from N.
+
+**How.** The frontier is the order the next nodes will start in (a node's completion only
+appends after it). Walking it from the head, the scheduler predicts each node's execution —
+occurrence and iteration (they follow from the starts before it), read slice, fingerprint —
+and starts it on a thread pool *ahead* of the nodes before it when its prediction is final:
+
+- no node before it (not yet completed) may write a key it reads (declared ``writes``; an
+  approval may write any key, so nothing is started past one), so its read slice and the
+  taint of it are what the sequential run would give it;
+- nothing before it is a tool (user code, which may fail the run; a write tool also touches
+  the outside world), a subgraph, an approval, or a node beyond ``max_iterations`` (the run
+  stops there);
+- under an enforced fork budget, the worst case of every node before it plus its own still
+  fits the budget (reserved before calling), so every call it makes is one the sequential
+  order would allow too.
+
+A node running ahead buffers its events; the runner appends them when it reaches the head
+(the ready prefix is flushed while later nodes still run), then records its completion or
+failure exactly as for a node executed in place. If the run stops first (a failure, a pause,
+a block, a cancellation, a budget), the buffered work of the nodes ahead is dropped: it is
+not part of the run the log describes, though the calls it made were made.
+
+**Threads, not asyncio**: providers and tools are synchronous callables (HTTP clients,
+user code); a thread pool overlaps their waiting without changing their interface, and the
+GIL is released while they wait. The pool is per run and at most ``max_concurrency`` wide.
+Only the runner's thread touches the store and the run state; workers touch nothing but
+their own buffer (and the oracle's thread-safe parts).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+
+from forklab.engine.context import Cancelled
+from forklab.engine.graph import AgentNode, ApprovalNode, RouterNode, SubgraphNode, ToolNode
+from forklab.engine.oracle import NodeCall
+from forklab.engine.planner import read_slice
+from forklab.engine.subgraphs import execution_fingerprint
+from forklab.engine.telemetry import tracer
+
+if TYPE_CHECKING:
+    from forklab.engine.runner import Runner
+
+BufferedEvent = tuple[type, dict[str, Any], float | None]
+"""An event waiting for its seq: class, fields, and its time (None: stamp when appended)."""
+
+
+@dataclass
+class Prediction:
+    """What a frontier node's next execution will be (its call once its reads are final),
+    and what the scheduler decided about it once (cached: the walk repeats per node)."""
+
+    node: Any
+    occurrence: int
+    iteration: int
+    writes: set[str] | None
+    call: NodeCall | None = None
+    tainted: frozenset[str] = frozenset()
+    instant: bool = False
+    worst: tuple[int | None, float | None] | None = None
+
+
+@dataclass
+class Flight:
+    """A node executing on the pool; its events wait here until it is the head."""
+
+    node: Any
+    call: NodeCall
+    tainted: frozenset[str]
+    started_at: float | None
+    events: list[BufferedEvent] = field(default_factory=list)
+    head: bool = False  # reached the head: what it emits from now on streams event by event
+    backlog: int = 0  # events buffered before it reached the head (appended as one batch)
+    emitted: int = 0  # events it has emitted
+    appended: int = 0  # of those, how many the runner has appended to the log
+    done: bool = False
+    route: str | None = None
+    error: BaseException | None = None
+    finished_at: float | None = None
+
+
+def potential_writes(node: Any) -> set[str] | None:
+    """Every key an execution of ``node`` may write (None: any key — an approval)."""
+    if isinstance(node, ApprovalNode):
+        return None
+    keys = set(node.writes)
+    if isinstance(node, SubgraphNode):
+        keys |= set(node.output)
+    return keys
+
+
+def poolable(node: Any) -> bool:
+    """Nodes whose execution may wait on a call: agents, agent routers, read tools."""
+    if isinstance(node, AgentNode):
+        return True
+    if isinstance(node, RouterNode):
+        return node.agent is not None
+    return isinstance(node, ToolNode) and node.effect == "read"
+
+
+def barrier(node: Any) -> bool:
+    """Nothing starts ahead of these: approvals (may write any key, may pause), subgraphs and
+    write tools (touch the outside world), and every tool — user code, the likeliest node to
+    fail the run, and work started ahead of a node that stops the run is work thrown away."""
+    return isinstance(node, (ApprovalNode, SubgraphNode, ToolNode))
+
+
+class Scheduler:
+    """Starts the nodes of one run ahead of its head, up to ``width`` at a time."""
+
+    def __init__(self, runner: Runner, width: int) -> None:
+        self.runner = runner
+        self.width = width
+        self.enabled = width > 1 and bool(getattr(runner.oracle, "overlaps_calls", False))
+        self.flights: dict[str, Flight] = {}
+        self.predictions: dict[str, Prediction] = {}
+        self.nodes = {node.id: node for node in runner.graph.nodes}
+        self.cond = threading.Condition()
+        self.stop = threading.Event()
+        self.changed = False
+        self._pool: ThreadPoolExecutor | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop and wait for the nodes still running ahead (their work is dropped)."""
+        self.stop.set()
+        with self.cond:
+            self.cond.notify_all()  # a head waiting for its append stops (Cancelled)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        for flight in self.flights.values():
+            settle = getattr(self.runner.oracle, "settle", None)
+            if settle is not None:
+                settle(flight.call, kept=False)
+        self.flights.clear()
+
+    # -- predictions -----------------------------------------------------------------------
+    def forget(self, node_id: str) -> None:
+        """The node started at the head: its prediction is used up."""
+        self.predictions.pop(node_id, None)
+
+    def launch(self) -> None:
+        """Start every node that may run ahead now (the head included), in frontier order."""
+        if not self.enabled or self.stop.is_set():
+            return
+        state, limit = self.runner.state, self.runner.graph.max_iterations
+        iteration, seen = state.iteration, set(state.iteration_nodes)
+        unsettled: set[str] = set()
+        pending_calls: int | None = 0
+        pending_usd: float | None = 0.0
+        at_head = state.current is None
+        if state.current is not None:  # the head is still running: everything else is ahead
+            current = state.current
+            node = self.nodes[current.node]
+            writes = potential_writes(node)
+            if barrier(node) or writes is None:
+                return
+            unsettled |= writes
+            pending_calls, pending_usd = self._worst(node, NodeCall(
+                node=current.node, kind=current.kind, occurrence=current.occurrence,
+                iteration=current.iteration, fingerprint=current.fingerprint,
+                reads=current.reads))
+        lookahead = 2 * self.width + 4
+        for position, node_id in enumerate(state.frontier[:lookahead]):
+            if len(self.flights) >= self.width and node_id not in self.flights:
+                break
+            # the iteration this node starts in follows from the starts before it
+            if node_id in seen:
+                iteration, seen = iteration + 1, set()
+            seen.add(node_id)
+            if limit is not None and iteration > limit:
+                break
+            p = self._predict(node_id, iteration, unsettled)
+            worst = p.worst if p.worst is not None else self._worst(p.node, p.call)
+            if (p.call is not None and node_id not in self.flights and not p.instant
+                    and poolable(p.node)
+                    and ((at_head and position == 0)
+                         or self._admits(pending_calls, pending_usd, worst))):
+                self._start(p.node, p.call, p.tainted, head=at_head and position == 0)
+            if p.writes is None or barrier(p.node):
+                break
+            unsettled |= p.writes
+            pending_calls = None if pending_calls is None or worst[0] is None \
+                else pending_calls + worst[0]
+            pending_usd = None if pending_usd is None or worst[1] is None \
+                else pending_usd + worst[1]
+
+    def _predict(self, node_id: str, iteration: int, unsettled: set[str]) -> Prediction:
+        state = self.runner.state
+        p = self.predictions.get(node_id)
+        if p is None:
+            node = self.nodes[node_id]
+            p = Prediction(node=node, occurrence=state.occurrences.get(node_id, 0) + 1,
+                           iteration=iteration, writes=potential_writes(node))
+            self.predictions[node_id] = p
+        if p.call is None and not unsettled.intersection(p.node.reads):
+            # final: nothing before it may write what it reads
+            reads = read_slice(p.node.reads, state.memory)
+            fp = execution_fingerprint(self.runner.graph, self.runner.store, node_id, reads,
+                                       occurrence=p.occurrence, iteration=p.iteration)
+            p.call = NodeCall(node=node_id, kind=p.node.kind, occurrence=p.occurrence,
+                              iteration=p.iteration, fingerprint=fp, reads=reads)
+            p.tainted = frozenset(k for k in reads if k in state.taint)
+            p.instant = self._instant(p.call)
+            p.worst = (0, 0.0) if p.instant else self._worst(p.node, p.call)
+        return p
+
+    def _instant(self, call: NodeCall) -> bool:
+        """Served without a call (a substituted output, a memo hit): run at the head."""
+        oracle = self.runner.oracle
+        return oracle.output(call) is not None or oracle.memo(call) is not None
+
+    def _worst(self, node: Any, call: NodeCall | None) -> tuple[int | None, float | None]:
+        worst = getattr(self.runner.oracle, "worst_case", None)
+        return (0, 0.0) if worst is None else worst(self.runner.graph, node, call)
+
+    def _admits(self, calls: int | None, usd: float | None,
+                worst: tuple[int | None, float | None]) -> bool:
+        admits: Callable[..., bool] | None = getattr(self.runner.oracle, "admits", None)
+        if admits is None:
+            return True
+        total_calls = None if calls is None or worst[0] is None else calls + worst[0]
+        total_usd = None if usd is None or worst[1] is None else usd + worst[1]
+        return admits(total_calls, total_usd)
+
+    # -- flights ---------------------------------------------------------------------------
+    def _start(self, node: Any, call: NodeCall, tainted: frozenset[str], *, head: bool) -> None:
+        runner = self.runner
+        started_at = None if runner.logical_clock else round(runner.env.clock(), 6)
+        flight = Flight(node=node, call=call, tainted=tainted, started_at=started_at, head=head)
+        self.flights[call.node] = flight
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.width,
+                                            thread_name_prefix=f"forklab-{runner.run_id[:8]}")
+        self._pool.submit(self._fly, flight, otel_context.get_current())
+
+    def _fly(self, flight: Flight, parent: Any) -> None:
+        """Worker thread: execute the node into its buffer; never touches the run state."""
+        token = otel_context.attach(parent)
+        runner = self.runner
+        try:
+            if self.stop.is_set():
+                raise Cancelled()
+            with tracer.start_as_current_span(
+                f"node.execute.{flight.node.kind}",
+                attributes={"node.id": flight.call.node, "run.id": runner.run_id},
+            ):
+                ctx = runner.context(flight.call, flight.tainted, sink=self._sink(flight),
+                                     cancelled=self.stop.is_set)
+                flight.route = runner.handle(ctx, flight.node, None, None)
+        except BaseException as exc:  # an outcome, recorded when the node reaches the head
+            flight.error = exc
+        finally:
+            otel_context.detach(token)
+            with self.cond:
+                flight.finished_at = None if runner.logical_clock else round(runner.env.clock(), 6)
+                flight.done = True
+                self.changed = True
+                self.cond.notify_all()
+
+    def _sink(self, flight: Flight) -> Callable[[type, dict[str, Any]], None]:
+        """Where a flight's events go: its buffer. At the head it waits until the runner has
+        appended each one before going on, as the sequential runner does — so a process that
+        dies after a call was recorded never pays it again on resume."""
+        logical, clock = self.runner.logical_clock, self.runner.env.clock
+
+        def buffer(cls: type, fields: dict[str, Any]) -> None:
+            at = None if logical else round(clock(), 6)
+            with self.cond:
+                if self.stop.is_set():
+                    raise Cancelled()
+                flight.events.append((cls, fields, at))
+                flight.emitted += 1
+                self.changed = True
+                self.cond.notify_all()
+                while flight.head and flight.appended < flight.emitted:
+                    self.cond.wait()
+                    if self.stop.is_set():
+                        raise Cancelled()
+
+        return buffer
+
+    def appended(self, flight: Flight, count: int) -> None:
+        """The runner appended ``count`` more of ``flight``'s events."""
+        with self.cond:
+            flight.appended += count
+            self.cond.notify_all()
+
+    def reach_head(self, flight: Flight) -> None:
+        """``flight`` is now the head: what it buffered so far is its backlog."""
+        with self.cond:
+            if not flight.head:
+                flight.head, flight.backlog = True, len(flight.events)
+
+    def drain(self, flight: Flight) -> tuple[list[BufferedEvent], int, bool]:
+        """The events ``flight`` buffered since the last drain, how many of them are its
+        backlog (appended together), and whether it is done.
+
+        Events a node emits at the head are appended one by one, as the sequential runner
+        appends them: what it recorded before a crash is in the log, each event durable
+        before the next is observed (``on_event``)."""
+        with self.cond:
+            events, flight.events = flight.events, []
+            backlog, flight.backlog = flight.backlog, 0
+            return events, backlog, flight.done
+
+    def wait(self, flight: Flight, timeout: float) -> None:
+        """Until ``flight`` buffers or finishes, another flight finishes, or ``timeout``."""
+        with self.cond:
+            if not self.changed and not flight.events and not flight.done:
+                self.cond.wait(timeout)
+            self.changed = False
+
+
+__all__ = ["Flight", "Prediction", "Scheduler", "barrier", "poolable", "potential_writes"]

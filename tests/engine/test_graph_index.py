@@ -1,0 +1,108 @@
+"""Indexed graphs: lookups, the cached fingerprint parts and swapping one node in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forklab.engine.errors import GraphValidationError, UnboundedCycleError
+from forklab.engine.graph import GraphSpec, load_graph, parse_graph, parse_stored_graph
+from forklab.engine.planner import fingerprint_reference, node_fingerprint
+
+SCENARIOS = sorted((Path(__file__).parents[2] / "forklab/engine/scenarios").glob("*.yaml"))
+
+
+def _graph(**extra: Any) -> GraphSpec:
+    return parse_graph({
+        "id": "g", "start": "a",
+        "nodes": [
+            {"id": "a", "kind": "tool", "tool": "t.x", "writes": ["x"]},
+            {"id": "b", "kind": "agent", "reads": ["x"], "writes": ["y"], "prompt": "{x}",
+             "agent": {"system_prompt": "hi"}},
+            {"id": "r", "kind": "router", "reads": ["y"], "default": "end",
+             "rules": [{"when": [{"key": "y", "op": "truthy"}], "to": "c"}]},
+            {"id": "c", "kind": "tool", "tool": "t.x", "writes": ["z"], "join": "all"},
+        ],
+        "edges": [{"from": "a", "to": "b"}, {"from": "a", "to": "c"}, {"from": "b", "to": "r"},
+                  {"from": "a", "to": "c"}],
+        **extra,
+    })
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_indexed_lookups_equal_a_scan_of_nodes_and_edges(path: Path) -> None:
+    graph = load_graph(path)
+    for node in graph.nodes:
+        assert graph.node(node.id) is node
+        assert graph.successors(node.id) == [e.target for e in graph.edges
+                                             if e.source == node.id]
+        assert graph.predecessors(node.id) == [e.source for e in graph.edges
+                                               if e.target == node.id]
+
+
+def test_duplicate_edges_are_kept_in_written_order() -> None:
+    assert _graph().successors("a") == ["b", "c", "c"]
+    assert _graph().predecessors("c") == ["a", "a"]
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_node_fingerprint_equals_the_hash_of_the_whole_record(path: Path) -> None:
+    graph = load_graph(path)
+    for node in graph.nodes:
+        reads = {key: {"v": [1, None, "é"], "k": key} for key in node.reads[:1]}
+        for child in (None, {"input": {"a": 1}, "graph": "h"}):
+            args = {"occurrence": 2, "iteration": 3, "child": child}
+            assert (node_fingerprint(graph, node.id, reads, **args)
+                    == fingerprint_reference(graph, node.id, reads, **args))
+
+
+def test_swapping_a_node_in_equals_parsing_the_changed_graph() -> None:
+    graph = _graph()
+    data = graph.to_wire()
+    data["nodes"][1]["agent"]["system_prompt"] = "changed"
+    swapped = graph.with_node(data["nodes"][1])
+    assert swapped.to_wire() == parse_graph(data).to_wire()
+    assert swapped.content_hash == parse_graph(data).content_hash != graph.content_hash
+    assert swapped.node("b").agent.system_prompt == "changed"  # type: ignore[union-attr]
+    assert graph.node("b").agent.system_prompt == "hi"  # type: ignore[union-attr]
+    assert (node_fingerprint(swapped, "b", {"x": 1}, occurrence=1, iteration=1)
+            == fingerprint_reference(parse_graph(data), "b", {"x": 1}, occurrence=1,
+                                     iteration=1))
+
+
+def test_a_swapped_node_is_validated_against_the_graph() -> None:
+    graph = _graph()
+    bad_prompt = {**graph.to_wire()["nodes"][1], "prompt": "{secret}"}
+    with pytest.raises(GraphValidationError, match=r"placeholder \{secret\} is not in 'reads'"):
+        graph.with_node(bad_prompt)
+    bad_target = {**graph.to_wire()["nodes"][2], "default": "nowhere"}
+    with pytest.raises(GraphValidationError, match="unknown node 'nowhere'"):
+        graph.with_node(bad_target)
+    with pytest.raises(GraphValidationError, match="temperature"):
+        graph.with_node({**graph.to_wire()["nodes"][1], "agent": {"temperature": 9}})
+    with pytest.raises(GraphValidationError, match="keeps the kind"):
+        graph.with_node({"id": "a", "kind": "approval"})
+
+
+def test_a_swapped_router_closing_an_unbounded_loop_is_refused() -> None:
+    loop = {**_graph().to_wire()["nodes"][2], "default": "a"}
+    with pytest.raises(UnboundedCycleError, match="max_iterations"):
+        _graph().with_node(loop)
+    assert _graph(max_iterations=3).with_node(loop).node("r").default == "a"  # type: ignore
+
+
+def test_a_copy_with_other_fields_drops_the_cached_lookups() -> None:
+    graph = _graph()
+    assert graph.has_node("c")
+    copied = graph.model_copy(update={"nodes": graph.nodes[:3], "edges": graph.edges[:1]})
+    assert not copied.has_node("c")
+    assert copied.content_hash != graph.content_hash
+
+
+def test_a_stored_graph_is_parsed_once_per_content() -> None:
+    text = '{"id": "once", "start": "a", "nodes": [{"id": "a", "kind": "tool", "tool": "t.x"}]}'
+    first = parse_stored_graph(text)
+    assert parse_stored_graph(text) is first
+    assert parse_stored_graph(first.to_wire()) == first

@@ -1,0 +1,156 @@
+"""Parallel branches: independent ready nodes really execute at once, bounded by
+``max_concurrency``, and the log is the sequential one (docs/forking.md)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from forklab.engine import fork, parse_graph, run_recorded
+from forklab.engine.canonical import canonical_json
+from forklab.engine.environment import (
+    Environment,
+    FixedClock,
+    counter_ids,
+    max_concurrency_from_env,
+)
+from forklab.engine.errors import ConfigurationError
+from forklab.engine.providers import ChatRequest, ChatResponse, ProviderRegistry, ScriptedProvider
+
+WORKERS = 6
+
+
+class OverlapProvider:
+    """The scripted provider, counting calls in flight; worker calls meet at a barrier of
+    ``parties`` (broken after a timeout), so they complete only if that many overlap."""
+
+    name = "scripted"
+
+    def __init__(self, parties: int | None) -> None:
+        self.inner = ScriptedProvider()
+        self.barrier = threading.Barrier(parties, timeout=10) if parties else None
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.calls = 0
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        with self.lock:
+            self.calls += 1
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if self.barrier is not None and request.system_prompt.startswith("worker"):
+                self.barrier.wait()  # BrokenBarrierError: the calls did not overlap
+            return self.inner.complete(request)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def fanout(max_concurrency: int | None = None, *, latency_ms: int = 0) -> Any:
+    workers = [f"w{i}" for i in range(WORKERS)]
+    spec: dict[str, Any] = {
+        "id": "fan", "start": "plan",
+        "nodes": [
+            {"id": "plan", "kind": "agent", "agent": {"system_prompt": "plan"},
+             "reads": ["task"], "writes": ["plan"], "prompt": "{task}"},
+            *({"id": w, "kind": "agent", "reads": ["plan"], "writes": [w], "prompt": "{plan}",
+               "agent": {"system_prompt": f"worker {w}", "latency_ms": latency_ms}}
+              for w in workers),
+            {"id": "join", "kind": "agent", "join": "all", "agent": {"system_prompt": "join"},
+             "reads": workers, "writes": ["answer"], "prompt": "{w0} {w5}"},
+        ],
+        "edges": [*({"from": "plan", "to": w} for w in workers),
+                  *({"from": w, "to": "join"} for w in workers)],
+    }
+    if max_concurrency is not None:
+        spec["max_concurrency"] = max_concurrency
+    return parse_graph(spec)
+
+
+def env(provider: Any, max_concurrency: int = 16, ids: str = "run") -> Environment:
+    return Environment(clock=FixedClock(), ids=counter_ids(ids),
+                       providers=ProviderRegistry({"scripted": provider}),
+                       max_concurrency=max_concurrency)
+
+
+def wire(events: Any) -> list[str]:
+    return [canonical_json(e.to_wire()) for e in events]
+
+
+def test_a_fan_out_runs_its_workers_at_once_up_to_max_concurrency() -> None:
+    provider = OverlapProvider(parties=3)
+
+    recorded = run_recorded(fanout(max_concurrency=3), {"task": "t"}, env=env(provider))
+
+    assert recorded.state.status == "completed", recorded.state.error
+    assert provider.most_in_flight == 3
+    assert provider.calls == WORKERS + 2
+
+
+def test_the_log_of_a_concurrent_fan_out_is_the_sequential_log() -> None:
+    sequential = run_recorded(fanout(), {"task": "t"}, env=env(OverlapProvider(None), 1))
+    concurrent = run_recorded(fanout(), {"task": "t"},
+                              env=env(OverlapProvider(parties=WORKERS), WORKERS))
+
+    assert wire(concurrent.event_log) == wire(sequential.event_log)
+    starts = [e.node for e in concurrent.event_log if e.type == "node.started"]
+    assert starts == ["plan", *(f"w{i}" for i in range(WORKERS)), "join"]
+
+
+def test_the_graph_setting_wins_over_the_environment_default() -> None:
+    provider = OverlapProvider(parties=None)
+
+    run_recorded(fanout(max_concurrency=1), {"task": "t"}, env=env(provider, WORKERS))
+
+    assert provider.most_in_flight == 1
+
+
+def test_a_fork_tail_runs_its_changed_workers_at_once() -> None:
+    base = run_recorded(fanout(max_concurrency=3), {"task": "t"},
+                        env=env(OverlapProvider(parties=3)))
+    provider = OverlapProvider(parties=3)
+    base.env = env(provider, ids="fork")
+
+    result = fork(base, at={"before_node": "plan"},
+                  change={"kind": "prompt", "target": "plan", "system_prompt": "plan anew"},
+                  budget={"max_live_calls": 20, "max_cost_usd": None})
+
+    assert result.state.status == "completed", result.state.error
+    assert provider.most_in_flight == 3
+    assert [c["label"] for c in result.calls] == ["changed"] * (WORKERS + 2)
+
+
+def test_a_node_is_checked_against_what_the_nodes_before_it_spent_not_the_ones_ahead() -> None:
+    from forklab.engine.fork.spend import Budget, Spend
+    from forklab.engine.oracle import BudgetExceeded
+
+    spend = Spend(Budget(max_live_calls=2, max_cost_usd=None), enforce=True)
+    head, ahead = object(), object()
+    spend.before(ahead, "w1", 0.0)
+    spend.after(0.0, ahead)
+    spend.before(ahead, "w1", 0.0)
+    spend.after(0.0, ahead)  # ahead has spent the whole budget on its own ledger …
+
+    spend.before(head, "w0", 0.0)  # … which the head, before it in the log, does not see
+    spend.after(0.0, head)
+    spend.settle(head, kept=True)
+
+    assert spend.live_calls == 1
+    assert not spend.admits(2, 0.0) and spend.admits(1, 0.0)
+    with pytest.raises(BudgetExceeded):  # settled in order, the ahead node's 2nd call is over
+        spend.before(ahead, "w1", 0.0)
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "many", "257"])
+def test_a_malformed_max_concurrency_setting_names_the_variable(raw: str) -> None:
+    with pytest.raises(ConfigurationError, match="FORKLAB_MAX_CONCURRENCY"):
+        max_concurrency_from_env({"FORKLAB_MAX_CONCURRENCY": raw})
+
+
+def test_the_max_concurrency_setting_defaults_to_16() -> None:
+    assert max_concurrency_from_env({}) == 16
+    assert max_concurrency_from_env({"FORKLAB_MAX_CONCURRENCY": "4"}) == 4
