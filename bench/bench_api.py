@@ -15,6 +15,11 @@ Rows (figures are printed, never asserted; timings belong here, not in tests):
   off (django.tasks' dummy backend), so the row is the enqueue latency alone.
 - ``POST /forks/ (diamond)``: the same for a 21-event run (the fixed cost).
 - ``POST /forks/ again (same client_request_id)``: the idempotent replay (one lookup).
+- ``GET /forks/{id}/ (finished fork)``: a memoized null fork of the loop run at its start
+  (~10,000 events of its own), finished and stored the way a worker leaves it: the Fork
+  shape with its result (diff, calls, explain…) — served from the stored ``ForkResult``
+  row where this checkout has one (``forklab.runs.projections``), else rebuilt from both
+  logs on every request.
 - ``GET events, first page``: ``?limit=500`` from the start of the 10k run.
 - ``GET events, deep page``: ``?after=9000&limit=500`` (a keyset page near the end).
 - ``GET events, type filter``: ``?type=node.completed&after=5000&limit=500``.
@@ -81,7 +86,24 @@ def seed(events: int) -> dict[str, Any]:
     diamond = record_run(project=project, graph=SCENARIOS["diamond"].graph(),
                          input=SCENARIOS["diamond"].input)
     return {"long": recorded.run_id, "events": len(log), "diamond": diamond.id,
-            "token": Token.objects.create(user=user).key}
+            "token": Token.objects.create(user=user).key, **seed_fork(recorded, store)}
+
+
+def seed_fork(recorded: Any, store: Any) -> dict[str, Any]:
+    """A finished memoized null fork of the loop run at its start, as a worker leaves it."""
+    from forklab.engine import fork
+
+    variant = fork(recorded, at="start", policy={"memoize": True}, ignore_budget=True,
+                   label="bench null fork")
+    log = recorded.store.read(variant.run_id)
+    store.append(variant.run_id, log, expected_seq=0)
+    try:  # the worker stores a finished fork's result; older checkouts have no projection
+        from forklab.runs.projections import ForkResultProjection
+    except ImportError:
+        pass
+    else:
+        ForkResultProjection.after_run(variant.run_id)
+    return {"fork": variant.run_id, "fork_events": len(log)}
 
 
 def measure(fn: Callable[[int], Any], repeat: int) -> list[float]:
@@ -122,12 +144,18 @@ def rows(world: dict[str, Any], repeat: int) -> list[Row]:
             assert len(response.json()["results"]) == expect
         return call
 
+    def fork_detail(_: int) -> Any:
+        response = client.get(f"/api/v1/forks/{world['fork']}/")
+        assert response.status_code == 200, response.json()
+        assert response.json()["diff"] is not None
+
     last = {"before_node": "a", "occurrence": "last"}
     cases: list[tuple[str, Callable[[int], Any], int]] = [
         (f"POST /forks/ ({total:,}-event run, at end)", fork(long, last), 0),
         ("POST /forks/ (diamond, 21 events)", fork(world["diamond"], "start"), 0),
         ("POST /forks/ again (same client_request_id)",
          fork(world["diamond"], "start", key="bench-key"), 0),
+        (f"GET /forks/{{id}}/ (finished {world['fork_events']:,}-event fork)", fork_detail, 0),
         ("GET events, first page (limit=500)", events("limit=500", 500), 500),
         ("GET events, deep page (after=9000)", events("after=9000&limit=500", 500), 500),
         ("GET events, type=node.completed", events(

@@ -111,6 +111,7 @@ def _finish(state: RunState, status: str, at: float) -> None:
     if state.current is not None:
         state.current.status = status if status != "completed" else "completed"
         state.current.finished_at = at
+        state.current.prior_iteration_nodes = []  # see _complete_node
         state.executions.append(state.current)
         state.current = None
 
@@ -209,6 +210,7 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
             current.finished_at, current.error = event.at, dict(event.error)
             state.pending_writes, state.pending_deletes, state.pending_taint = {}, [], {}
             state.error = {"code": "node_failed", "node": event.node, **event.error}
+            current.prior_iteration_nodes = []  # see _complete_node
             state.executions.append(current)
             state.current = None
         case NodeInterrupted():
@@ -379,6 +381,10 @@ def _complete_node(state: RunState, event: NodeCompleted) -> None:
     state.pending_writes, state.pending_deletes, state.pending_taint = {}, [], {}
     current.status, current.end_seq, current.finished_at = "completed", event.seq, event.at
     current.next, current.memo = list(event.next), event.memo
+    # Only a running execution needs the iteration bookkeeping it would restore if
+    # interrupted; kept on finished ones it made states, snapshots and a fork's copied
+    # prefix grow with the square of a run's length (issue 11).
+    current.prior_iteration_nodes = []
     state.executions.append(current)
     state.current = None
     for successor in event.next:
@@ -413,6 +419,7 @@ def _interrupt_node(state: RunState, event: NodeInterrupted) -> None:
         del state.occurrences[current.node]
     state.iteration = current.prior_iteration
     state.iteration_nodes = list(current.prior_iteration_nodes)
+    current.prior_iteration_nodes = []  # only a running execution needs it (linear forks)
     state.frontier.insert(0, current.node)
     current.status, current.end_seq = "interrupted", event.seq
     state.interrupted.append(current)

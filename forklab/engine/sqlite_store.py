@@ -34,7 +34,7 @@ from forklab.engine.errors import GraphNotFound, RunNotFound, SeqConflictError
 from forklab.engine.events import AnyEvent, Event, from_wire
 from forklab.engine.graph import GraphSpec, parse_stored_graph
 from forklab.engine.state import RunState
-from forklab.engine.store import check_append
+from forklab.engine.store import check_append, final_state_from_snapshots
 
 BUSY_TIMEOUT_S = 30.0
 
@@ -262,3 +262,7 @@ class SqliteStore:
             "SELECT MIN(seq) FROM events WHERE run_id = ?", (run_id,)
         ).fetchone()
         return int(row[0]) if row and row[0] is not None else 0
+
+    def load_final_state(self, run_id: str) -> RunState | None:
+        """A finished run's final snapshot, if one was saved at its last event."""
+        return final_state_from_snapshots(self, run_id)

@@ -36,6 +36,7 @@ from forklab.runs.control import cancel as cancel
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import IdempotencyConflict, NotFound
 from forklab.runs.models import Case, ForkRequest, Project, Role, Run, RunKind, RunStatus
+from forklab.runs.projections import ForkResultProjection
 from forklab.runs.specs import CaseSpec, ForkSpec, InvalidRequest, SweepSpec
 from forklab.runs.store import DjangoStore
 
@@ -287,7 +288,6 @@ def fork_state(run: Run) -> tuple[str, str | None]:
 def fork_body(run: Run) -> dict[str, Any]:
     """The Fork shape: Run fields, state, and the Fork result fields once it finished
     (null until then)."""
-    from forklab.engine.fork.result import load_fork_result
     from forklab.runs.serializers_json import run_to_json
 
     state, reason = fork_state(run)
@@ -295,15 +295,11 @@ def fork_body(run: Run) -> dict[str, Any]:
             "cancel_requested": run.cancel_requested,
             "queue_position": queue_position(run), "base_run_id": run.parent_run_id,
             "changes": run.fork_mutations, **dict.fromkeys(_RESULT_FIELDS)}
-    if run.finished and run.last_seq:
-        try:
-            result = load_fork_result(run.id, store=DjangoStore(run.project),
-                                      env=build_environment()).to_wire()
-        except ForklabError as exc:  # e.g. its base run was deleted since
+    if ForkResultProjection.applies_to(run):
+        try:  # one stored row (runs.projections): neither run's log is read
+            body.update(ForkResultProjection.read(run))
+        except ForklabError as exc:  # e.g. its base run was deleted before it was stored
             body["warnings"] = [f"the result cannot be rebuilt: {exc.code}: {exc.message}"]
-        else:
-            body.update({key: result[key] for key in _RESULT_FIELDS})
-            body["changes"] = result["changes"]
     return body
 
 

@@ -358,6 +358,12 @@ class DjangoStore:
         value = self._events().filter(run_id=run_id).aggregate(s=Min("seq"))["s"]
         return int(value or 0)
 
+    def load_final_state(self, run_id: str) -> RunState | None:
+        """The ``FinalState`` row written with the event that finished the run."""
+        row = (m.FinalState.objects.using(self.using).filter(run_id=run_id)
+               .values_list("state", flat=True).first())
+        return None if row is None else RunState.from_wire(row, owned=True)
+
 
 def project_state(state: RunState) -> dict[str, Any]:
     """The run row's projected columns for a folded ``state``."""

@@ -15,6 +15,7 @@ whose task is still waiting in the queue from one whose task was lost with its p
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
@@ -25,6 +26,7 @@ from forklab.engine.errors import ForklabError
 from forklab.runs import execution, leases
 from forklab.runs.engine_env import build_environment
 from forklab.runs.models import Run, RunStatus
+from forklab.runs.projections import ForkResultProjection
 from forklab.runs.specs import SweepSpec
 from forklab.runs.store import DjangoStore
 
@@ -40,6 +42,14 @@ def claim_and_drive(run_id: str, *, token: str | None = None) -> str:
         return execution.drive(run_id, owner=owner)
     finally:
         leases.release(owner)
+        after_work([run_id])
+
+
+def after_work(run_ids: Sequence[str]) -> None:
+    """Once a worker has let go of runs (lease released: nobody waits on it), store the
+    result of each finished fork among them, so reading it reads no log."""
+    for run_id in run_ids:
+        ForkResultProjection.after_run(run_id)
 
 
 @task
@@ -95,6 +105,7 @@ def recover_run(run_id: str, token: str) -> str:
         return execution.drive(run_id, owner=owner)
     finally:
         leases.release(owner)
+        after_work([run_id])
 
 
 def _recovered_too_often(run_id: str) -> bool:
@@ -139,6 +150,7 @@ def execute_sweep(group: str, spec: dict[str, JsonValue], run_ids: dict[str, str
         return f"failed: {exc.code}"
     finally:
         leases.release(owner)
+        after_work(list(live.values()))
     return f"{len(result.results)} ok, {len(result.errors)} failed"
 
 

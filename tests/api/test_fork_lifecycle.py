@@ -63,6 +63,41 @@ def test_a_fork_runs_in_the_background_and_reads_back_complete_with_its_diff(
     assert diffed.status_code == 200 and diffed.json() == diff
 
 
+def test_reading_a_finished_fork_reads_no_event_log(fresh_world: World) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from forklab.runs.models import Event, ForkResult
+
+    client = fresh_world.client("member")
+    started = post(client, "/forks/", {"base_run": fresh_world.lab_diamond,
+                                       "at": {"before_node": "left"}, "changes": [SHORT],
+                                       "policy": {"memoize": True}})
+    fork_id = started.json()["id"]
+    first = settled(client, f"/forks/{fork_id}/")  # the worker stored the result when done
+    assert ForkResult.objects.filter(run_id=fork_id).exists()
+    with CaptureQueriesContext(connection) as queries:
+        again = client.get(f"{API}/forks/{fork_id}/")
+    assert again.status_code == 200 and again.json() == first
+    events_table = Event._meta.db_table
+    touching = [q["sql"] for q in queries.captured_queries if events_table in q["sql"]]
+    assert touching == []
+    assert first["diff"]["divergence"]["base"] == "left"
+
+
+def test_a_stale_fork_result_is_recomputed_on_read(fresh_world: World) -> None:
+    from forklab.runs.models import ForkResult
+
+    client = fresh_world.client("member")
+    started = post(client, "/forks/", {"base_run": fresh_world.lab_diamond,
+                                       "at": {"before_node": "left"}, "changes": [SHORT]})
+    fork_id = started.json()["id"]
+    expected = settled(client, f"/forks/{fork_id}/")
+    ForkResult.objects.filter(run_id=fork_id).update(version=0, result={"diff": None})
+    assert client.get(f"{API}/forks/{fork_id}/").json() == expected
+    assert ForkResult.objects.get(run_id=fork_id).result["diff"] == expected["diff"]
+
+
 def test_an_order_fork_pauses_at_the_gate_and_completes_once_approved(
     fresh_world: World,
 ) -> None:

@@ -76,7 +76,11 @@ class BaseRun:
         return self.lineage.links[self.lineage.index_of(run_id or self.run_id)]
 
 
-def _final_state(run_id: str, store: Store, events: list[AnyEvent]) -> RunState:
+def _final_state(run_id: str, store: Store, events: list[AnyEvent], *,
+                 fold_log: bool = False) -> RunState:
+    stored = None if fold_log else store.load_final_state(run_id)  # no log folded twice
+    if stored is not None and (not events or stored.version == events[-1].seq):
+        return stored
     if events and events[0].seq == 1:
         return fold(events)
     snapshot = store.load_snapshot(run_id)
@@ -91,8 +95,12 @@ def _final_state(run_id: str, store: Store, events: list[AnyEvent]) -> RunState:
 
 
 def load_base(base: str | RecordedRun, *, store: Store | None, env: Environment | None,
-              require_finished: bool = True) -> BaseRun:
-    """Load a finished, forkable run (refusing unfinished, archived and skewed ones)."""
+              require_finished: bool = True, fold_log: bool = False) -> BaseRun:
+    """Load a finished, forkable run (refusing unfinished, archived and skewed ones).
+
+    Its final state is the store's stored one when it keeps it (``load_final_state``);
+    ``fold_log=True`` folds the log instead — for checks that verify the log itself.
+    """
     if isinstance(base, RecordedRun):
         run_id, store, env = base.run_id, store or base.store, env or base.env
     else:
@@ -106,7 +114,7 @@ def load_base(base: str | RecordedRun, *, store: Store | None, env: Environment 
             raise SourceMissing(f"run {run_id!r} was archived and its events are gone; it "
                                 "cannot be forked", run_id=run_id)
         raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
-    state = _final_state(run_id, store, events)
+    state = _final_state(run_id, store, events, fold_log=fold_log)
     if require_finished and not state.finished:
         raise RunInProgress(
             f"run {run_id!r} is {state.status}; only a finished run can be forked — wait for "

@@ -65,7 +65,7 @@ class FidelityResult:
 def fork_check(run_id: str, *, store: Store, env: Environment | None = None,
                scratch: Store | None = None) -> list[FidelityResult]:
     """Null-fork every point of ``run_id``; variants go to ``scratch`` (memory by default)."""
-    base = load_base(run_id, store=store, env=env)
+    base = load_base(run_id, store=store, env=env, fold_log=True)  # verify the log itself
     results = []
     for point in base.index.points():
         plan = prepare_fork(base, at={"sequence": point.seq}, policy={"memoize": True},
@@ -321,7 +321,7 @@ def deep_check(run_id: str, *, store: Store,
 
     Raises nothing for a run the checks cannot apply to: each result says ``skipped`` why.
     """
-    base = load_base(run_id, store=store, env=env)
+    base = load_base(run_id, store=store, env=env, fold_log=True)  # verify the log itself
     reason = _nondeterministic(base.graph, store)
     items = derived_changes(base)
     if reason or not items:

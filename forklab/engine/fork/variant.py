@@ -98,7 +98,9 @@ def run_plan(
     def observe(event: Event) -> None:
         if (shared_memo is not None and event.type == "node.completed"
                 and event.run_id == runner.run_id):
-            shared_memo.add(runner.state.executions[-1])
+            # events arrive once stored, in batches: the state may be nodes ahead by now
+            shared_memo.add(next(ex for ex in reversed(runner.state.executions)
+                                 if ex.end_seq == event.seq))
         if on_event is not None:
             on_event(event)
 

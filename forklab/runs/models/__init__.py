@@ -7,6 +7,7 @@ from forklab.runs.models.graphs import Graph, GraphVersion
 from forklab.runs.models.runs import (
     Event,
     FinalState,
+    ForkResult,
     Run,
     RunKind,
     RunStatus,
@@ -16,5 +17,5 @@ from forklab.runs.models.runs import (
 
 __all__ = [
     "Case", "Event", "ForkRequest", "Graph", "GraphVersion", "Membership", "Project", "Role",
-    "FinalState", "Run", "RunKind", "RunStatus", "ShareLink", "Snapshot", "UsageRecord",
+    "FinalState", "ForkResult", "Run", "RunKind", "RunStatus", "ShareLink", "Snapshot", "UsageRecord",
 ]

@@ -157,6 +157,24 @@ class FinalState(models.Model):
         return f"{self.run_id} final@{self.version}"
 
 
+class ForkResult(models.Model):
+    """A finished fork's result (SPEC §3: estimate, calls, diff, explain, warnings…), stored
+    once so ``GET /forks/{id}/`` reads one row instead of both runs' logs.
+
+    A projection cache like ``FinalState`` (``forklab.runs.projections``): ``version`` is the
+    fork's last seq when it was computed; a row whose version is not the run's last seq is
+    stale and recomputed on the next read.
+    """
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True,
+                               related_name="fork_result")
+    version = models.PositiveIntegerField()
+    result = models.JSONField()  # the Fork result fields of ForkResult.to_wire()
+
+    def __str__(self) -> str:
+        return f"{self.run_id} fork result@{self.version}"
+
+
 class Snapshot(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="snapshots")
     version = models.PositiveIntegerField()  # seq of the last event folded into ``state``
