@@ -102,12 +102,15 @@ def start_fork(*, user: User, spec: ForkSpec) -> StartedFork:
                              field="run_id")
     try:
         with transaction.atomic():
-            run = _queued_fork(run_id, base, plan, spec, user)
+            task_id = tasks.enqueue_fork_atomically(run_id)  # the queue's row commits with ours
+            run = _queued_fork(run_id, base, plan, spec, user, task_id=task_id or "")
             if spec.client_request_id:
                 ForkRequest.objects.create(project=project, user=user,
                                            client_request_id=spec.client_request_id,
                                            fork_run=run, body=spec.model_dump(mode="json"))
-            transaction.on_commit(lambda: tasks.enqueue_fork(run_id, spec.model_dump(mode="json")))
+            if task_id is None:
+                transaction.on_commit(
+                    lambda: tasks.enqueue_fork(run_id, spec.model_dump(mode="json")))
     except IntegrityError:  # the same key raced in from a second request
         raced = _known_request(user, project, spec)
         if raced is None:
@@ -136,10 +139,10 @@ def _known_request(user: User, project: Project, spec: ForkSpec) -> Run | None:
 
 
 def _queued_fork(run_id: str, base: Run, plan: Any, spec: ForkSpec, user: User,
-                 fork_group_id: str | None = None) -> Run:
+                 fork_group_id: str | None = None, task_id: str = "") -> Run:
     """The queued fork row, holding its request (``work``) so lost work can be redone."""
     return Run.objects.create(
-        work={"task": "fork", "spec": spec.model_dump(mode="json")},
+        work={"task": "fork", "spec": spec.model_dump(mode="json")}, task_id=task_id,
         id=run_id, project=base.project, graph_version_id=base.graph_version_id,
         graph_slug=base.graph_slug, graph_version_number=base.graph_version_number,
         run_kind=RunKind.COUNTERFACTUAL, status=RunStatus.QUEUED, label=spec.label,

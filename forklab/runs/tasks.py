@@ -18,7 +18,7 @@ import logging
 from typing import Any
 
 from django.db import transaction
-from django.tasks import task
+from django.tasks import task, task_backends
 
 from forklab.engine.errors import ForklabError
 from forklab.runs import execution, leases
@@ -147,6 +147,37 @@ def _enqueued(run_ids: list[str], result: Any) -> None:
 
 def enqueue_fork(run_id: str, spec: dict[str, Any]) -> None:
     _enqueued([run_id], execute_fork.enqueue(run_id))
+
+
+def enqueue_fork_atomically(run_id: str) -> str | None:
+    """Enqueue a fork's tail *inside* the open transaction that creates its row, when the
+    task backend makes that atomic; the task id to store on the row, or None when the
+    backend cannot (then enqueue with :func:`enqueue_fork` on commit, as usual).
+
+    Atomic backends: the database queue (django-tasks-db) in the runs' database — the task
+    row commits with the run row or not at all, so no worker sees a task whose run is not
+    there yet, and a crash between the two commits cannot lose the task — and the embedded
+    thread pool, which starts a task only once the enqueueing transaction commits. This
+    saves an accept the task-id ``UPDATE`` and a commit of its own.
+    """
+    if not joins_transactions(task_backends[execute_fork.backend]):
+        return None
+    return str(execute_fork.enqueue(run_id).id)
+
+
+def joins_transactions(backend: Any) -> bool:
+    """True when ``backend.enqueue`` inside a transaction takes effect only if it commits."""
+    from django.db import router
+
+    from forklab.runs.task_backends import ThreadPoolBackend
+
+    if isinstance(backend, ThreadPoolBackend):
+        return True
+    if type(backend).__module__.startswith("django_tasks_db"):
+        from django_tasks_db.models import DBTaskResult
+
+        return bool(router.db_for_write(DBTaskResult) == router.db_for_write(Run))
+    return False
 
 
 def enqueue_answer(run_id: str, answer: dict[str, Any]) -> None:
