@@ -120,12 +120,12 @@ class Deployment:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
 
-    def start(self) -> None:
+    def start(self, web_env: dict[str, str] | None = None) -> None:
         for i in range(self.webs):
             port = free_port()
             self.ports.append(port)
             self._spawn(f"web-{i}", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                     "forklab.asgi:application"])
+                                     "forklab.asgi:application"], web_env)
         for i in range(self.workers):
             self._spawn(f"worker-{i}", [PYTHON, "manage.py", "db_worker", "--no-reload",
                                         "--interval", "0.05", "--no-startup-delay"])
@@ -133,10 +133,10 @@ class Deployment:
     def web_pids(self) -> list[int]:
         return [p.pid for p in self.processes[:self.webs]]
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    def _spawn(self, name: str, argv: list[str], extra: dict[str, str] | None = None) -> None:
         log = (self.logs / f"{self.name}-{name}.log").open("wb")
-        self.processes.append(subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log,
-                                               stderr=subprocess.STDOUT))
+        self.processes.append(subprocess.Popen(argv, cwd=ROOT, env={**self.env, **(extra or {})},
+                                               stdout=log, stderr=subprocess.STDOUT))
 
     def stop(self) -> None:
         for process in self.processes:
@@ -317,11 +317,13 @@ def run_deployment(name: str, args: argparse.Namespace, logs: Path) -> dict[str,
         if seeded.returncode != 0:
             raise SystemExit(f"seeding failed: {seeded.stderr[-2000:]}")
         world = json.loads(seeded.stdout.strip().splitlines()[-1])
-        deployment.start()
+        deployment.start(dict(item.split("=", 1) for item in args.web_env))
         asyncio.run(wait_healthy(deployment.ports, time.monotonic() + 90))
+        load = os.getloadavg()
         result = asyncio.run(burst(deployment.ports, deployment.web_pids(), world["token"],
                                    world["base"], args.forks, args.viewers, args.deadline))
-        return {"deployment": name, "web": webs, "workers": workers or "threads", **result}
+        return {"deployment": name, "web": webs, "workers": workers or "threads", **result,
+                "load_average": [round(x, 1) for x in load]}
     finally:
         deployment.stop()
         if scratch:
@@ -345,7 +347,8 @@ def drop_database(server_url: str, name: str) -> None:
 
 def print_table(results: list[dict[str, Any]]) -> None:
     header = ["deployment", "accepted", "p50 ms", "p95 ms", "max ms", "ratio", "web CPU ms/accept",
-              "drain s", "events", "lost", "dupes", "reconnects", "final", "max queue pos"]
+              "drain s", "events", "lost", "dupes", "reconnects", "final", "max queue pos",
+              "load avg"]
     rows = []
     for r in results:
         ratio = (f"{1000 / r['accept_p95_ms']:.2f}" if r["deployment"] == "scale"
@@ -355,7 +358,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
                      str(r["accept_p95_ms"]), str(r["accept_max_ms"]), ratio,
                      str(r["web_cpu_ms_per_accept"]), str(r["drain_s"]), str(r["events_streamed"]), str(r["events_lost"]),
                      str(r["duplicates"]), str(r["reconnects"]), json.dumps(r["final"]),
-                     str(r["max_queue_position"])])
+                     str(r["max_queue_position"]), " ".join(map(str, r["load_average"]))])
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for line in [header, ["-" * w for w in widths], *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)))
@@ -373,6 +376,8 @@ def main() -> None:
                         help="PostgreSQL server URL (a scratch database is created on it)")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--logs", help="keep the servers' logs in this directory")
+    parser.add_argument("--web-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for the web processes only (repeatable)")
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.seed is not None:

@@ -2,7 +2,9 @@
 
 Every function takes the acting user, checks access (``forklab.runs.access``), validates
 the whole request with the engine before anything is written (so a bad request loses
-nothing), and hands execution to a background task with ``transaction.on_commit``.
+nothing), and hands execution to a background task that starts only once the rows it is
+about are committed (``tasks.enqueue_fork``: in the same transaction when the queue allows,
+else with ``transaction.on_commit``).
 """
 
 from __future__ import annotations
@@ -102,15 +104,14 @@ def start_fork(*, user: User, spec: ForkSpec) -> StartedFork:
                              field="run_id")
     try:
         with transaction.atomic():
-            task_id = tasks.enqueue_fork_atomically(run_id)  # the queue's row commits with ours
+            # enqueued first, so the row is inserted with its task id: the task commits
+            # with the row (or starts once it committed), never before
+            task_id = tasks.enqueue_fork(run_id, spec.model_dump(mode="json"))
             run = _queued_fork(run_id, base, plan, spec, user, task_id=task_id or "")
             if spec.client_request_id:
                 ForkRequest.objects.create(project=project, user=user,
                                            client_request_id=spec.client_request_id,
                                            fork_run=run, body=spec.model_dump(mode="json"))
-            if task_id is None:
-                transaction.on_commit(
-                    lambda: tasks.enqueue_fork(run_id, spec.model_dump(mode="json")))
     except IntegrityError:  # the same key raced in from a second request
         raced = _known_request(user, project, spec)
         if raced is None:

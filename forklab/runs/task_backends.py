@@ -66,7 +66,7 @@ class ThreadPoolBackend(ImmediateBackend):
         )
         # Started once the enqueueing transaction commits (at once outside one): a task
         # enqueued with the row it is about never runs before that row exists, nor at all
-        # when it rolls back (``tasks.enqueue_fork_atomically`` relies on it).
+        # when it rolls back (``tasks.enqueue_fork`` relies on it).
         transaction.on_commit(lambda: self._submit(result))
         return result
 

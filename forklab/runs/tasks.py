@@ -145,24 +145,22 @@ def _enqueued(run_ids: list[str], result: Any) -> None:
     Run.objects.filter(pk__in=run_ids).update(task_id=str(result.id))
 
 
-def enqueue_fork(run_id: str, spec: dict[str, Any]) -> None:
-    _enqueued([run_id], execute_fork.enqueue(run_id))
+def enqueue_fork(run_id: str, spec: dict[str, Any]) -> str | None:
+    """Enqueue a queued fork's tail; called inside the transaction that creates its row.
 
-
-def enqueue_fork_atomically(run_id: str) -> str | None:
-    """Enqueue a fork's tail *inside* the open transaction that creates its row, when the
-    task backend makes that atomic; the task id to store on the row, or None when the
-    backend cannot (then enqueue with :func:`enqueue_fork` on commit, as usual).
-
-    Atomic backends: the database queue (django-tasks-db) in the runs' database — the task
-    row commits with the run row or not at all, so no worker sees a task whose run is not
-    there yet, and a crash between the two commits cannot lose the task — and the embedded
-    thread pool, which starts a task only once the enqueueing transaction commits. This
-    saves an accept the task-id ``UPDATE`` and a commit of its own.
+    When the task backend makes it atomic, the task is enqueued at once, as part of that
+    transaction, and its id is returned for the row to carry: the database queue
+    (django-tasks-db in the runs' database) commits the task row with the run row or not at
+    all — no worker sees a task whose run is not there yet, and no crash between two commits
+    loses the task — and the embedded thread pool starts a task only once the enqueueing
+    transaction commits. That spares an accept the task-id ``UPDATE`` and two commits.
+    Any other backend is handed the task when the transaction commits (None: the id is
+    recorded on the row then). ``spec`` is on the row already (``Run.work``).
     """
-    if not joins_transactions(task_backends[execute_fork.backend]):
-        return None
-    return str(execute_fork.enqueue(run_id).id)
+    if joins_transactions(task_backends[execute_fork.backend]):
+        return str(execute_fork.enqueue(run_id).id)
+    transaction.on_commit(lambda: _enqueued([run_id], execute_fork.enqueue(run_id)))
+    return None
 
 
 def joins_transactions(backend: Any) -> bool:
