@@ -117,26 +117,31 @@ class Deployment:
     webs: int
     workers: int
     logs: Path
+    worker_nice: int = 0
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
 
-    def start(self) -> None:
+    def start(self, web_env: dict[str, str] | None = None) -> None:
         for i in range(self.webs):
             port = free_port()
             self.ports.append(port)
             self._spawn(f"web-{i}", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                     "forklab.asgi:application"])
+                                     "forklab.asgi:application"], web_env)
+        nice = ["nice", "-n", str(self.worker_nice)] if self.worker_nice else []
         for i in range(self.workers):
-            self._spawn(f"worker-{i}", [PYTHON, "manage.py", "db_worker", "--no-reload",
+            self._spawn(f"worker-{i}", [*nice, PYTHON, "manage.py", "db_worker", "--no-reload",
                                         "--interval", "0.05", "--no-startup-delay"])
 
     def web_pids(self) -> list[int]:
         return [p.pid for p in self.processes[:self.webs]]
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    def worker_pids(self) -> list[int]:
+        return [p.pid for p in self.processes[self.webs:]]
+
+    def _spawn(self, name: str, argv: list[str], extra: dict[str, str] | None = None) -> None:
         log = (self.logs / f"{self.name}-{name}.log").open("wb")
-        self.processes.append(subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log,
-                                               stderr=subprocess.STDOUT))
+        self.processes.append(subprocess.Popen(argv, cwd=ROOT, env={**self.env, **(extra or {})},
+                                               stdout=log, stderr=subprocess.STDOUT))
 
     def stop(self) -> None:
         for process in self.processes:
@@ -246,8 +251,8 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-async def burst(ports: list[int], web_pids: list[int], token: str, base: str, forks: int,
-                viewers: int, deadline_s: float) -> dict[str, Any]:
+async def burst(ports: list[int], web_pids: list[int], worker_pids: list[int], token: str,
+                base: str, forks: int, viewers: int, deadline_s: float) -> dict[str, Any]:
     """All requests at once; then a viewer per accepted fork (from seq 0, so starting after
     the burst loses nothing) until every fork finished."""
     import httpx
@@ -260,11 +265,12 @@ async def burst(ports: list[int], web_pids: list[int], token: str, base: str, fo
         requests = [asyncio.create_task(request_fork(
             client, ports[f.index % len(ports)], token, base, f, gate)) for f in items]
         await asyncio.sleep(0.2)  # every request is parked at the gate: release them at once
-        cpu_before = cpu_seconds(web_pids)
+        cpu_before, worker_before = cpu_seconds(web_pids), cpu_seconds(worker_pids)
         first = time.perf_counter()
         gate.set()
         await asyncio.gather(*requests)
         web_cpu = cpu_seconds(web_pids) - cpu_before
+        worker_cpu = cpu_seconds(worker_pids) - worker_before
         await asyncio.gather(*(view(ports[f.index % len(ports)], token, f, deadline)
                                for f in items if f.run_id and f.index < viewers))
         drained = time.perf_counter() - first
@@ -273,6 +279,7 @@ async def burst(ports: list[int], web_pids: list[int], token: str, base: str, fo
                 await read_log(client, ports[0], token, fork)
     result = figures(items, viewers, drained)
     result["web_cpu_ms_per_accept"] = round(web_cpu * 1000 / max(1, result["accepted"]), 1)
+    result["worker_cpu_s_during_accepts"] = round(worker_cpu, 2) if worker_pids else None
     return result
 
 
@@ -310,18 +317,21 @@ def run_deployment(name: str, args: argparse.Namespace, logs: Path) -> dict[str,
         env = {**base_env, "DATABASE_URL": create_database(args.postgres, scratch),
                "REDIS_URL": args.redis, "FORKLAB_TASKS_BACKEND": "db"}
         webs, workers = 2, 2
-    deployment = Deployment(name, env, webs, workers, logs)
+    deployment = Deployment(name, env, webs, workers, logs, worker_nice=args.worker_nice)
     try:
         seeded = subprocess.run([PYTHON, __file__, "--seed", str(args.latency_ms)], cwd=ROOT,
                                 env=env, capture_output=True, text=True, timeout=300)
         if seeded.returncode != 0:
             raise SystemExit(f"seeding failed: {seeded.stderr[-2000:]}")
         world = json.loads(seeded.stdout.strip().splitlines()[-1])
-        deployment.start()
+        deployment.start(dict(item.split("=", 1) for item in args.web_env))
         asyncio.run(wait_healthy(deployment.ports, time.monotonic() + 90))
-        result = asyncio.run(burst(deployment.ports, deployment.web_pids(), world["token"],
-                                   world["base"], args.forks, args.viewers, args.deadline))
-        return {"deployment": name, "web": webs, "workers": workers or "threads", **result}
+        load = os.getloadavg()
+        result = asyncio.run(burst(deployment.ports, deployment.web_pids(),
+                                   deployment.worker_pids(), world["token"], world["base"],
+                                   args.forks, args.viewers, args.deadline))
+        return {"deployment": name, "web": webs, "workers": workers or "threads", **result,
+                "load_average": [round(x, 1) for x in load]}
     finally:
         deployment.stop()
         if scratch:
@@ -344,18 +354,21 @@ def drop_database(server_url: str, name: str) -> None:
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
-    header = ["deployment", "accepted", "p50 ms", "p95 ms", "max ms", "ratio", "web CPU ms/accept",
-              "drain s", "events", "lost", "dupes", "reconnects", "final", "max queue pos"]
+    header = ["deployment", "accepted", "p50 ms", "p95 ms", "max ms", "ratio",
+              "web CPU ms/accept", "worker CPU s", "drain s", "events", "lost", "dupes",
+              "reconnects", "final", "max queue pos", "load avg"]
     rows = []
     for r in results:
         ratio = (f"{1000 / r['accept_p95_ms']:.2f}" if r["deployment"] == "scale"
                  and r["accept_p95_ms"] else "-")
+        worker_cpu = r["worker_cpu_s_during_accepts"]
         rows.append([f"{r['deployment']} ({r['web']} web, {r['workers']} workers)",
                      f"{r['accepted']}/{r['requests']}", str(r["accept_p50_ms"]),
                      str(r["accept_p95_ms"]), str(r["accept_max_ms"]), ratio,
-                     str(r["web_cpu_ms_per_accept"]), str(r["drain_s"]), str(r["events_streamed"]), str(r["events_lost"]),
+                     str(r["web_cpu_ms_per_accept"]), "-" if worker_cpu is None else str(worker_cpu),
+                     str(r["drain_s"]), str(r["events_streamed"]), str(r["events_lost"]),
                      str(r["duplicates"]), str(r["reconnects"]), json.dumps(r["final"]),
-                     str(r["max_queue_position"])])
+                     str(r["max_queue_position"]), " ".join(map(str, r["load_average"]))])
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for line in [header, ["-" * w for w in widths], *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)))
@@ -373,6 +386,10 @@ def main() -> None:
                         help="PostgreSQL server URL (a scratch database is created on it)")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--logs", help="keep the servers' logs in this directory")
+    parser.add_argument("--web-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for the web processes only (repeatable)")
+    parser.add_argument("--worker-nice", type=int, default=0, metavar="N",
+                        help="start the db_workers under nice -n N (scale)")
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.seed is not None:

@@ -8,7 +8,7 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "forklab.settings")
 
-from django.core.asgi import get_asgi_application
+from forklab.serving import get_asgi_application
 
 # Initialise Django (apps, models) before importing anything that touches the ORM.
 django_asgi_app = get_asgi_application()

@@ -237,11 +237,19 @@ def _sqlite_test_name() -> str:
     )
 
 
+# How long a thread keeps its database connection between requests and tasks. Web requests
+# run on a fixed set of reused threads (forklab.serving), so a kept connection is reused by
+# the next request instead of each request connecting anew (for PostgreSQL a TCP connect,
+# authentication and a server process forked per request: a third of a small request's
+# cost). Checked before reuse (CONN_HEALTH_CHECKS), so a restarted database costs one error-
+# free reconnect. 0 closes every connection at the end of its request.
+CONN_MAX_AGE = envint("FORKLAB_CONN_MAX_AGE", 60, minimum=0)
+
+
 def database_from_url(url: str) -> dict[str, Any]:
     try:
         config: dict[str, Any] = dict(dj_database_url.parse(
-            url, conn_max_age=envint("FORKLAB_CONN_MAX_AGE", 0, minimum=0),
-            conn_health_checks=True,
+            url, conn_max_age=CONN_MAX_AGE, conn_health_checks=True,
         ))
     except ValueError as exc:
         raise ImproperlyConfigured(f"DATABASE_URL: {exc}") from None
@@ -262,12 +270,18 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": VAR_DIR / "forklab.sqlite3",
+            "CONN_MAX_AGE": CONN_MAX_AGE,
+            "CONN_HEALTH_CHECKS": True,
             "OPTIONS": dict(SQLITE_OPTIONS),
             "TEST": {"NAME": _sqlite_test_name()},
         }
     }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# A web process runs at most this many HTTP requests' sync work at once, each on a reused
+# thread (forklab.serving); more wait their turn without holding a thread or a connection.
+FORKLAB_WEB_THREADS = envint("FORKLAB_WEB_THREADS", 8, minimum=1)
 
 # -- channels --------------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.urls import Resolver404, include, path, re_path, resolve
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from forklab.api.concurrency import concurrent
 from forklab.api.errors import error_body
 from forklab.api.views import cases, forks, graphs, runs, sweeps
 
@@ -20,14 +19,13 @@ app_name = "api"
 v1 = [
     path("graphs/", graphs.graphs, name="graphs"),
     path("graphs/<str:key>/", graphs.graph_detail, name="graph"),
-    path("runs/", concurrent(runs.runs), name="runs"),
+    path("runs/", runs.runs, name="runs"),
     path("runs/<str:run_id>/", runs.run_detail, name="run"),
     path("runs/<str:run_id>/events/", runs.run_events, name="run-events"),
     path("runs/<str:run_id>/fork-points/", runs.run_fork_points, name="run-fork-points"),
     path("runs/<str:run_id>/forks/", runs.run_forks, name="run-forks"),
-    # a burst of fork requests overlaps its database waits (forklab.api.concurrency)
-    path("forks/", concurrent(forks.forks), name="forks"),
-    path("forks/preflight/", concurrent(forks.preflight), name="fork-preflight"),
+    path("forks/", forks.forks, name="forks"),
+    path("forks/preflight/", forks.preflight, name="fork-preflight"),
     path("forks/<str:run_id>/", forks.fork_detail, name="fork"),
     path("forks/<str:run_id>/cancel/", forks.fork_cancel, name="fork-cancel"),
     path("forks/<str:run_id>/answer/", forks.fork_answer, name="fork-answer"),

@@ -108,20 +108,29 @@ def require_fork_rights(user: User, project: Project, *, policy: Policy, budget:
         )
 
 
+#: run columns a fork request never reads (loading them would decode the base's whole state)
+BULKY_RUN_FIELDS = ("input", "memory", "path", "error", "work", "fork_mutations")
+
+
 def readable_run_and_role(user: User, run_id: str) -> tuple[Any, str | None]:
     """The run (``not_found`` outside the user's projects, as ``queries.get_run``) and the
-    user's role in its project, in one query: what every fork request checks first."""
+    user's role in its project, in one query: what every fork request checks first.
+
+    The run comes without its bulky JSON columns (``BULKY_RUN_FIELDS``, deferred: reading
+    one costs a query of its own)."""
     from forklab.runs.errors import NotFound
     from forklab.runs.models import Run
 
-    runs = Run.objects.select_related("project")
+    # The run's JSON columns (its memory, path, input… — megabytes for a long run) are not
+    # what a fork request reads; a pk lookup needs no ordering either.
+    runs = Run.objects.select_related("project").defer(*BULKY_RUN_FIELDS).order_by()
     if isinstance(user, AnonymousUser) or not user.is_authenticated:
         run, role = None, None
     elif user.is_superuser:
-        run, role = runs.filter(pk=run_id).first(), Role.ADMIN
+        run, role = next(iter(runs.filter(pk=run_id)[:1]), None), Role.ADMIN
     else:
-        run = (runs.filter(pk=run_id, project__memberships__user=user)
-               .annotate(member_role=F("project__memberships__role")).first())
+        run = next(iter(runs.filter(pk=run_id, project__memberships__user=user)
+                        .annotate(member_role=F("project__memberships__role"))[:1]), None)
         role = getattr(run, "member_role", None)
     if run is None:
         raise NotFound(f"no run {run_id!r}", run_id=run_id)

@@ -2,7 +2,9 @@
 
 Every function takes the acting user, checks access (``forklab.runs.access``), validates
 the whole request with the engine before anything is written (so a bad request loses
-nothing), and hands execution to a background task with ``transaction.on_commit``.
+nothing), and hands execution to a background task that starts only once the rows it is
+about are committed (``tasks.enqueue_fork``: in the same transaction when the queue allows,
+else with ``transaction.on_commit``).
 """
 
 from __future__ import annotations
@@ -111,13 +113,15 @@ def start_fork(*, user: User, spec: ForkSpec) -> StartedFork:
                              field="run_id")
     try:
         with transaction.atomic():
-            run = _queued_fork(run_id, base, plan, spec, user)
+            # enqueued first, so the row is inserted with its task id: the task commits
+            # with the row (or starts once it committed), never before
+            task_id = tasks.enqueue_fork(run_id, spec.wire())
+            run = _queued_fork(run_id, base, plan, spec, user, task_id=task_id or "")
             if spec.client_request_id:
                 ForkRequest.objects.create(project=project,
                                            user=signed_in(user, action="forking"),
                                            client_request_id=spec.client_request_id,
                                            fork_run=run, body=spec.wire())
-            transaction.on_commit(lambda: tasks.enqueue_fork(run_id, spec.wire()))
     except IntegrityError:  # the same key raced in from a second request
         raced = _known_request(user, project, spec)
         if raced is None:
@@ -146,11 +150,11 @@ def _known_request(user: User, project: Project, spec: ForkSpec) -> Run | None:
 
 
 def _queued_fork(run_id: str, base: Run, plan: Any, spec: ForkSpec, user: User,
-                 fork_group_id: str | None = None) -> Run:
+                 fork_group_id: str | None = None, task_id: str = "") -> Run:
     """The queued fork row, holding its validated request (``work``: the ForkSpec's JSON
     form, its changes normalised) that the worker runs and lost work is redone from."""
     return Run.objects.create(
-        work={"task": "fork", "spec": spec.wire()},
+        work={"task": "fork", "spec": spec.wire()}, task_id=task_id,
         id=run_id, project=base.project, graph_version_id=base.graph_version_id,
         graph_slug=base.graph_slug, graph_version_number=base.graph_version_number,
         run_kind=RunKind.COUNTERFACTUAL, status=RunStatus.QUEUED, label=spec.label,

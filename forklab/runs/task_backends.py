@@ -2,7 +2,8 @@
 what recovery needs to know about any backend's tasks.
 
 The embedded default: no broker, no worker process. ``enqueue`` returns at once; the task
-runs on one of ``MAX_WORKERS`` threads (``FORKLAB_TASK_WORKERS``) with its own database
+starts when the enqueueing transaction commits (at once outside one) and runs on one of
+``MAX_WORKERS`` threads (``FORKLAB_TASK_WORKERS``) with its own database
 connection. There is **one pool per process**, whatever the number of backend instances
 (Django builds one per thread that asks for it): that pool is the back-pressure — work beyond
 its size waits, visibly ``queued``. ``drain`` waits until every enqueued task has finished
@@ -18,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
-from django.db import close_old_connections, connections
+from django.db import close_old_connections, connections, transaction
 from django.tasks import task_backends
 from django.tasks.backends.immediate import ImmediateBackend
 from django.tasks.base import Task, TaskResult, TaskResultStatus
@@ -67,13 +68,19 @@ class ThreadPoolBackend(ImmediateBackend):
             started_at=None, last_attempted_at=None, finished_at=None, args=args,
             kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],
         )
+        # Started once the enqueueing transaction commits (at once outside one): a task
+        # enqueued with the row it is about never runs before that row exists, nor at all
+        # when it rolls back (``tasks.enqueue_fork`` relies on it).
+        transaction.on_commit(lambda: self._submit(result))
+        return result
+
+    def _submit(self, result: TaskResult[..., Any]) -> None:
         with _lock:
             _results[result.id] = result
         future = pool(self.workers).submit(self._run, result)
         with _lock:
             _pending.add(future)
         future.add_done_callback(_forget(result.id))
-        return result
 
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
         with _lock:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
-from django.tasks import task
+from django.tasks import task, task_backends
 from pydantic import JsonValue
 
 from forklab.engine.errors import ForklabError
@@ -161,10 +161,38 @@ def _enqueued(run_ids: list[str], result: Any) -> None:
     Run.objects.filter(pk__in=run_ids).update(task_id=str(result.id))
 
 
-def enqueue_fork(run_id: str, spec: dict[str, JsonValue]) -> None:
-    """Enqueue a queued fork's tail; its request (``spec``: ``ForkSpec.wire()``, the JSON a
-    queue carries) is on the row already."""
-    _enqueued([run_id], execute_fork.enqueue(run_id))
+def enqueue_fork(run_id: str, spec: dict[str, JsonValue]) -> str | None:
+    """Enqueue a queued fork's tail; called inside the transaction that creates its row.
+
+    When the task backend makes it atomic, the task is enqueued at once, as part of that
+    transaction, and its id is returned for the row to carry: the database queue
+    (django-tasks-db in the runs' database) commits the task row with the run row or not at
+    all — no worker sees a task whose run is not there yet, and no crash between two commits
+    loses the task — and the embedded thread pool starts a task only once the enqueueing
+    transaction commits. That spares an accept the task-id ``UPDATE`` and two commits.
+    Any other backend is handed the task when the transaction commits (None: the id is
+    recorded on the row then). ``spec`` (``ForkSpec.wire()``, the JSON a queue carries) is on the
+    row already (``Run.work``).
+    """
+    if joins_transactions(task_backends[execute_fork.backend]):
+        return str(execute_fork.enqueue(run_id).id)
+    transaction.on_commit(lambda: _enqueued([run_id], execute_fork.enqueue(run_id)))
+    return None
+
+
+def joins_transactions(backend: Any) -> bool:
+    """True when ``backend.enqueue`` inside a transaction takes effect only if it commits."""
+    from django.db import router
+
+    from forklab.runs.task_backends import ThreadPoolBackend
+
+    if isinstance(backend, ThreadPoolBackend):
+        return True
+    if type(backend).__module__.startswith("django_tasks_db"):
+        from django_tasks_db.models import DBTaskResult
+
+        return bool(router.db_for_write(DBTaskResult) == router.db_for_write(Run))
+    return False
 
 
 def enqueue_answer(run_id: str, answer: dict[str, Any]) -> None:

@@ -74,7 +74,7 @@ def approve(_question: dict[str, Any]) -> HumanAnswer:
 @contextmanager
 def tasks_held() -> Iterator[None]:
     """Use cases enqueue their task on commit; here it is never executed (queued rows)."""
-    with mock.patch.object(tasks, "enqueue_fork"), mock.patch.object(tasks, "enqueue_sweep"), \
+    with mock.patch.object(tasks, "enqueue_fork", return_value=None), mock.patch.object(tasks, "enqueue_sweep"), \
             mock.patch.object(tasks, "enqueue_recording"):
         yield
 
