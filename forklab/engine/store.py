@@ -11,7 +11,7 @@ Invariants every store keeps:
   belong to ``run_id``;
 - ``append`` is also the batch verb: a list of many events costs one transaction (SQLite,
   PostgreSQL) and one update of whatever the store projects from its events, so writers
-  should hand it batches — :class:`EventBatch` is the seam the runner uses for that;
+  should hand it batches (the runner appends a fork tail's served executions together);
 - ``read`` returns events in seq order, ``after < seq <= upto``;
 - ``save_graph`` returns the existing version for an identical spec and a new version
   (last + 1) for a changed one; versions are immutable.
@@ -95,46 +95,6 @@ def final_state_from_snapshots(store: Store, run_id: str) -> RunState | None:
 
 class Store(EventStore, GraphStore, SnapshotStore, Protocol):
     """What the runner and the fork core need: events, graphs and snapshots."""
-
-
-MAX_BATCH_EVENTS = 500
-
-
-class EventBatch:
-    """Events of one run waiting to be appended together: the batch seam of every writer.
-
-    Invariants:
-    - events are added in seq order and numbered consecutively (the caller numbers them
-      from its own folded state); ``flush`` hands them to ``store.append`` in one call, with
-      ``expected_seq`` = the first one's seq - 1, so the batch is atomic: all or none;
-    - ``flush`` empties the batch *before* appending: if the append raises (a seq conflict,
-      a lost lease, a refused value) the events are dropped, never retried — the writer's
-      view of the log is wrong and it must stop writing this run;
-    - ``add`` reports when the batch holds ``limit`` events, so memory and the size of one
-      transaction stay bounded; flushing then is the caller's decision.
-    """
-
-    def __init__(self, store: EventStore, run_id: str, *,
-                 limit: int = MAX_BATCH_EVENTS) -> None:
-        self.store = store
-        self.run_id = run_id
-        self.limit = limit
-        self._events: list[Event] = []
-
-    def __len__(self) -> int:
-        return len(self._events)
-
-    def add(self, event: Event) -> bool:
-        """Queue ``event``; True when the batch is full and should be flushed."""
-        self._events.append(event)
-        return len(self._events) >= self.limit
-
-    def flush(self) -> list[Event]:
-        """Append every queued event in one atomic ``append``; returns them (in order)."""
-        events, self._events = self._events, []
-        if events:
-            self.store.append(self.run_id, events, expected_seq=events[0].seq - 1)
-        return events
 
 
 def check_append(run_id: str, events: Sequence[Event], expected_seq: int, last: int) -> None:

@@ -19,7 +19,7 @@ from forklab.engine.graph import parse_graph
 from forklab.engine.recording import run_recorded
 from forklab.engine.reducers import fold
 from forklab.engine.scenarios import SCENARIOS
-from forklab.engine.store import EventBatch, Store
+from forklab.engine.store import Store
 
 GRAPH = {
     "id": "contract",
@@ -117,54 +117,6 @@ class StoreContract:
             t.join()
         assert outcomes.count("ok") == 1
         assert store.last_seq("r1") == 2
-
-    # -- batches ---------------------------------------------------------------------------
-    def test_a_batch_is_appended_whole_in_one_call(self, store: Store) -> None:
-        batch = EventBatch(store, "r1", limit=3)
-        assert batch.add(started()) is False
-        assert batch.add(written("r1", 2)) is False
-        assert store.last_seq("r1") == 0  # queued, not stored
-        assert batch.add(written("r1", 3)) is True  # full: the caller should flush
-        flushed = batch.flush()
-        assert [e.seq for e in flushed] == [1, 2, 3] and len(batch) == 0
-        assert [e.seq for e in store.read("r1")] == [1, 2, 3]
-        assert batch.flush() == []  # an empty flush appends nothing
-
-    def test_a_batch_that_lost_a_race_stores_none_of_its_events(self, store: Store) -> None:
-        store.append("r1", [started()], expected_seq=0)
-        batch = EventBatch(store, "r1")
-        for seq in range(2, 6):
-            batch.add(written("r1", seq))
-        store.append("r1", [written("r1", 2, value="other")], expected_seq=1)
-        with pytest.raises(SeqConflictError):
-            batch.flush()
-        assert store.last_seq("r1") == 2 and len(batch) == 0  # dropped, never retried
-        assert [e.payload()["value"] for e in store.read("r1", after=1)] == ["other"]
-
-    def test_a_recording_appends_in_batches_not_per_event(self, store: Store) -> None:
-        from forklab.engine.store import EventStore
-
-        appends: list[int] = []
-
-        class Counting:
-            """Counts the appends a recording makes; everything else is the real store."""
-
-            def __getattr__(self, name: str) -> Any:
-                return getattr(store, name)
-
-            def append(self, run_id: str, events: Any, *, expected_seq: int) -> None:
-                appends.append(len(events))
-                store.append(run_id, events, expected_seq=expected_seq)
-
-        counting: EventStore = Counting()
-        scenario = SCENARIOS["diamond"]
-        recorded = run_recorded(scenario.graph(), scenario.input, store=counting)  # type: ignore[arg-type]
-        nodes = len(recorded.state.executions)
-        assert sum(appends) == recorded.state.version
-        # per node that calls out: what led to its call, then its result and end
-        assert len(appends) <= 2 * nodes + 1 < recorded.state.version
-        assert canonical_equals(fold(store.read(recorded.run_id)).to_wire(),
-                                recorded.state.to_wire())
 
     # -- graphs ----------------------------------------------------------------------------
     def test_saving_the_same_graph_twice_keeps_one_version(self, store: Store) -> None:

@@ -68,10 +68,6 @@ def record_with_snapshots(
 
     runner = Runner(scenario.graph(), store=store, run_id="run-live", env=env, hitl=hitl,
                     on_event=on_event)
-    # on_event sees events once stored; a batch of one stores each as soon as it is folded,
-    # so the hook sees the live state right after every event (batching changes only when
-    # events are stored, never what is folded — the other tests record with real batches)
-    runner.batch.limit = 1
     runner.start(dict(scenario.input))
     return runner, store, snapshots
 
