@@ -373,10 +373,16 @@ STORAGES = {
 
 # -- REST API --------------------------------------------------------------------------------
 
+# A web process remembers an API token it confirmed for this many seconds (forklab.api.auth),
+# saving the token query of every request a script sends with it. A deleted token or a
+# deactivated user stays accepted by the *other* processes for up to this long; 0: ask the
+# database on every request.
+FORKLAB_TOKEN_CACHE_S = envfloat("FORKLAB_TOKEN_CACHE_S", 5.0, minimum=0.0)
+
 REST_FRAMEWORK = {
     # Token first: an unauthenticated API request gets 401 with ``WWW-Authenticate: Token``.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "forklab.api.auth.CachedTokenAuthentication",  # DRF's, remembering recent tokens
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -1,8 +1,8 @@
 """What accepting a fork costs in SQL: a count, so the accept path cannot quietly grow.
 
 ``POST /forks/`` by token, once its base run is loaded in the process (the first request
-for a base reads its log once; ``forklab.runs.bases``): the token, the base run with the
-caller's role, one transaction holding the queued row (and, with an atomic task backend,
+for a base reads its log once; ``forklab.runs.bases``), by a token the process confirmed
+moments ago (``forklab.api.auth``): the base run with the caller's role, one transaction holding the queued row (and, with an atomic task backend,
 the queue's task row), and the queue position. These tests run in a rolled-back
 transaction, so ``transaction.atomic`` shows as a savepoint and the thread pool's task never
 starts.
@@ -21,8 +21,9 @@ from tests.api.conftest import API, World
 
 pytestmark = pytest.mark.django_db
 
-#: token + user, base run + role, SAVEPOINT, INSERT run, RELEASE SAVEPOINT, queue position
-ACCEPT_QUERIES = 6
+#: base run + role, SAVEPOINT, INSERT run, RELEASE SAVEPOINT, queue position (the token
+#: was confirmed by the first request: forklab.api.auth)
+ACCEPT_QUERIES = 5
 
 
 def fork_request(world: World, n: int) -> dict[str, Any]:
