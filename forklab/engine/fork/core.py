@@ -167,6 +167,8 @@ class ForkPlan:
     warnings: list[str] = field(default_factory=list)
     source: str = "events"
     routes_used: list[str] = field(default_factory=list)
+    # which run's log, folded to which seq, ``prefix_state`` is (empty: not such a fold)
+    prefix_ref: dict[str, Any] = field(default_factory=dict)
 
     @property
     def inherited(self) -> list[dict[str, Any]]:
@@ -266,8 +268,10 @@ def prepare_fork(
     graph = effective_graph(graph, changes)
     application = apply_at(base, point, changes)
     effective = application.point
+    prefix_ref: dict[str, Any] = {}
     if prefix is None or application.moved:
         prefix = prefix_at(base, effective)
+        prefix_ref = {"run_id": base.link(effective.run_id).run_id, "seq": effective.seq}
     memoize = policy.memoize or application.moved
     estimate = estimate_tail(
         graph=graph, base=base, position=effective.position or 0, changes=changes,
@@ -280,7 +284,7 @@ def prepare_fork(
                     prefix_state=prefix, new_input=application.new_input,
                     changed_inputs=application.written_inputs, policy=policy, budget=budget,
                     memoize=memoize, estimate=estimate, application=application,
-                    warnings=list(estimate.warnings), source=source)
+                    warnings=list(estimate.warnings), source=source, prefix_ref=prefix_ref)
     plan.warnings += application.warnings()
     plan.warnings += _unreached_targets(changes, base.state.executions[effective.position or 0:])
     plan.routes_used = _routes_used(plan)
