@@ -32,6 +32,7 @@ import json
 import os
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,6 +46,7 @@ from forklab.engine.state import RunState
 from forklab.engine.store import check_append, final_state_from_snapshots
 
 BUSY_TIMEOUT_S = 30.0
+PREFIX_CACHE_CHARS = 64 * 1024 * 1024  # JSON text of fork prefixes kept per store
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -83,6 +85,9 @@ class SqliteStore:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
+        # referenced prefix states as JSON text, newest last, at most PREFIX_CACHE_CHARS in all:
+        # the state of run R at seq S never changes, so an entry never goes stale
+        self._prefixes: OrderedDict[tuple[str, int], str] = OrderedDict()
         with self._write() as conn:  # not executescript: it would commit outside the lock
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 conn.execute(statement)
@@ -190,14 +195,30 @@ class SqliteStore:
         return bool(row and row[0] == 1 and row[1] == seq and row[2] == seq)
 
     def _referenced_prefix(self, fork_id: str, ref: dict[str, object]) -> dict[str, object]:
-        """Run ``ref["run_id"]``'s state at ``ref["seq"]`` in wire form (its log folded)."""
-        run_id, seq = str(ref["run_id"]), int(str(ref["seq"]))
+        """Run ``ref["run_id"]``'s state at ``ref["seq"]`` in wire form (its log folded; a
+        fresh object per call, so callers own it)."""
+        key = (str(ref["run_id"]), int(str(ref["seq"])))
+        with self._lock:
+            text = self._prefixes.get(key)
+            if text is not None:
+                self._prefixes.move_to_end(key)
+        if text is not None:
+            decoded: dict[str, object] = json.loads(text)
+            return decoded
+        run_id, seq = key
         events = self.read(run_id, upto=seq)
         if not events or events[0].seq != 1 or events[-1].seq != seq:
             raise SourceMissing(  # unreachable unless the file was edited by hand
                 f"fork {fork_id!r} stores its prefix by reference to run {run_id!r} up to seq "
                 f"{seq}, and those events are not in {self.path}", run_id=fork_id)
-        return fold(events).to_wire()
+        wire = fold(events).to_wire()
+        text = json.dumps(wire, ensure_ascii=False)
+        with self._lock:
+            self._prefixes[key] = text
+            while sum(map(len, self._prefixes.values())) > PREFIX_CACHE_CHARS \
+                    and len(self._prefixes) > 1:
+                self._prefixes.popitem(last=False)
+        return wire
 
     def _materialize_forks_of(self, conn: sqlite3.Connection, run_id: str) -> None:
         """Copy the prefix into every fork stored by reference to ``run_id``'s log (called in
