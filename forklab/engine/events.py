@@ -110,6 +110,10 @@ class RunForked(Event):
     inherited_changes: int = 0
     # routers whose inherited once-only route change was already used before the point
     routes_used: list[str] = field(default_factory=list)
+    # {"run_id": R, "seq": S} when ``prefix_state`` is exactly run R's state at seq S (its
+    # log folded to S); empty otherwise (a snapshot fork's rewound state). A durable store
+    # may then keep the prefix by reference to R's log instead of a copy (SqliteStore).
+    prefix_ref: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
