@@ -101,9 +101,10 @@ def ask(ctx: NodeContext, agent: AgentSpec, messages: list[dict[str, Any]],
     call = ctx.call
     request = chat_request(agent, messages, choices)
     params = dict(request.params)
+    request_hash = request.request_hash
     ctx.emit(AgentRequested, role=role, index=index, provider=request.provider,
              model=request.model, temperature=request.temperature,
-             request_hash=request.request_hash,
+             request_hash=request_hash,
              **ctx.env.redactor.redact_fields(  # hash above: unredacted
                  system_prompt=request.system_prompt, messages=list(messages), params=params))
     ctx.before_call()  # the request is stored before the call is made
@@ -111,7 +112,7 @@ def ask(ctx: NodeContext, agent: AgentSpec, messages: list[dict[str, Any]],
         served = ctx.oracle.agent(call, request, role, index)
     except NodeFailure as failure:  # the call was made and failed: it is still a call
         ctx.emit(CallFailed, kind="agent", role=role, index=index, model=request.model,
-                 label=failure.label, error=failure.error, request_hash=request.request_hash)
+                 label=failure.label, error=failure.error, request_hash=request_hash)
         raise
     if served.recorded:
         cost = served.cost_usd  # what the recording paid (prices may have changed since)
@@ -122,7 +123,7 @@ def ask(ctx: NodeContext, agent: AgentSpec, messages: list[dict[str, Any]],
     ctx.emit(AgentResponded, role=role, index=index, model=request.model, text=served.text,
              input_tokens=served.input_tokens, output_tokens=served.output_tokens,
              cost_usd=cost, latency_ms=served.latency_ms, label=served.label,
-             request_hash=request.request_hash)
+             request_hash=request_hash)
     return served.text
 
 
