@@ -53,8 +53,13 @@ def successors(
     waiting: list[str] = []
     for succ in candidates:
         if index.nodes[succ].join == "all":
-            missing = index.predecessor_sets.get(succ, frozenset()) - {node_id}
-            if not missing.issubset(state.arrivals.get(succ, ())):
+            predecessors = index.predecessor_sets.get(succ, frozenset())
+            arrived = state.arrivals.get(succ, ())
+            # fewer arrivals than missing predecessors cannot cover them: a wide join is
+            # checked in full once, when its last predecessor completes, not once per arrival
+            # (building the missing set per arrival made a fan-in of N cost N²)
+            if (len(arrived) < len(predecessors) - (node_id in predecessors)
+                    or not (predecessors - {node_id}).issubset(arrived)):
                 waiting.append(succ)
                 continue
         ready.append(succ)

@@ -189,6 +189,11 @@ class Scheduler:
             if limit is not None and iteration > limit:
                 break
             p = self._predict(node_id, iteration, unsettled)
+            if at_head and position == 0 and p.instant:
+                # served at once (a memo hit, a substituted output): the walk waits for the
+                # next node boundary, microseconds away — a fork tail of N reused nodes does
+                # not walk the lookahead N times
+                return
             worst = p.worst if p.worst is not None else self._worst(p.node, p.call)
             if (p.call is not None and node_id not in self.flights and not p.instant
                     and poolable(p.node)):
