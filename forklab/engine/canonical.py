@@ -11,7 +11,6 @@ import hashlib
 import json
 from typing import Any
 
-
 _LEAVES = frozenset({str, int, float, bool})
 """Types that serialise as they are: not recursed into (most values of a record are these)."""
 

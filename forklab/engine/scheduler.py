@@ -178,7 +178,8 @@ class Scheduler:
                 iteration=current.iteration, fingerprint=current.fingerprint,
                 reads=current.reads))
         lookahead = 2 * self.width + 4
-        head: Prediction | None = None  # the head, started only when another node runs too
+        # the head (node, call, taint), started on the pool only when another node runs too
+        head: tuple[Any, NodeCall, frozenset[str]] | None = None
         for position, node_id in enumerate(state.frontier[:lookahead]):
             if len(self.flights) >= self.width and node_id not in self.flights:
                 break
@@ -198,10 +199,10 @@ class Scheduler:
             if (p.call is not None and node_id not in self.flights and not p.instant
                     and poolable(p.node)):
                 if at_head and position == 0:
-                    head = p
+                    head = (p.node, p.call, p.tainted)
                 elif self._admits(pending_calls, pending_usd, worst):
                     if head is not None:  # not alone: the head runs on the pool too, first
-                        self._start(head.node, head.call, head.tainted, head=True)
+                        self._start(*head, head=True)
                         head = None
                     self._start(p.node, p.call, p.tainted, head=False)
             if p.writes is None or barrier(p.node):
@@ -212,7 +213,7 @@ class Scheduler:
             pending_usd = None if pending_usd is None or worst[1] is None \
                 else pending_usd + worst[1]
         if head is not None and self.flights:  # others still run: keep the runner free to refill
-            self._start(head.node, head.call, head.tainted, head=True)
+            self._start(*head, head=True)
 
     def _predict(self, node_id: str, iteration: int, unsettled: set[str]) -> Prediction:
         state = self.runner.state
