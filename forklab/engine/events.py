@@ -46,11 +46,11 @@ class Event:
         return self.TYPE
 
     def payload(self) -> dict[str, Any]:
-        return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name not in _ENVELOPE
-        }
+        names = _PAYLOAD_FIELDS.get(type(self))
+        if names is None:  # the payload's field names, in declaration order, once per class
+            names = tuple(f.name for f in dataclasses.fields(self) if f.name not in _ENVELOPE)
+            _PAYLOAD_FIELDS[type(self)] = names
+        return {name: getattr(self, name) for name in names}
 
     def to_wire(self) -> dict[str, Any]:
         """JSON-ready form: the Event shape of SPEC §4.6 plus ``run_id`` and ``v``."""
@@ -68,6 +68,7 @@ class Event:
 
 
 _ENVELOPE = frozenset({"run_id", "seq", "at", "node", "occurrence", "iteration"})
+_PAYLOAD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 # -- run lifecycle ---------------------------------------------------------------------------

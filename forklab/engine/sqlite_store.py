@@ -150,8 +150,10 @@ class SqliteStore:
                     "concurrent append; re-read the log and retry",
                     run_id=run_id, expected_seq=expected_seq,
                 ) from None
-            self._touch_run(conn, run_id)
-            conn.execute("UPDATE runs SET last_seq = ? WHERE run_id = ?", (rows[-1][1], run_id))
+            conn.execute(  # the run row and its last seq in one statement
+                "INSERT INTO runs (run_id, last_seq) VALUES (?, ?) "
+                "ON CONFLICT (run_id) DO UPDATE SET last_seq = excluded.last_seq",
+                (run_id, rows[-1][1]))
 
     def read(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[AnyEvent]:
         """Events with ``after < seq <= upto`` in seq order (one consistent WAL snapshot)."""
