@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("postgres") is not None:
             item.add_marker(requires_postgres)
     unique_node_ids(items)
-    schedule_for_xdist(items, suffix_groups=bool(config.getvalue("loadgroup")))
+    schedule_for_xdist(items, suffix_groups=bool(config.getoption("loadgroup", default=False)))
 
 
 def _set_node_id(item: pytest.Item, nodeid: str) -> None:
