@@ -43,10 +43,96 @@ requires_postgres = pytest.mark.skipif(
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("postgres") is not None:
             item.add_marker(requires_postgres)
+    unique_node_ids(items)
+    schedule_for_xdist(items, suffix_groups=bool(config.getoption("loadgroup", default=False)))
+
+
+def _set_node_id(item: pytest.Item, nodeid: str) -> None:
+    # pytest 9 keeps the id in ``_id`` (a NodeId); ``_nodeid`` is what xdist 3.8 still sets
+    # for its own ``@group`` suffix, which pytest 9 ignores (so xdist_group did nothing).
+    if hasattr(item, "_id"):
+        item._id = type(item._id).parse(nodeid)
+    else:  # pragma: no cover - pytest < 9
+        item._nodeid = nodeid
+
+
+def unique_node_ids(items: list[pytest.Item]) -> None:
+    """Give every test its own node id.
+
+    schemathesis' ``schema.parametrize()`` collects one item per API operation, all under the
+    test function's bare node id (the operation is only in ``item.name``). xdist schedules by
+    node id, so under ``-n`` only the first operation was ever fuzzed (1 of 23). Each such
+    item's id becomes ``<parent>::<name>``, e.g. ``...::test_x[GET /api/v1/runs/]``.
+    """
+    seen: dict[str, int] = {}
+    for item in items:
+        seen[item.nodeid] = seen.get(item.nodeid, 0) + 1
+    for item in items:
+        if seen[item.nodeid] > 1 and item.parent is not None:
+            _set_node_id(item, f"{item.parent.nodeid}::{item.name}")
+
+
+# Fixtures of these scopes build a world once per module (or class); their module's tests
+# must stay together on one worker, or the world is built again on the other one.
+_SHARED_SCOPES = {"module", "class", "package"}
+
+
+def _shares_a_world(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    # plugin fixtures (baseid "") are left out: pytest-django's class-scoped autouse
+    # ``_django_setup_unittest`` is in every test's closure and builds nothing
+    return any(defs[-1].scope in _SHARED_SCOPES and defs[-1].baseid
+               for defs in info.name2fixturedefs.values())
+
+
+def _tier(item: pytest.Item) -> int:
+    """Expected cost class, dearest first: ``slow``-marked tests (10,000-node graphs, real
+    processes killed), then hypothesis/schemathesis properties (each draws dozens of runs),
+    then everything else."""
+    if item.get_closest_marker("slow") is not None:
+        return 0
+    if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+        return 1
+    return 2
+
+
+def schedule_for_xdist(items: list[pytest.Item], *, suffix_groups: bool) -> None:
+    """Group and order the collection for the main session (``--dist loadgroup
+    --no-loadscope-reorder``, see ``dev``).
+
+    Invariants:
+    - every test of a module with a module/class-scoped fixture carries
+      ``xdist_group(<module>)``, so the module runs whole on one worker and builds its world
+      once; every other test is its own work unit and goes to whichever worker is free;
+    - the order is dearest first (``_tier``; a group takes its dearest member's tier) and,
+      within a tier, pytest-randomly's shuffled order (a stable sort), so the long tests start
+      at once on both workers and the cheap ones fill the tail instead of one worker
+      finishing a 100-second test alone. The order is a function of the collection and the
+      seed, so every xdist worker computes the same one (xdist requires it).
+    Under ``--dist loadgroup`` a grouped test's id gets xdist's ``@<group>`` suffix here (what
+    xdist itself does, but through an attribute pytest 9 no longer reads). Without xdist the
+    groups are inert markers and the order is only an order.
+    """
+    unit_tier: dict[str, int] = {}
+    units: list[str] = []
+    for item in items:
+        unit = item.nodeid
+        if _shares_a_world(item):
+            unit = item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(unit))
+            if suffix_groups:
+                _set_node_id(item, f"{item.nodeid}@{unit}")
+        units.append(unit)
+        unit_tier[unit] = min(unit_tier.get(unit, 3), _tier(item))
+    order = {id(item): (unit_tier[unit], i)
+             for i, (item, unit) in enumerate(zip(items, units, strict=True))}
+    items.sort(key=lambda item: order[id(item)])
 
 
 @pytest.fixture(scope="session")

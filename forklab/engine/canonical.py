@@ -11,12 +11,16 @@ import hashlib
 import json
 from typing import Any
 
+_LEAVES = frozenset({str, int, float, bool})
+"""Types that serialise as they are: not recursed into (most values of a record are these)."""
+
 
 def _strip_none(value: Any) -> Any:
     if isinstance(value, dict):
-        return {str(k): _strip_none(v) for k, v in value.items() if v is not None}
+        return {k if type(k) is str else str(k): v if type(v) in _LEAVES else _strip_none(v)
+                for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple)):
-        return [_strip_none(v) for v in value]
+        return [v if type(v) in _LEAVES else _strip_none(v) for v in value]
     if isinstance(value, (set, frozenset)):
         return sorted(_strip_none(v) for v in value)
     return value

@@ -11,8 +11,15 @@ Invariants:
   buffered until ``node.completed``, and no node that could write those keys runs before it
   completes (the scheduler's rule), so the snapshot is what the sequential run would see;
 - ``emit`` adds the execution envelope (node, occurrence, iteration) and hands the event to
-  the sink: the runner's log directly for the node at the head of the run, a buffer for a
-  node running ahead of it (appended, in order, when it becomes the head).
+  the sink: the runner's open batch for the node at the head of the run, a buffer for a
+  node running ahead of it (appended, in order, when it becomes the head). An emitted event
+  is folded at once but stored later, at the runner's next flush point;
+- ``durable`` is called right before every outside call (a model, a tool, a human, a child
+  run): when it returns, everything this execution emitted so far is stored, so what led to
+  a call is in the log before the call is made and a call whose result was stored is never
+  paid again on resume. A node running ahead of the head has no place in the log yet; its
+  ``durable`` returns at once (its calls are made, but its events are stored only when it
+  reaches the head — work a crash there loses is re-done on resume).
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ class NodeContext:
     tainted: frozenset[str]
     sink: Sink
     cancelled: Callable[[], bool]
+    durable: Callable[[], None]
     children: ChildRuns | None = None
 
     def emit(self, cls: type[Event], **fields: Any) -> None:
@@ -70,6 +78,10 @@ class NodeContext:
         """Checked before each call: a cancelled run abandons the node."""
         if self.cancelled():
             raise Cancelled()
+
+    def before_call(self) -> None:
+        """Right before an outside call: store what this execution emitted (see ``durable``)."""
+        self.durable()
 
     def reads_tainted(self, untrusted: bool = False) -> bool:
         """Whether what this node writes is tainted: an untrusted tool, or a tainted read."""

@@ -46,11 +46,11 @@ class Event:
         return self.TYPE
 
     def payload(self) -> dict[str, Any]:
-        return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name not in _ENVELOPE
-        }
+        names = _PAYLOAD_FIELDS.get(type(self))
+        if names is None:  # the payload's field names, in declaration order, once per class
+            names = tuple(f.name for f in dataclasses.fields(self) if f.name not in _ENVELOPE)
+            _PAYLOAD_FIELDS[type(self)] = names
+        return {name: getattr(self, name) for name in names}
 
     def to_wire(self) -> dict[str, Any]:
         """JSON-ready form: the Event shape of SPEC §4.6 plus ``run_id`` and ``v``."""
@@ -68,6 +68,7 @@ class Event:
 
 
 _ENVELOPE = frozenset({"run_id", "seq", "at", "node", "occurrence", "iteration"})
+_PAYLOAD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 # -- run lifecycle ---------------------------------------------------------------------------
@@ -110,6 +111,10 @@ class RunForked(Event):
     inherited_changes: int = 0
     # routers whose inherited once-only route change was already used before the point
     routes_used: list[str] = field(default_factory=list)
+    # {"run_id": R, "seq": S} when ``prefix_state`` is exactly run R's state at seq S (its
+    # log folded to S); empty otherwise (a snapshot fork's rewound state). A durable store
+    # may then keep the prefix by reference to R's log instead of a copy (SqliteStore).
+    prefix_ref: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

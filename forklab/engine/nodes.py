@@ -101,16 +101,18 @@ def ask(ctx: NodeContext, agent: AgentSpec, messages: list[dict[str, Any]],
     call = ctx.call
     request = chat_request(agent, messages, choices)
     params = dict(request.params)
+    request_hash = request.request_hash
     ctx.emit(AgentRequested, role=role, index=index, provider=request.provider,
              model=request.model, temperature=request.temperature,
-             request_hash=request.request_hash,
+             request_hash=request_hash,
              **ctx.env.redactor.redact_fields(  # hash above: unredacted
                  system_prompt=request.system_prompt, messages=list(messages), params=params))
+    ctx.before_call()  # the request is stored before the call is made
     try:
         served = ctx.oracle.agent(call, request, role, index)
     except NodeFailure as failure:  # the call was made and failed: it is still a call
         ctx.emit(CallFailed, kind="agent", role=role, index=index, model=request.model,
-                 label=failure.label, error=failure.error, request_hash=request.request_hash)
+                 label=failure.label, error=failure.error, request_hash=request_hash)
         raise
     if served.recorded:
         cost = served.cost_usd  # what the recording paid (prices may have changed since)
@@ -121,7 +123,7 @@ def ask(ctx: NodeContext, agent: AgentSpec, messages: list[dict[str, Any]],
     ctx.emit(AgentResponded, role=role, index=index, model=request.model, text=served.text,
              input_tokens=served.input_tokens, output_tokens=served.output_tokens,
              cost_usd=cost, latency_ms=served.latency_ms, label=served.label,
-             request_hash=request.request_hash)
+             request_hash=request_hash)
     return served.text
 
 
@@ -185,6 +187,7 @@ def _tool_node(ctx: NodeContext, node: ToolNode) -> str | None:
     tool_ctx = ToolContext(run_id=ctx.run_id, node=node.id, occurrence=call.occurrence,
                            reflections=ctx.env.reflections,
                            capture_reflections=ctx.oracle.captures_reflections)
+    ctx.before_call()  # what the tool is called with is stored before it runs
     try:
         result, label = ctx.oracle.tool(call, node, args, tool_ctx)
     except NodeFailure as failure:  # the tool raised: the call is still recorded and counted
@@ -247,6 +250,7 @@ class Paused(Exception):
 
 def _approval_node(ctx: NodeContext, node: ApprovalNode) -> str | None:
     ctx.emit(HumanRequested, prompt=node.prompt, context=ctx.call.reads)
+    ctx.before_call()  # a viewer (or a crash) sees the request before anyone answers it
     answer = ctx.oracle.human(ctx.call, node)
     if answer is None:
         raise Paused()

@@ -15,6 +15,7 @@ Semantics:
 
 from __future__ import annotations
 
+import json
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -53,8 +54,13 @@ def successors(
     waiting: list[str] = []
     for succ in candidates:
         if index.nodes[succ].join == "all":
-            missing = index.predecessor_sets.get(succ, frozenset()) - {node_id}
-            if not missing.issubset(state.arrivals.get(succ, ())):
+            predecessors = index.predecessor_sets.get(succ, frozenset())
+            arrived = state.arrivals.get(succ, ())
+            # fewer arrivals than missing predecessors cannot cover them: a wide join is
+            # checked in full once, when its last predecessor completes, not once per arrival
+            # (building the missing set per arrival made a fan-in of N cost N²)
+            if (len(arrived) < len(predecessors) - (node_id in predecessors)
+                    or not (predecessors - {node_id}).issubset(arrived)):
                 waiting.append(succ)
                 continue
         ready.append(succ)
@@ -80,22 +86,29 @@ def node_fingerprint(graph: GraphSpec, node_id: str, reads: dict[str, Any], *,
     memoization and for side effects.
     """
     static = graph.fingerprint_parts(node_id)
+    absent = [k for k in graph.node(node_id).reads if k not in reads]
     # canonical_json of {"absent", "agents", "child", "config", "iteration", "node",
     # "occurrence", "reads"} written out key by key in sorted order, so the node's config and
     # agents (the same for every execution) are serialised once per graph version; equal,
     # character for character, to canonical_json of the whole dict (tests check it).
     text = "".join((
-        '{"absent":', canonical_json(sorted({k for k in graph.node(node_id).reads
-                                             if k not in reads})),
+        # (an int's canonical JSON is str(int), a string's is json.dumps of it: written
+        # directly, as is the usual empty list of absent keys)
+        '{"absent":', canonical_json(sorted(set(absent))) if absent else "[]",
         ',"agents":', static.agents,
         "" if child is None else ',"child":' + canonical_json(child),
         ',"config":', static.config,
-        ',"iteration":', canonical_json(iteration),
-        ',"node":', canonical_json(node_id),
-        ',"occurrence":', canonical_json(occurrence),
+        ',"iteration":', _json_int(iteration),
+        ',"node":', json.dumps(node_id, ensure_ascii=False),
+        ',"occurrence":', _json_int(occurrence),
         ',"reads":', canonical_json(reads), "}",
     ))
     return hash_text(text)
+
+
+def _json_int(value: int) -> str:
+    """``canonical_json`` of an int without the general path (anything else takes it)."""
+    return str(value) if type(value) is int else canonical_json(value)
 
 
 def fingerprint_reference(graph: GraphSpec, node_id: str, reads: dict[str, Any], *,

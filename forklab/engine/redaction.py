@@ -57,6 +57,9 @@ DEFAULT_VALUE_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p 
 
 Mask = Callable[[str], str]
 
+SECRET_KEY_CACHE = 4096
+"""Key names whose secrecy a redactor remembers (bounded: names may come from user data)."""
+
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SEPARATORS = re.compile(r"[^A-Za-z0-9]+")
 
@@ -92,10 +95,14 @@ class Redactor:
     values: tuple[re.Pattern[str], ...] = DEFAULT_VALUE_PATTERNS
     masks: tuple[Mask, ...] = ()
     _key_words: tuple[tuple[str, ...], ...] = field(init=False, repr=False, compare=False)
+    # secret_key's answers by key name: a pure function of the name and ``keys``, asked for
+    # the same few names (role, content, params' keys) on every recorded call
+    _secret: dict[str, bool] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         words = tuple(w for w in (key_words(k) for k in self.keys) if w)
         object.__setattr__(self, "_key_words", words)
+        object.__setattr__(self, "_secret", {})
 
     def with_keys(self, extra: Iterable[str]) -> Redactor:
         """This redactor with more secret key names (e.g. from settings)."""
@@ -103,8 +110,13 @@ class Redactor:
         return Redactor(keys=self.keys + added, values=self.values, masks=self.masks)
 
     def secret_key(self, name: str) -> bool:
-        words = key_words(name)
-        return any(_contains(words, pattern) for pattern in self._key_words)
+        known = self._secret.get(name)
+        if known is None:
+            words = key_words(name)
+            known = any(_contains(words, pattern) for pattern in self._key_words)
+            if len(self._secret) < SECRET_KEY_CACHE:
+                self._secret[name] = known  # one dict store: safe from any thread
+        return known
 
     def redact(self, value: Any) -> Any:
         """A redacted copy of the JSON value ``value`` (see the module docstring)."""

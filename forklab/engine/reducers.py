@@ -70,7 +70,7 @@ def fold(events: Iterable[AnyEvent], state: RunState | None = None) -> RunState:
     ``state`` is updated in place and returned; omit it to start from an empty state.
     """
     state = RunState() if state is None else state
-    with _collector_paused():
+    with collector_paused():
         for event in events:
             check_next(state, event)
             evolve(state, event)
@@ -78,14 +78,15 @@ def fold(events: Iterable[AnyEvent], state: RunState | None = None) -> RunState:
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for the duration of a fold.
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the duration of a fold (or of any pass
+    that builds long-lived structures from a whole log: the fork index, a base load).
 
     A fold allocates many small containers that all stay alive (executions, action records,
     calls), so with the collector on, a long log triggers repeated collections that re-scan
     the whole heap — about half of a 100k-event fold. Reference counting still frees
     everything as usual; only cycle detection is deferred until the fold ends. A collector
-    that was already off stays off.
+    that was already off stays off (so these sections nest).
     """
     was_enabled = gc.isenabled()
     gc.disable()

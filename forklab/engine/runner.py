@@ -1,11 +1,28 @@
 """The live runner: executes a graph, appending every transition to the event log.
 
-Each event is appended to the store (``expected_seq`` = the state's version) and then folded
-into the runner's state through the same ``evolve`` the fold uses, so the live state always
-equals the state rebuilt from the log. The one exception is a run of memo hits in a fork
-tail: their events are folded as they are made and appended together, in one store call, at
-the next node that runs for real (or when the loop stops) — so a reused node costs a lookup
-and its events, not a transaction; the durable log still only ever ends at a node boundary.
+Each event is folded into the runner's state as it is made, through the same ``evolve`` the
+fold uses, and queued in the runner's open batch; a *flush* appends the batch to the store in
+one call (one transaction, ``expected_seq`` = the seq before its first event) and only then
+hands its events to ``on_event``. So the live state always equals the fold of the log plus
+the open batch, and at every flush it equals the fold of the log.
+
+Flush points (what keeps crash semantics honest):
+- right before every outside call — a model, a tool, a human, a child run
+  (``NodeContext.before_call``): what led to the call is stored before it is made, and the
+  result of every earlier call with it, so a resume never pays a stored call again;
+- at the end of a node that called out (its result and ``node.completed`` are stored before
+  the next node starts), and when the run stops (end, pause, failure, cancellation);
+- at a node boundary once the batch holds ``batch_limit`` events (``BATCH_MAX``).
+Nodes that call nothing (memo hits in a fork tail, substituted outputs, rules routers) are
+folded and queued only: a run of them costs lookups and events, one transaction per batch,
+and the durable log still ends at a node boundary. ``batch_limit = 1`` appends every event
+as it is made (the fold-invariant test watches the live state after each one).
+
+A crash loses only the open batch: whole nodes that called nothing (a resume serves or
+re-derives them) and, of a node that called out, at most what it emitted after its last
+call returned — its result, if the process dies in the microseconds between the call
+returning and the node's end; that call is paid again on resume, as it would be if the
+process died during the call.
 Node failures become ``node.failed`` + ``run.failed``
 events; only integrity violations (a seq conflict: someone else wrote this run) escape.
 
@@ -13,7 +30,7 @@ Control flow: ``start`` / ``resume`` / ``answer`` enter ``_loop``, which asks th
 the next node until the frontier is empty, the run pauses at a human gate, the side-effect
 guard blocks it, a node fails, or the cancel token is set. Before each node the
 :class:`~forklab.engine.scheduler.Scheduler` starts independent ready nodes ahead on a thread
-pool; the node at the head either ran ahead (``_land``: its buffered events are appended) or
+pool; the node at the head either ran ahead (``_land``: its buffered events are queued) or
 executes in place (``_execute``). Either way its events land between its ``node.started`` and
 its ``node.completed`` in frontier order, so the log is the sequential one. Only this thread
 touches the store and the state; handlers get a :class:`~forklab.engine.context.NodeContext`.
@@ -78,7 +95,7 @@ CANCEL_POLL_S = 0.25
 """How often the runner asks the cancel token while the head node runs on the pool."""
 
 BATCH_MAX = 1000
-"""Events a batch of memo hits may hold before it is appended (at the next node boundary)."""
+"""Events an open batch may hold before it is appended (checked at node boundaries)."""
 
 
 class CancelToken:
@@ -120,43 +137,30 @@ class Runner:
         self.on_event = on_event
         self.graph_version = graph_version
         self.state = RunState()
-        self._batch: list[Event] | None = None  # events folded but not yet appended
+        self.batch_limit = BATCH_MAX  # 1: append every event as it is made
+        self._batch: list[Event] = []  # events folded but not yet appended, in seq order
+        self._called_out = False  # the node at the head made an outside call: flush at its end
         self.ancestry: tuple[str, ...] = ()  # graphs of the runs this child run nests in
 
     # -- the log -------------------------------------------------------------------------
     def emit(self, cls: type[Event], *, at: float | None = None, **fields: Any) -> Event:
-        """Append one event after the current version, then fold it into the state.
-
-        While a batch is open (:meth:`_defer`) the event is folded at once but appended —
-        and handed to ``on_event`` — when the batch is flushed, in seq order."""
+        """Fold one event (seq = the state's version + 1) into the state and queue it in the
+        open batch; it is appended — and handed to ``on_event`` — at the next flush."""
         # microsecond precision: what the wire form (ISO time) keeps, so a log read back from
         # a durable store folds to exactly the state the runner had
         at = round(self.env.clock(), 6) if at is None else at
         event = cls(run_id=self.run_id, seq=self.state.version + 1, at=at, **fields)
-        if self._batch is not None:
-            self._batch.append(event)
-            evolve(self.state, event)  # type: ignore[arg-type]
-            return event
-        self.store.append(self.run_id, [event], expected_seq=self.state.version)
         evolve(self.state, event)  # type: ignore[arg-type]
-        if self.on_event is not None:
-            self.on_event(event)
+        self._batch.append(event)
+        if self.batch_limit <= 1:
+            self.flush()
         return event
 
-    def _defer(self) -> None:
-        """Open a batch (a memo hit is about to start): its events are appended together.
-
-        Batches open and close only at node boundaries, so the durable log always ends at
-        one: a process that dies with a batch open loses only whole served-from-recording
-        executions, which a resume serves again."""
-        if self._batch is not None and len(self._batch) >= BATCH_MAX:
-            self.flush()
-        if self._batch is None:
-            self._batch = []
-
     def flush(self) -> None:
-        """Append the open batch in one store call (one transaction) and close it."""
-        batch, self._batch = self._batch, None
+        """Append the open batch in one store call (one transaction), then hand its events
+        to ``on_event``. The batch is emptied first: a failed append (a seq conflict, a lost
+        lease) is never retried — this runner's view of the log is wrong and it stops."""
+        batch, self._batch = self._batch, []
         if not batch:
             return
         self.store.append(self.run_id, batch, expected_seq=batch[0].seq - 1)
@@ -164,23 +168,30 @@ class Runner:
             for event in batch:
                 self.on_event(event)
 
+    def _before_call(self) -> None:
+        """The head node is about to call out: store everything so far (a flush point)."""
+        self._called_out = True
+        self.flush()
+
+    def _boundary(self) -> None:
+        """A node is about to start: flush a batch that has grown to ``batch_limit``."""
+        self._called_out = False
+        if len(self._batch) >= self.batch_limit:
+            self.flush()
+
+    def _node_end(self) -> None:
+        """The head node ended: a node that called out is stored whole before the next."""
+        if self._called_out:
+            self._called_out = False
+            self.flush()
+
     def append_buffered(self, batch: list[BufferedEvent]) -> None:
-        """Append events a node buffered while it ran ahead, in their order, as one batch.
+        """Fold and queue events a node buffered while it ran, in their order.
 
         An event without a time (a logical clock) is stamped now, in log order, so a
         logical clock gives the same stamps whatever the concurrency."""
-        self.flush()  # served executions before it land first
-        events: list[Event] = []
-        version = self.state.version
         for cls, fields, at in batch:
-            stamp = round(self.env.clock(), 6) if at is None else at
-            version += 1
-            events.append(cls(run_id=self.run_id, seq=version, at=stamp, **fields))
-        self.store.append(self.run_id, events, expected_seq=self.state.version)
-        for event in events:
-            evolve(self.state, event)  # type: ignore[arg-type]
-            if self.on_event is not None:
-                self.on_event(event)
+            self.emit(cls, at=round(self.env.clock(), 6) if at is None else at, **fields)
 
     @property
     def logical_clock(self) -> bool:
@@ -195,12 +206,14 @@ class Runner:
 
     # -- node contexts ---------------------------------------------------------------------
     def context(self, call: NodeCall, tainted: frozenset[str], *, sink: Sink | None = None,
-                cancelled: Callable[[], bool] | None = None) -> NodeContext:
+                cancelled: Callable[[], bool] | None = None,
+                durable: Callable[[], None] | None = None) -> NodeContext:
         """The narrow context a handler of ``call`` runs with (``sink``: the log itself)."""
         return NodeContext(graph=self.graph, call=call, run_id=self.run_id, env=self.env,
                            oracle=self.oracle, tainted=tainted,
                            sink=sink or self._append_fields,
                            cancelled=cancelled or (lambda: self.cancel.cancelled),
+                           durable=durable or self._before_call,
                            children=self if sink is None else None)
 
     def _append_fields(self, cls: type[Event], fields: dict[str, Any]) -> None:
@@ -229,6 +242,7 @@ class Runner:
         child = Runner(graph, store=self.store, run_id=child_id, env=self.env, oracle=oracle,
                        cancel=self.cancel, on_event=self.on_event)
         child.ancestry = (*self.ancestry, self.graph.id)
+        child.batch_limit = self.batch_limit
         return child.start(input, run_kind="subgraph", parent_run_id=self.run_id,
                            tainted_input=tainted_input)
 
@@ -327,7 +341,7 @@ class Runner:
         return self.state
 
     def _execute(self, node_id: str, scheduler: Scheduler) -> None:
-        """Execute the head node in place, its events appended as they happen."""
+        """Execute the head node in place, its events queued as they happen (see flush points)."""
         node = self.graph.node(node_id)
         occurrence, iteration = next_execution(self.state, node_id)
         limit = self.graph.max_iterations
@@ -349,10 +363,7 @@ class Runner:
                             iteration=iteration, fingerprint=fp, reads=reads)
         substitute = self.oracle.output(call)  # both are lookups: nothing runs yet
         memo = None if substitute is not None else self.oracle.memo(call)
-        if memo is not None:
-            self._defer()  # served from the recording: no call to wait for, batch its events
-        else:
-            self.flush()  # what runs for real appends (and broadcasts) as it goes
+        self._boundary()
         self.emit(NodeStarted, node=node_id, occurrence=occurrence, iteration=iteration,
                   kind=node.kind, fingerprint=call.fingerprint, reads=call.reads)
         ctx = self.context(call, frozenset(k for k in call.reads if k in self.state.taint))
@@ -362,10 +373,12 @@ class Runner:
             self._finish(call, None, exc)
             return
         self._finish(call, route, None, memo=memo is not None)
+        self._node_end()
 
     def _land(self, scheduler: Scheduler, flight: Flight) -> None:
-        """The head ran ahead on the pool: append its buffered events (as they come), then
-        record how it ended, exactly as for a node executed in place."""
+        """The head ran ahead on the pool: queue its buffered events (flushing whenever it
+        waits to call out), then record how it ended, exactly as for a node executed in
+        place."""
         call = flight.call
         occurrence, iteration = next_execution(self.state, call.node)
         if (occurrence, iteration) != (call.occurrence, call.iteration) or \
@@ -373,31 +386,32 @@ class Runner:
             raise AssertionError(f"node {call.node!r} ran ahead on a prediction the log no "
                                  "longer matches (a scheduler bug)")
         scheduler.forget(call.node)
-        scheduler.reach_head(flight)
-        started = (NodeStarted, {
+        self._boundary()
+        self.append_buffered([(NodeStarted, {
             "node": call.node, "occurrence": occurrence, "iteration": iteration,
             "kind": call.kind, "fingerprint": call.fingerprint, "reads": call.reads,
-        }, flight.started_at)
-        batch, backlog, done = scheduler.drain(flight)
-        self.append_buffered([started, *batch[:backlog]])
-        scheduler.appended(flight, backlog)
-        for event in batch[backlog:]:
-            self.append_buffered([event])
-            scheduler.appended(flight, 1)
+        }, flight.started_at)])
+        scheduler.reach_head(flight)  # from now on it waits for a flush before each call
         polled = time.monotonic()
-        while not done:
+        while True:
+            events, done, waiting = scheduler.drain(flight)
+            self.append_buffered(events)
+            if waiting:  # it is about to call out: store what it emitted first
+                self.flush()
+                scheduler.made_durable(flight)
+            if done:
+                break
             scheduler.launch()
             scheduler.wait(flight, timeout=CANCEL_POLL_S)
-            batch, _, done = scheduler.drain(flight)
-            for event in batch:
-                self.append_buffered([event])
-                scheduler.appended(flight, 1)
             if time.monotonic() - polled >= CANCEL_POLL_S:  # a token may ask a database
                 polled = time.monotonic()
                 if self.cancel.cancelled:
                     scheduler.stop.set()  # workers check it before each call
         scheduler.flights.pop(call.node, None)
+        self._called_out = flight.called_out
         self._finish(call, flight.route, flight.error, finished_at=flight.finished_at)
+        if flight.error is None:
+            self._node_end()
 
     def _finish(self, call: NodeCall, route: str | None, error: BaseException | None, *,
                 memo: bool = False, finished_at: float | None = None) -> None:

@@ -21,9 +21,11 @@ and starts it on a thread pool *ahead* of the nodes before it when its predictio
   fits the budget (reserved before calling), so every call it makes is one the sequential
   order would allow too.
 
-A node running ahead buffers its events; the runner appends them when it reaches the head
-(the ready prefix is flushed while later nodes still run), then records its completion or
-failure exactly as for a node executed in place. If the run stops first (a failure, a pause,
+A node running ahead buffers its events; the runner queues them in its batch when it
+reaches the head (and, from then on, flushes whenever the node is about to call out, before
+the call is made), then records its completion or failure exactly as for a node executed in
+place. The head itself goes to the pool only when some other node runs ahead beside it;
+alone, it executes in place on the runner's thread (a chain never switches threads). If the run stops first (a failure, a pause,
 a block, a cancellation, a budget), the buffered work of the nodes ahead is dropped: it is
 not part of the run the log describes, though the calls it made were made.
 
@@ -82,10 +84,12 @@ class Flight:
     tainted: frozenset[str]
     started_at: float | None
     events: list[BufferedEvent] = field(default_factory=list)
-    head: bool = False  # reached the head: what it emits from now on streams event by event
-    backlog: int = 0  # events buffered before it reached the head (appended as one batch)
+    head: bool = False  # reached the head: before each call it waits for its events to be stored
     emitted: int = 0  # events it has emitted
-    appended: int = 0  # of those, how many the runner has appended to the log
+    drained: int = 0  # of those, how many the runner has taken (folded into its batch)
+    durable: int = 0  # of those, how many are stored
+    waiting: bool = False  # at the head, about to call out: waiting for a flush
+    called_out: bool = False  # it made an outside call (its end is a flush point)
     done: bool = False
     route: str | None = None
     error: BaseException | None = None
@@ -174,6 +178,8 @@ class Scheduler:
                 iteration=current.iteration, fingerprint=current.fingerprint,
                 reads=current.reads))
         lookahead = 2 * self.width + 4
+        # the head (node, call, taint), started on the pool only when another node runs too
+        head: tuple[Any, NodeCall, frozenset[str]] | None = None
         for position, node_id in enumerate(state.frontier[:lookahead]):
             if len(self.flights) >= self.width and node_id not in self.flights:
                 break
@@ -184,12 +190,21 @@ class Scheduler:
             if limit is not None and iteration > limit:
                 break
             p = self._predict(node_id, iteration, unsettled)
+            if at_head and position == 0 and p.instant:
+                # served at once (a memo hit, a substituted output): the walk waits for the
+                # next node boundary, microseconds away — a fork tail of N reused nodes does
+                # not walk the lookahead N times
+                return
             worst = p.worst if p.worst is not None else self._worst(p.node, p.call)
             if (p.call is not None and node_id not in self.flights and not p.instant
-                    and poolable(p.node)
-                    and ((at_head and position == 0)
-                         or self._admits(pending_calls, pending_usd, worst))):
-                self._start(p.node, p.call, p.tainted, head=at_head and position == 0)
+                    and poolable(p.node)):
+                if at_head and position == 0:
+                    head = (p.node, p.call, p.tainted)
+                elif self._admits(pending_calls, pending_usd, worst):
+                    if head is not None:  # not alone: the head runs on the pool too, first
+                        self._start(*head, head=True)
+                        head = None
+                    self._start(p.node, p.call, p.tainted, head=False)
             if p.writes is None or barrier(p.node):
                 break
             unsettled |= p.writes
@@ -197,6 +212,8 @@ class Scheduler:
                 else pending_calls + worst[0]
             pending_usd = None if pending_usd is None or worst[1] is None \
                 else pending_usd + worst[1]
+        if head is not None and self.flights:  # others still run: keep the runner free to refill
+            self._start(*head, head=True)
 
     def _predict(self, node_id: str, iteration: int, unsettled: set[str]) -> Prediction:
         state = self.runner.state
@@ -259,7 +276,8 @@ class Scheduler:
                 attributes={"node.id": flight.call.node, "run.id": runner.run_id},
             ):
                 ctx = runner.context(flight.call, flight.tainted, sink=self._sink(flight),
-                                     cancelled=self.stop.is_set)
+                                     cancelled=self.stop.is_set,
+                                     durable=self._durable(flight))
                 flight.route = runner.handle(ctx, flight.node, None, None)
         except BaseException as exc:  # an outcome, recorded when the node reaches the head
             flight.error = exc
@@ -272,9 +290,7 @@ class Scheduler:
                 self.cond.notify_all()
 
     def _sink(self, flight: Flight) -> Callable[[type, dict[str, Any]], None]:
-        """Where a flight's events go: its buffer. At the head it waits until the runner has
-        appended each one before going on, as the sequential runner does — so a process that
-        dies after a call was recorded never pays it again on resume."""
+        """Where a flight's events go: its buffer (the runner takes them when it is the head)."""
         logical, clock = self.runner.logical_clock, self.runner.env.clock
 
         def buffer(cls: type, fields: dict[str, Any]) -> None:
@@ -286,36 +302,48 @@ class Scheduler:
                 flight.emitted += 1
                 self.changed = True
                 self.cond.notify_all()
-                while flight.head and flight.appended < flight.emitted:
+
+        return buffer
+
+    def _durable(self, flight: Flight) -> Callable[[], None]:
+        """A flight's flush point, right before it calls out. At the head it waits until the
+        runner has stored everything it emitted, as a node executed in place does — so a
+        process that dies after a call was recorded never pays it again on resume. Ahead of
+        the head it goes on at once: its events have no place in the log yet."""
+
+        def durable() -> None:
+            with self.cond:
+                flight.called_out = True
+                if not flight.head or flight.durable >= flight.emitted:
+                    return
+                flight.waiting = True
+                self.changed = True
+                self.cond.notify_all()
+                while flight.durable < flight.emitted:
                     self.cond.wait()
                     if self.stop.is_set():
                         raise Cancelled()
 
-        return buffer
-
-    def appended(self, flight: Flight, count: int) -> None:
-        """The runner appended ``count`` more of ``flight``'s events."""
-        with self.cond:
-            flight.appended += count
-            self.cond.notify_all()
+        return durable
 
     def reach_head(self, flight: Flight) -> None:
-        """``flight`` is now the head: what it buffered so far is its backlog."""
+        """``flight`` is now the head: its next call waits for its events to be stored."""
         with self.cond:
-            if not flight.head:
-                flight.head, flight.backlog = True, len(flight.events)
+            flight.head = True
 
-    def drain(self, flight: Flight) -> tuple[list[BufferedEvent], int, bool]:
-        """The events ``flight`` buffered since the last drain, how many of them are its
-        backlog (appended together), and whether it is done.
-
-        Events a node emits at the head are appended one by one, as the sequential runner
-        appends them: what it recorded before a crash is in the log, each event durable
-        before the next is observed (``on_event``)."""
+    def drain(self, flight: Flight) -> tuple[list[BufferedEvent], bool, bool]:
+        """The events ``flight`` buffered since the last drain, whether it is done, and
+        whether it waits for them to be stored (it is about to call out)."""
         with self.cond:
             events, flight.events = flight.events, []
-            backlog, flight.backlog = flight.backlog, 0
-            return events, backlog, flight.done
+            flight.drained += len(events)
+            return events, flight.done, flight.waiting
+
+    def made_durable(self, flight: Flight) -> None:
+        """The runner stored every event drained so far: a waiting flight may call out."""
+        with self.cond:
+            flight.durable, flight.waiting = flight.drained, False
+            self.cond.notify_all()
 
     def wait(self, flight: Flight, timeout: float) -> None:
         """Until ``flight`` buffers or finishes, another flight finishes, or ``timeout``."""

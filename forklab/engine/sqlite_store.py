@@ -16,7 +16,14 @@ Invariants (on top of the protocol's, see :mod:`forklab.engine.store`):
 - an append is committed before ``append`` returns: a process killed (even SIGKILL) after
   that loses none of it, and one killed before leaves none of it;
 - an event's ``at`` is kept as the exact float next to the wire body (the wire's ISO time has
-  microsecond resolution), so a read event equals the appended one field for field.
+  microsecond resolution), so a read event equals the appended one field for field;
+- a fork's prefix is stored by reference: a ``run.forked`` event whose ``prefix_ref`` names
+  a run of this file whose log is whole from seq 1 is stored without its ``prefix_state``,
+  and ``read`` puts it back (that run's log folded to the referenced seq — the state the
+  fork copied, canonically equal). So a fork stores its tail, not a second copy of its
+  prefix's executions. Before ``archive`` or ``compact`` deletes events of a run, every fork
+  that references it gets its prefix written into its own ``run.forked`` row, in the same
+  transaction: a fork never loses its prefix, and reads the same before and after.
 """
 
 from __future__ import annotations
@@ -25,18 +32,21 @@ import json
 import os
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from forklab.engine.canonical import canonical_equals
-from forklab.engine.errors import GraphNotFound, RunNotFound, SeqConflictError
-from forklab.engine.events import AnyEvent, Event, from_wire
+from forklab.engine.errors import GraphNotFound, RunNotFound, SeqConflictError, SourceMissing
+from forklab.engine.events import AnyEvent, Event, RunForked, from_wire
 from forklab.engine.graph import GraphSpec, parse_stored_graph
+from forklab.engine.reducers import fold
 from forklab.engine.state import RunState
 from forklab.engine.store import check_append, final_state_from_snapshots
 
 BUSY_TIMEOUT_S = 30.0
+PREFIX_CACHE_CHARS = 64 * 1024 * 1024  # JSON text of fork prefixes kept per store
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -75,6 +85,9 @@ class SqliteStore:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
+        # referenced prefix states as JSON text, newest last, at most PREFIX_CACHE_CHARS in all:
+        # the state of run R at seq S never changes, so an entry never goes stale
+        self._prefixes: OrderedDict[tuple[str, int], str] = OrderedDict()
         with self._write() as conn:  # not executescript: it would commit outside the lock
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 conn.execute(statement)
@@ -119,14 +132,13 @@ class SqliteStore:
     # -- events ----------------------------------------------------------------------------
     def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> None:
         """Append atomically after ``expected_seq``; raises SeqConflictError / EventGapError."""
-        rows = [
-            (run_id, e.seq, e.type, e.at, json.dumps(e.to_wire(), ensure_ascii=False))
-            for e in events
-        ]
         with self._write() as conn:
             check_append(run_id, events, expected_seq, self._last_seq(conn, run_id))
-            if not rows:
+            if not events:
                 return
+            rows = [(run_id, e.seq, e.type, e.at,
+                     json.dumps(self._stored_wire(conn, e), ensure_ascii=False))
+                    for e in events]
             try:
                 conn.executemany(
                     "INSERT INTO events (run_id, seq, type, at, body) VALUES (?, ?, ?, ?, ?)",
@@ -138,22 +150,93 @@ class SqliteStore:
                     "concurrent append; re-read the log and retry",
                     run_id=run_id, expected_seq=expected_seq,
                 ) from None
-            self._touch_run(conn, run_id)
-            conn.execute("UPDATE runs SET last_seq = ? WHERE run_id = ?", (rows[-1][1], run_id))
+            conn.execute(  # the run row and its last seq in one statement
+                "INSERT INTO runs (run_id, last_seq) VALUES (?, ?) "
+                "ON CONFLICT (run_id) DO UPDATE SET last_seq = excluded.last_seq",
+                (run_id, rows[-1][1]))
 
     def read(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[AnyEvent]:
         """Events with ``after < seq <= upto`` in seq order (one consistent WAL snapshot)."""
-        cursor = self._conn().execute(
+        conn = self._conn()
+        rows = conn.execute(
             "SELECT at, body FROM events WHERE run_id = ? AND seq > ? AND seq <= ? "
             "ORDER BY seq",
             (run_id, after, upto if upto is not None else 2**62),
-        )
+        ).fetchall()
         events: list[AnyEvent] = []
-        for at, body in cursor:
+        for at, body in rows:
             data = json.loads(body)
             data["at"] = at
+            payload = data["payload"]
+            if data["type"] == RunForked.TYPE and "prefix_state" not in payload:
+                payload["prefix_state"] = self._referenced_prefix(run_id, payload["prefix_ref"])
             events.append(from_wire(data))
         return events
+
+    # -- fork prefixes by reference ----------------------------------------------------------
+    def _stored_wire(self, conn: sqlite3.Connection, event: Event) -> dict[str, object]:
+        """The body stored for ``event``: its wire form, minus a fork's prefix state when
+        that state can be rebuilt from a whole log in this file (see the module invariants)."""
+        wire = event.to_wire()
+        if isinstance(event, RunForked) and event.prefix_ref:
+            ref_run, ref_seq = event.prefix_ref.get("run_id"), event.prefix_ref.get("seq")
+            prefix = event.prefix_state
+            if (isinstance(ref_run, str) and isinstance(ref_seq, int)
+                    and prefix.get("run_id") == ref_run and prefix.get("version") == ref_seq
+                    and self._whole_log_upto(conn, ref_run, ref_seq)):
+                payload = dict(wire["payload"])
+                del payload["prefix_state"]
+                wire["payload"] = payload
+        return wire
+
+    @staticmethod
+    def _whole_log_upto(conn: sqlite3.Connection, run_id: str, seq: int) -> bool:
+        """Whether this file holds every event of ``run_id`` from seq 1 to ``seq``."""
+        row = conn.execute("SELECT MIN(seq), MAX(seq), COUNT(*) FROM events WHERE run_id = ? "
+                           "AND seq <= ?", (run_id, seq)).fetchone()
+        return bool(row and row[0] == 1 and row[1] == seq and row[2] == seq)
+
+    def _referenced_prefix(self, fork_id: str, ref: dict[str, object]) -> dict[str, object]:
+        """Run ``ref["run_id"]``'s state at ``ref["seq"]`` in wire form (its log folded; a
+        fresh object per call, so callers own it)."""
+        key = (str(ref["run_id"]), int(str(ref["seq"])))
+        with self._lock:
+            text = self._prefixes.get(key)
+            if text is not None:
+                self._prefixes.move_to_end(key)
+        if text is not None:
+            decoded: dict[str, object] = json.loads(text)
+            return decoded
+        run_id, seq = key
+        events = self.read(run_id, upto=seq)
+        if not events or events[0].seq != 1 or events[-1].seq != seq:
+            raise SourceMissing(  # unreachable unless the file was edited by hand
+                f"fork {fork_id!r} stores its prefix by reference to run {run_id!r} up to seq "
+                f"{seq}, and those events are not in {self.path}", run_id=fork_id)
+        wire = fold(events).to_wire()
+        text = json.dumps(wire, ensure_ascii=False)
+        with self._lock:
+            self._prefixes[key] = text
+            while sum(map(len, self._prefixes.values())) > PREFIX_CACHE_CHARS \
+                    and len(self._prefixes) > 1:
+                self._prefixes.popitem(last=False)
+        return wire
+
+    def _materialize_forks_of(self, conn: sqlite3.Connection, run_id: str) -> None:
+        """Copy the prefix into every fork stored by reference to ``run_id``'s log (called in
+        the write transaction that is about to delete some of that log)."""
+        rows = conn.execute(
+            "SELECT run_id, seq, body FROM events WHERE type = ? "
+            "AND json_extract(body, '$.payload.prefix_ref.run_id') = ? "
+            "AND json_type(body, '$.payload.prefix_state') IS NULL",
+            (RunForked.TYPE, run_id),
+        ).fetchall()
+        for fork_id, seq, body in rows:
+            data = json.loads(body)
+            data["payload"]["prefix_state"] = self._referenced_prefix(
+                fork_id, data["payload"]["prefix_ref"])
+            conn.execute("UPDATE events SET body = ? WHERE run_id = ? AND seq = ?",
+                         (json.dumps(data, ensure_ascii=False), fork_id, seq))
 
     def last_seq(self, run_id: str) -> int:
         return self._last_seq(self._conn(), run_id)
@@ -250,11 +333,13 @@ class SqliteStore:
                     "save one before compacting",
                     run_id=run_id,
                 )
+            self._materialize_forks_of(conn, run_id)
             conn.execute("DELETE FROM events WHERE run_id = ? AND seq <= ?", (run_id, upto))
 
     def archive(self, run_id: str) -> None:
         """Delete every event of the run; its last seq and snapshots stay."""
         with self._write() as conn:
+            self._materialize_forks_of(conn, run_id)
             conn.execute("DELETE FROM events WHERE run_id = ?", (run_id,))
 
     def first_seq(self, run_id: str) -> int:

@@ -116,6 +116,7 @@ def run_subgraph_node(ctx: NodeContext, node: SubgraphNode) -> str | None:
         return _result(child_id, state)
 
     ctx.emit(SubgraphStarted, child_run_id=child_id, graph_id=node.graph)
+    ctx.before_call()  # the parent's log says which child it starts before the child runs
     result = ctx.oracle.subgraph(call, node, inputs, run_child)
     ctx.emit(SubgraphCompleted, child_run_id=result.child_run_id, status=result.status,
              output=result.output, label=result.label, cost_usd=result.cost_usd,

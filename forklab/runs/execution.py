@@ -24,6 +24,7 @@ fails the run with its code (``not_run`` when nothing was recorded), a bug fails
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,16 +51,32 @@ MAX_RECOVERIES = 3
 
 
 class DbCancelToken(CancelToken):
-    """Cancelled when the run row says so (works across processes and workers)."""
+    """Cancelled when the run row says so (works across processes and workers).
+
+    The runner asks before every node and every outside call; the row is read at most once
+    per ``interval`` seconds (a 1,000-node chain at 0 ms asked 2,000 times), so a
+    cancellation is seen within ``interval`` plus the current call — and once seen it
+    sticks (the token never un-cancels)."""
+
+    interval = 0.25
 
     def __init__(self, run_ids: list[str]) -> None:
         super().__init__()
         self.run_ids = run_ids
+        self._checked_at = float("-inf")
 
     @property
     def cancelled(self) -> bool:
-        return super().cancelled or Run.objects.filter(
-            pk__in=self.run_ids, cancel_requested=True).exists()
+        if super().cancelled:
+            return True
+        now = time.monotonic()
+        if now - self._checked_at < self.interval:
+            return False
+        self._checked_at = now
+        if Run.objects.filter(pk__in=self.run_ids, cancel_requested=True).exists():
+            self.cancel()
+            return True
+        return False
 
 
 def on_event(event: Event) -> None:

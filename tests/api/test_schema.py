@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -28,19 +28,26 @@ SPEC_PATHS = {
 }
 
 
-def test_the_schema_validates_without_warnings(tmp_path: Path) -> None:
-    out = tmp_path / "schema.yaml"
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What ``manage.py spectacular --validate --fail-on-warn`` writes, generated once for
+    the module (each generation costs seconds; the schema is a pure function of the code)."""
+    out = tmp_path_factory.mktemp("schema") / "schema.yaml"
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(out))
-    schema = yaml.safe_load(out.read_text())
+    return dict(yaml.safe_load(out.read_text()))
+
+
+def test_the_schema_validates_without_warnings(generated: dict[str, Any]) -> None:
+    schema = generated
     assert schema["openapi"] == "3.1.0"
     assert {path: set(ops) - {"parameters"} for path, ops in schema["paths"].items()} == (
         SPEC_PATHS)
 
 
-def test_every_operation_documents_its_errors_with_the_error_shape(tmp_path: Path) -> None:
-    out = tmp_path / "schema.yaml"
-    call_command("spectacular", "--file", str(out))
-    schema = yaml.safe_load(out.read_text())
+def test_every_operation_documents_its_errors_with_the_error_shape(
+    generated: dict[str, Any],
+) -> None:
+    schema = generated
     assert set(schema["components"]["schemas"]["Error"]["required"]) == {"code", "detail"}
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
@@ -52,10 +59,8 @@ def test_every_operation_documents_its_errors_with_the_error_shape(tmp_path: Pat
                     assert ref == "#/components/schemas/Error", (method, path, status)
 
 
-def test_request_bodies_are_documented_from_the_specs(tmp_path: Path) -> None:
-    out = tmp_path / "schema.yaml"
-    call_command("spectacular", "--file", str(out))
-    schema = yaml.safe_load(out.read_text())
+def test_request_bodies_are_documented_from_the_specs(generated: dict[str, Any]) -> None:
+    schema = generated
     body = schema["paths"]["/api/v1/forks/"]["post"]["requestBody"]["content"]
     assert body["application/json"]["schema"] == {"$ref": "#/components/schemas/ForkSpec"}
     fork_spec = schema["components"]["schemas"]["ForkSpec"]
@@ -86,34 +91,28 @@ def test_the_docs_page_renders_with_bundled_assets() -> None:
 
 @pytest.mark.parametrize("name", ["ForkSpec", "SweepSpec", "Policy", "Budget"])
 def test_request_bodies_are_documented_from_the_models_the_views_validate_with(
-    tmp_path: Path, name: str,
+    generated: dict[str, Any], name: str,
 ) -> None:
     """One definition: the component is the engine's wire model, field for field (there is
     no separate documented copy of a body that could drift from what is validated)."""
     from forklab.engine.fork import wire
 
-    out = tmp_path / "schema.yaml"
-    call_command("spectacular", "--file", str(out))
-    component = yaml.safe_load(out.read_text())["components"]["schemas"][name]
+    component = generated["components"]["schemas"][name]
     model = getattr(wire, name)
     assert set(component["properties"]) == {f.alias or n for n, f in model.model_fields.items()}
 
 
 def test_a_graph_registration_documents_its_spec_as_the_engines_graph_spec(
-    tmp_path: Path,
+    generated: dict[str, Any],
 ) -> None:
-    out = tmp_path / "schema.yaml"
-    call_command("spectacular", "--file", str(out))
-    schemas = yaml.safe_load(out.read_text())["components"]["schemas"]
+    schemas = generated["components"]["schemas"]
     spec = schemas["GraphRegistration"]["properties"]["spec"]
     assert spec["$ref"] == "#/components/schemas/GraphSpec"
     assert {"id", "start", "nodes", "edges"} <= set(schemas["GraphSpec"]["properties"])
 
 
-def test_fork_points_and_changes_are_spelled_out(tmp_path: Path) -> None:
-    out = tmp_path / "schema.yaml"
-    call_command("spectacular", "--file", str(out))
-    fork_spec = yaml.safe_load(out.read_text())["components"]["schemas"]["ForkSpec"]
+def test_fork_points_and_changes_are_spelled_out(generated: dict[str, Any]) -> None:
+    fork_spec = generated["components"]["schemas"]["ForkSpec"]
     points = fork_spec["properties"]["at"]["anyOf"]
     assert {next(iter(p["required"])) for p in points if p.get("type") == "object"} == {
         "sequence", "before_node", "after_node", "before_iteration", "before_human_input",

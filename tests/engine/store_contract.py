@@ -189,3 +189,57 @@ class StoreContract:
         recorded = run_recorded(scenario.graph(), scenario.input, store=store, hitl=hitl)
         assert canonical_equals(fold(store.read(recorded.run_id)).to_wire(),
                                 recorded.state.to_wire())
+
+    # -- forks and their base ----------------------------------------------------------------
+    def _fork_before_last_node(self, store: Store) -> tuple[str, str]:
+        from forklab.engine import change, fork
+
+        recorded = run_recorded(SCENARIOS["research-write"].graph(),
+                                SCENARIOS["research-write"].input, store=store)
+        last = recorded.state.executions[-1].node
+        result = fork(recorded.run_id, store=store, at={"before_node": last},
+                      change=change.prompt(last, "Say it differently."),
+                      policy={"memoize": True})
+        assert result.state.status == "completed"
+        return recorded.run_id, result.run_id
+
+    def test_a_forks_log_reads_back_its_whole_prefix(self, store: Store) -> None:
+        from forklab.engine.fork.lineage import forked_event
+
+        base_id, fork_id = self._fork_before_last_node(store)
+        forked = forked_event(store.read(fork_id))
+        assert forked is not None and forked.prefix_ref["run_id"] == base_id
+        point = forked.prefix_ref["seq"]
+        assert canonical_equals(forked.prefix_state,
+                                fold(store.read(base_id, upto=point)).to_wire())
+
+    @pytest.mark.parametrize("retire", ["archive", "compact"])
+    def test_a_fork_keeps_its_prefix_when_its_base_is_archived_or_compacted(
+        self, store: Store, retire: str
+    ) -> None:
+        base_id, fork_id = self._fork_before_last_node(store)
+        before = [e.to_wire() for e in store.read(fork_id)]
+        folded = fold(store.read(fork_id)).to_wire()
+        if retire == "archive":
+            store.archive(base_id)
+            assert store.read(base_id) == []
+        else:
+            last = store.last_seq(base_id)
+            store.save_snapshot(base_id, fold(store.read(base_id)))
+            store.compact(base_id, last)
+        after = store.read(fork_id)
+        assert canonical_equals([e.to_wire() for e in after], before)
+        assert canonical_equals(fold(after).to_wire(), folded)
+
+    def test_a_fork_of_a_fork_survives_its_middle_run_being_archived(
+        self, store: Store
+    ) -> None:
+        from forklab.engine import change, fork
+
+        _, fork_id = self._fork_before_last_node(store)
+        node = fold(store.read(fork_id)).executions[-1].node
+        second = fork(fork_id, store=store, at={"before_node": node},
+                      change=change.prompt(node, "Once more, shorter."), policy={"memoize": True})
+        before = fold(store.read(second.run_id)).to_wire()
+        store.archive(fork_id)
+        assert canonical_equals(fold(store.read(second.run_id)).to_wire(), before)

@@ -68,6 +68,11 @@ def record_with_snapshots(
 
     runner = Runner(scenario.graph(), store=store, run_id="run-live", env=env, hitl=hitl,
                     on_event=on_event)
+    # on_event sees events once stored; a batch of one stores each as soon as it is folded,
+    # so the hook sees the live state right after every event (batching changes only when
+    # events are stored, never what is folded — test_fold_at_every_flush records with real
+    # batches)
+    runner.batch_limit = 1
     runner.start(dict(scenario.input))
     return runner, store, snapshots
 

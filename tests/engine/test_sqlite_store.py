@@ -7,6 +7,7 @@ processes never both win the same seq.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -56,6 +57,40 @@ class TestSqliteStore(StoreContract):
         assert second.graph_versions("contract") == [1]
         assert second.snapshot_versions("r1") == [2]
         assert second.run_ids() == ["r1"]
+
+    def test_a_fork_stores_its_prefix_by_reference_until_its_base_is_archived(self) -> None:
+        store = self.make_store()
+        base_id, fork_id = self._fork_before_last_node(store)
+
+        def stored_prefix() -> bool:
+            with sqlite3.connect(self.path) as conn:
+                (body,) = conn.execute("SELECT body FROM events WHERE run_id = ? AND type = "
+                                       "'run.forked'", (fork_id,)).fetchone()
+            return "prefix_state" in json.loads(body)["payload"]
+
+        assert not stored_prefix()  # linear storage: the tail, not a second prefix copy
+        store.archive(base_id)
+        assert stored_prefix()  # copied in before the base's events went
+
+    def test_a_fork_into_a_file_without_its_base_keeps_a_copy(self, tmp_path: Path) -> None:
+        from forklab.engine import change, fork
+        from forklab.engine.recording import run_recorded
+        from forklab.engine.scenarios import SCENARIOS
+
+        recorded = run_recorded(SCENARIOS["diamond"].graph(), SCENARIOS["diamond"].input)
+        other = SqliteStore(tmp_path / "other.sqlite3")
+        self.opened.append(other)
+        last = recorded.state.executions[-1].node
+        plan_store = recorded.store
+        result = fork(recorded.run_id, store=plan_store, at={"before_node": last},
+                      change=change.prompt(last, "Again."), policy={"memoize": True})
+        events = plan_store.read(result.run_id)
+        other.append(result.run_id, events, expected_seq=0)
+        with sqlite3.connect(tmp_path / "other.sqlite3") as conn:
+            (body,) = conn.execute("SELECT body FROM events WHERE type = 'run.forked'").fetchone()
+        assert "prefix_state" in json.loads(body)["payload"]
+        assert canonical_equals([e.to_wire() for e in other.read(result.run_id)],
+                                [e.to_wire() for e in events])
 
     def test_an_events_time_survives_to_the_last_digit(self) -> None:
         store = self.make_store()

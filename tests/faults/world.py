@@ -95,8 +95,15 @@ def started(run_id: str, node: str) -> bool:
 
 
 def finished(run_id: str) -> str | None:
-    status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
-    return status if status in ("completed", "failed", "blocked", "cancelled") else None
+    """The run's final status once it is finished *and* its executor has let go of it.
+
+    The final event (and so the status) commits before the executor releases its lease, so
+    a check of the status alone can look at the row between the two, under load.
+    """
+    row = Run.objects.filter(pk=run_id).values_list("status", "lease_owner").first()
+    if row is None or row[1] != "":
+        return None
+    return row[0] if row[0] in ("completed", "failed", "blocked", "cancelled") else None
 
 
 def assert_recovered_intact(run_id: str, count_file: Path) -> list[str]:

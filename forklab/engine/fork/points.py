@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from forklab.engine.events import (
     TERMINAL_TYPES,
@@ -106,22 +106,32 @@ class _Exec:
 
 _OUTCOME = {NodeCompleted.TYPE: "completed", NodeFailed.TYPE: "failed",
             NodeInterrupted.TYPE: "interrupted"}
+_ENDS = frozenset({NodeCompleted, NodeFailed, NodeInterrupted})
 
 
 def _scan(events: Sequence[AnyEvent]) -> tuple[list[_Exec], int | None]:
-    """The node executions of one log (interrupted ones included) and its terminal seq."""
+    """The node executions of one log (interrupted ones included) and its terminal seq.
+
+    Dispatches on the event's exact class (events are final dataclasses, never subclassed)
+    rather than an ``isinstance`` chain: this loop visits every event of a base on each cold
+    fork setup, and the chain was most of its cost.
+    """
     execs: list[_Exec] = []
     open_: dict[str, _Exec] = {}
     terminal = None
     for event in events:
-        if isinstance(event, NodeStarted):
-            ex = _Exec(node=event.node or "", kind=event.kind, occurrence=event.occurrence or 1,
-                       iteration=event.iteration or 1, start=event.seq, reads=tuple(event.reads))
+        cls = type(event)
+        if cls is NodeStarted:
+            started = cast(NodeStarted, event)
+            ex = _Exec(node=started.node or "", kind=started.kind,
+                       occurrence=started.occurrence or 1, iteration=started.iteration or 1,
+                       start=started.seq, reads=tuple(started.reads))
             execs.append(ex)
             open_[ex.node] = ex
-        elif isinstance(event, MemoryWritten) and event.node in open_:
-            open_[event.node].writes.add(event.key)
-        elif isinstance(event, (NodeCompleted, NodeFailed, NodeInterrupted)):
+        elif cls is MemoryWritten:
+            if event.node in open_:
+                open_[event.node].writes.add(cast(MemoryWritten, event).key)
+        elif cls in _ENDS:
             done = open_.pop(event.node or "", None)
             if done is not None:
                 done.end, done.outcome = event.seq, _OUTCOME[event.type]

@@ -60,7 +60,8 @@ def begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
                 ignore_budget=ignore_budget,
                 estimate={**plan.estimate.wire(), "warnings": plan.warnings,
                           "point_notes": plan.application.warnings()},
-                point=plan.point.to_wire(), routes_used=plan.routes_used)
+                point=plan.point.to_wire(), routes_used=plan.routes_used,
+                prefix_ref=plan.prefix_ref)
     for item in plan.application.applied:
         runner.emit(ChangeApplied, change=item.wire())
     for key, value in plan.application.writes():

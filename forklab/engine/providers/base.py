@@ -7,7 +7,7 @@ what recordings are matched on.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from forklab.engine.canonical import fingerprint
@@ -26,9 +26,13 @@ class ChatRequest:
 
     @property
     def request_hash(self) -> str:
-        identity = asdict(self)
-        del identity["latency_ms"]
-        return fingerprint(identity)
+        """Fingerprint of every field but ``latency_ms`` (equal to hashing ``asdict`` of
+        them: canonical JSON serialises tuples as lists, so nothing needs copying first)."""
+        return fingerprint({
+            "provider": self.provider, "model": self.model, "system_prompt": self.system_prompt,
+            "temperature": self.temperature, "messages": self.messages,
+            "max_tokens": self.max_tokens, "params": self.params,
+        })
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
