@@ -127,10 +127,10 @@ class Deployment:
             self.ports.append(port)
             self._spawn(f"web-{i}", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                                      "forklab.asgi:application"], web_env)
-        nice = ["nice", "-n", str(self.worker_nice)] if self.worker_nice else []
+        nice = {"FORKLAB_WORKER_NICE": str(self.worker_nice)} if self.worker_nice else {}
         for i in range(self.workers):
-            self._spawn(f"worker-{i}", [*nice, PYTHON, "manage.py", "db_worker", "--no-reload",
-                                        "--interval", "0.05", "--no-startup-delay"])
+            self._spawn(f"worker-{i}", [PYTHON, "manage.py", "db_worker", "--no-reload",
+                                        "--interval", "0.05", "--no-startup-delay"], nice)
 
     def web_pids(self) -> list[int]:
         return [p.pid for p in self.processes[:self.webs]]
@@ -266,9 +266,11 @@ async def burst(ports: list[int], web_pids: list[int], worker_pids: list[int], t
             client, ports[f.index % len(ports)], token, base, f, gate)) for f in items]
         await asyncio.sleep(0.2)  # every request is parked at the gate: release them at once
         cpu_before, worker_before = cpu_seconds(web_pids), cpu_seconds(worker_pids)
+        client_before = time.process_time()
         first = time.perf_counter()
         gate.set()
         await asyncio.gather(*requests)
+        client_cpu = time.process_time() - client_before
         web_cpu = cpu_seconds(web_pids) - cpu_before
         worker_cpu = cpu_seconds(worker_pids) - worker_before
         await asyncio.gather(*(view(ports[f.index % len(ports)], token, f, deadline)
@@ -280,6 +282,7 @@ async def burst(ports: list[int], web_pids: list[int], worker_pids: list[int], t
     result = figures(items, viewers, drained)
     result["web_cpu_ms_per_accept"] = round(web_cpu * 1000 / max(1, result["accepted"]), 1)
     result["worker_cpu_s_during_accepts"] = round(worker_cpu, 2) if worker_pids else None
+    result["client_cpu_s_during_accepts"] = round(client_cpu, 2)
     return result
 
 
@@ -355,7 +358,7 @@ def drop_database(server_url: str, name: str) -> None:
 
 def print_table(results: list[dict[str, Any]]) -> None:
     header = ["deployment", "accepted", "p50 ms", "p95 ms", "max ms", "ratio",
-              "web CPU ms/accept", "worker CPU s", "drain s", "events", "lost", "dupes",
+              "web CPU ms/accept", "worker CPU s", "client CPU s", "drain s", "events", "lost", "dupes",
               "reconnects", "final", "max queue pos", "load avg"]
     rows = []
     for r in results:
@@ -366,6 +369,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
                      f"{r['accepted']}/{r['requests']}", str(r["accept_p50_ms"]),
                      str(r["accept_p95_ms"]), str(r["accept_max_ms"]), ratio,
                      str(r["web_cpu_ms_per_accept"]), "-" if worker_cpu is None else str(worker_cpu),
+                     str(r["client_cpu_s_during_accepts"]),
                      str(r["drain_s"]), str(r["events_streamed"]), str(r["events_lost"]),
                      str(r["duplicates"]), str(r["reconnects"]), json.dumps(r["final"]),
                      str(r["max_queue_position"]), " ".join(map(str, r["load_average"]))])
@@ -389,7 +393,7 @@ def main() -> None:
     parser.add_argument("--web-env", action="append", default=[], metavar="NAME=VALUE",
                         help="an environment variable for the web processes only (repeatable)")
     parser.add_argument("--worker-nice", type=int, default=0, metavar="N",
-                        help="start the db_workers under nice -n N (scale)")
+                        help="FORKLAB_WORKER_NICE for the db_workers (scale)")
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.seed is not None:

@@ -15,6 +15,18 @@ is made for this); the others wait their turn on the event loop, holding no thre
 connection. Requests still overlap their database waits, threads are made once, and a
 thread's database connection can outlive a request (``FORKLAB_CONN_MAX_AGE``). Django resets
 its per-request state on every request, as it does under WSGI. Websockets are not affected.
+
+Each request's sync work is also **one** hop to its thread. Django's own ASGI handler runs
+an async middleware chain: ``request_started`` receivers on the thread, back to the event
+loop, the outer (sync-only) middleware on the thread, back to the loop for the inner chain,
+the view on the thread, back, and ``response.close`` on the thread again — five or six
+cross-thread hand-overs, each waking the event loop and passing the GIL, which under a burst
+cost more CPU than a small view. Every view and middleware here is sync, so the handler
+builds Django's *sync* chain (as the WSGI handler does) and runs ``request_started``, the
+chain, and — for a response whose body is already in memory — ``close``
+(``request_finished``) in a single call on the request's thread; only reading the body and
+sending the response stay on the loop. A streaming response is closed after it is sent, as
+Django does.
 """
 
 from __future__ import annotations
@@ -25,9 +37,14 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from asgiref.sync import ThreadSensitiveContext
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
-from django.core.handlers.asgi import ASGIHandler
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers import base
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.http import FileResponse, HttpResponseBase
+from django.urls import set_script_prefix
 
 
 class RequestExecutor(ThreadPoolExecutor):
@@ -139,11 +156,13 @@ def _resolve(waiter: asyncio.Future[Any], executor: Any) -> None:
 
 
 class ThreadedASGIHandler(ASGIHandler):
-    """``ASGIHandler`` running each request's sync work on one of ``threads`` reused
-    threads (``FORKLAB_WEB_THREADS``)."""
+    """``ASGIHandler`` running each request's sync work — signals, the sync middleware
+    chain, the view, closing an in-memory response — as one call on one of ``threads``
+    reused threads (``FORKLAB_WEB_THREADS``)."""
 
     def __init__(self, threads: int | None = None) -> None:
-        super().__init__()
+        base.BaseHandler.__init__(self)
+        self.load_middleware(is_async=False)  # the WSGI handler's chain: no async hops
         self.threads = RequestThreads(threads or settings.FORKLAB_WEB_THREADS)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -156,6 +175,38 @@ class ThreadedASGIHandler(ASGIHandler):
                 await self.handle(scope, receive, send)
         finally:
             self.threads.give(executor)
+
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Django's ``ASGIHandler.handle`` with the sync work in one thread hop.
+
+        A client that disconnects while its request runs no longer cancels anything: the
+        sync view was never cancellable (Django leaves its thread running too); the
+        response is then sent to a closed connection, which the server drops.
+        """
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        with body_file:
+            response = await sync_to_async(self.serve, thread_sensitive=True)(scope, body_file)
+            await self.send_response(response, send)
+            if response.streaming:
+                await sync_to_async(response.close, thread_sensitive=True)()
+
+    def serve(self, scope: dict[str, Any], body_file: Any) -> HttpResponseBase:
+        """On the request's thread: the request's whole sync life up to sending."""
+        set_script_prefix(get_script_prefix(scope))
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, response = self.create_request(scope, body_file)
+        if request is not None:
+            response = self.get_response(request)
+            response._handler_class = self.__class__  # type: ignore[attr-defined]
+            if isinstance(response, FileResponse):
+                response.block_size = self.chunk_size
+        assert response is not None
+        if not response.streaming:
+            response.close()  # the body is in memory: request_finished runs here, not later
+        return response
 
 
 def get_asgi_application() -> ThreadedASGIHandler:

@@ -331,6 +331,14 @@ if _tasks_backend.startswith("django_tasks_db."):
 FORKLAB_LEASE_TTL_S = envfloat("FORKLAB_LEASE_TTL_S", 30.0, minimum=0.5)
 FORKLAB_HEARTBEAT_S = envfloat("FORKLAB_HEARTBEAT_S", FORKLAB_LEASE_TTL_S / 3, minimum=0.1)
 FORKLAB_RECOVERY_SWEEP_S = envfloat("FORKLAB_RECOVERY_SWEEP_S", 10.0, minimum=0.0)
+
+# The CPU priority a `db_worker` lowers itself to at start-up (os.nice increment, 0-19; 0:
+# unchanged). Accepting a fork is the interactive path; a tail is throughput work that can
+# wait a few milliseconds: on hosts that run web processes and workers side by side, a
+# positive value keeps a burst of tails from delaying the 202s.
+FORKLAB_WORKER_NICE = envint("FORKLAB_WORKER_NICE", 0, minimum=0)
+if FORKLAB_WORKER_NICE > 19:
+    raise ImproperlyConfigured(f"FORKLAB_WORKER_NICE={FORKLAB_WORKER_NICE}: expected 0-19")
 if FORKLAB_HEARTBEAT_S >= FORKLAB_LEASE_TTL_S:
     raise ImproperlyConfigured("FORKLAB_HEARTBEAT_S must be shorter than FORKLAB_LEASE_TTL_S")
 
@@ -365,10 +373,16 @@ STORAGES = {
 
 # -- REST API --------------------------------------------------------------------------------
 
+# A web process remembers an API token it confirmed for this many seconds (forklab.api.auth),
+# saving the token query of every request a script sends with it. A deleted token or a
+# deactivated user stays accepted by the *other* processes for up to this long; 0: ask the
+# database on every request.
+FORKLAB_TOKEN_CACHE_S = envfloat("FORKLAB_TOKEN_CACHE_S", 5.0, minimum=0.0)
+
 REST_FRAMEWORK = {
     # Token first: an unauthenticated API request gets 401 with ``WWW-Authenticate: Token``.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "forklab.api.auth.CachedTokenAuthentication",  # DRF's, remembering recent tokens
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -11,7 +11,6 @@ from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.models import User as Account
-from django.db.models import F
 
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.wire import (
@@ -116,22 +115,91 @@ def readable_run_and_role(user: User, run_id: str) -> tuple[Any, str | None]:
     """The run (``not_found`` outside the user's projects, as ``queries.get_run``) and the
     user's role in its project, in one query: what every fork request checks first.
 
-    The run comes without its bulky JSON columns (``BULKY_RUN_FIELDS``, deferred: reading
-    one costs a query of its own)."""
+    The run comes with its project loaded and without its bulky JSON columns
+    (``BULKY_RUN_FIELDS``, deferred: reading one costs a query of its own). The statement
+    is plain SQL built once from the models (``_RunAndRole``): the ORM's queryset for the
+    same join cost ~1.9 ms of CPU to build per request against ~0.1 ms to run it, on a
+    path every fork of a burst takes.
+    """
     from forklab.runs.errors import NotFound
-    from forklab.runs.models import Run
 
-    # The run's JSON columns (its memory, path, input… — megabytes for a long run) are not
-    # what a fork request reads; a pk lookup needs no ordering either.
-    runs = Run.objects.select_related("project").defer(*BULKY_RUN_FIELDS).order_by()
     if isinstance(user, AnonymousUser) or not user.is_authenticated:
-        run, role = None, None
-    elif user.is_superuser:
-        run, role = next(iter(runs.filter(pk=run_id)[:1]), None), Role.ADMIN
+        found = None
     else:
-        run = next(iter(runs.filter(pk=run_id, project__memberships__user=user)
-                        .annotate(member_role=F("project__memberships__role"))[:1]), None)
-        role = getattr(run, "member_role", None)
-    if run is None:
+        found = _RunAndRole.fetch(run_id, None if user.is_superuser else user.pk)
+    if found is None:
         raise NotFound(f"no run {run_id!r}", run_id=run_id)
-    return run, role
+    run, role = found
+    return run, Role.ADMIN if user.is_superuser else role
+
+
+class _RunAndRole:
+    """``SELECT`` a run (bulky columns deferred) joined with its project and, for a
+    non-superuser, the user's membership; rows come back as model instances exactly as
+    the ORM makes them (``Model.from_db`` with the backend's and fields' converters)."""
+
+    _built: dict[tuple[str, bool], tuple[str, list[Any], list[Any], list[Any]]] = {}
+
+    @classmethod
+    def fetch(cls, run_id: str, user_id: Any) -> tuple[Any, str | None] | None:
+        from django.db import connection
+
+        from forklab.runs.models import Run
+
+        sql, run_fields, project_fields, converters = cls._build(connection,
+                                                                 user_id is not None)
+        params = [run_id] if user_id is None else [user_id, run_id]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        values = []
+        for value, (field_converters, expression) in zip(row, converters, strict=False):
+            for converter in field_converters:
+                value = converter(value, expression, connection)
+            values.append(value)
+        n = len(run_fields)
+        run = Run.from_db(connection.alias, [f.attname for f in run_fields], values[:n])
+        project = Project.from_db(connection.alias, [f.attname for f in project_fields],
+                                  values[n:n + len(project_fields)])
+        Run._meta.get_field("project").set_cached_value(run, project)  # as select_related
+        role = row[-1] if user_id is not None else None
+        return run, role
+
+    @classmethod
+    def _build(cls, connection: Any,
+               member: bool) -> tuple[str, list[Any], list[Any], list[Any]]:
+        key = (connection.vendor, member)
+        built = cls._built.get(key)
+        if built is not None:
+            return built
+        from forklab.runs.models import Run
+
+        quote = connection.ops.quote_name
+        run_table, project_table = quote(Run._meta.db_table), quote(Project._meta.db_table)
+        member_table = quote(Membership._meta.db_table)
+        run_fields = [f for f in Run._meta.concrete_fields if f.name not in BULKY_RUN_FIELDS]
+        project_fields = list(Project._meta.concrete_fields)
+        columns = ([f"{run_table}.{quote(f.column)}" for f in run_fields]
+                   + [f"{project_table}.{quote(f.column)}" for f in project_fields])
+        run_project = f"{run_table}.{quote(Run._meta.get_field('project').column)}"
+        sql = (f"SELECT {', '.join(columns)}" + (f", {member_table}.{quote('role')}"
+                                                 if member else "")
+               + f" FROM {run_table} INNER JOIN {project_table} ON "
+               f"{project_table}.{quote(Project._meta.pk.column)} = {run_project}")
+        if member:
+            sql += (f" INNER JOIN {member_table} ON "
+                    f"{member_table}.{quote(Membership._meta.get_field('project').column)} = "
+                    f"{run_project} AND "
+                    f"{member_table}.{quote(Membership._meta.get_field('user').column)} = %s")
+        sql += f" WHERE {run_table}.{quote(Run._meta.pk.column)} = %s"
+        converters = []
+        for table, fields in ((Run._meta.db_table, run_fields),
+                              (Project._meta.db_table, project_fields)):
+            for field in fields:
+                expression = field.get_col(table)
+                converters.append((connection.ops.get_db_converters(expression)
+                                   + field.get_db_converters(connection), expression))
+        built = cls._built[key] = (sql, run_fields, project_fields, converters)
+        return built

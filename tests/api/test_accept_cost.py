@@ -1,8 +1,8 @@
 """What accepting a fork costs in SQL: a count, so the accept path cannot quietly grow.
 
 ``POST /forks/`` by token, once its base run is loaded in the process (the first request
-for a base reads its log once; ``forklab.runs.bases``): the token, the base run with the
-caller's role, one transaction holding the queued row (and, with an atomic task backend,
+for a base reads its log once; ``forklab.runs.bases``), by a token the process confirmed
+moments ago (``forklab.api.auth``): the base run with the caller's role, one transaction holding the queued row (and, with an atomic task backend,
 the queue's task row), and the queue position. These tests run in a rolled-back
 transaction, so ``transaction.atomic`` shows as a savepoint and the thread pool's task never
 starts.
@@ -21,8 +21,9 @@ from tests.api.conftest import API, World
 
 pytestmark = pytest.mark.django_db
 
-#: token + user, base run + role, SAVEPOINT, INSERT run, RELEASE SAVEPOINT, queue position
-ACCEPT_QUERIES = 6
+#: base run + role, SAVEPOINT, INSERT run, RELEASE SAVEPOINT, queue position (the token
+#: was confirmed by the first request: forklab.api.auth)
+ACCEPT_QUERIES = 5
 
 
 def fork_request(world: World, n: int) -> dict[str, Any]:
@@ -59,3 +60,19 @@ def test_the_queued_fork_carries_its_task_id_from_the_start(world: World) -> Non
     fork, sql = accept(world, 0)
     assert Run.objects.get(pk=fork["id"]).task_id  # written with the row: no UPDATE after
     assert not any(q.startswith("UPDATE") for q in sql), "\n".join(sql)
+
+
+def test_each_accepted_fork_reports_its_place_behind_the_untaken_queued_work(
+        world: World) -> None:
+    from forklab.runs.forking import fork_body
+
+    forks = [accept(world, n)[0] for n in range(3)]
+    first = forks[0]["queue_position"]
+    assert first >= 1
+    assert [f["queue_position"] for f in forks] == [first, first + 1, first + 2]
+    Run.objects.filter(pk=forks[0]["id"]).update(lease_owner="worker-1")  # taken
+    assert fork_body(Run.objects.get(pk=forks[0]["id"]))["queue_position"] == 0
+    assert fork_body(Run.objects.get(pk=forks[2]["id"]))["queue_position"] == first + 1
+    Run.objects.filter(pk=forks[1]["id"]).update(status="running")
+    assert fork_body(Run.objects.get(pk=forks[1]["id"]))["queue_position"] is None
+    assert fork_body(Run.objects.get(pk=forks[2]["id"]))["queue_position"] == first

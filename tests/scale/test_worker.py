@@ -57,9 +57,16 @@ def worker_database_url() -> str:
 
 
 @pytest.fixture
-def worker(world: World, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def worker_env() -> dict[str, str]:
+    """Extra environment for the worker process (a test overrides it)."""
+    return {}
+
+
+@pytest.fixture
+def worker(world: World, tmp_path: Path,
+           worker_env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     env = {**os.environ, "DATABASE_URL": worker_database_url(), "FORKLAB_TASKS_BACKEND": "db",
-           "REDIS_URL": settings.REDIS_URL}
+           "REDIS_URL": settings.REDIS_URL, **worker_env}
     log = (tmp_path / "worker.log").open("wb")
     process = subprocess.Popen(
         [sys.executable, "manage.py", "db_worker", "--no-reload", "--interval", "0.1",
@@ -132,3 +139,27 @@ async def test_the_worker_process_runs_the_tail_and_wakes_the_stream_over_redis(
     assert seqs(events) == done["seqs"] == list(range(1, len(events) + 1))
     assert done["task"] == "forklab.runs.tasks.execute_fork"
     assert (done["task_status"], done["worker_ids"]) == ("SUCCESSFUL", [WORKER_ID])
+
+
+def finished(run_id: str, deadline_s: float = 60.0) -> dict[str, Any]:
+    """``outcome`` once the worker took the task and marked it done."""
+    deadline = time.monotonic() + deadline_s
+    while (done := outcome.func(run_id))["task_status"] not in ("SUCCESSFUL", "FAILED"):
+        assert time.monotonic() < deadline, f"the worker never finished the task: {done}"
+        time.sleep(0.05)
+    return done
+
+
+def niceness(pid: int) -> int:
+    """A process's nice value (Linux /proc: field 19 of stat)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+@pytest.mark.parametrize("worker_env", [{"FORKLAB_WORKER_NICE": "7"}])
+async def test_a_worker_with_a_nice_setting_runs_tails_at_lower_cpu_priority(
+        world: World, worker: subprocess.Popen[bytes]) -> None:
+    run_id = await queued_fork(world)  # its task row commits with it: the worker takes it
+    done = await sync_to_async(finished)(run_id)
+    assert (done["status"], done["task_status"]) == ("completed", "SUCCESSFUL")
+    assert worker.poll() is None, "the worker died"
+    assert niceness(worker.pid) == niceness(os.getpid()) + 7
