@@ -25,6 +25,7 @@ from forklab.engine.fork.wire import (
     SuppressedEffect,
     Terminal,
 )
+from forklab.engine.status import ForkState
 from forklab.runs.models import RunKind, RunStatus
 
 
@@ -99,8 +100,8 @@ class RunSerializer(Shape):
     project = s.CharField(help_text="slug of the run's project")
     graph = s.CharField(help_text="graph id")
     graph_version = s.IntegerField()
-    run_kind = s.ChoiceField(choices=RunKind.values)
-    status = s.ChoiceField(choices=RunStatus.values)
+    run_kind = s.ChoiceField(choices=RunKind.values())
+    status = s.ChoiceField(choices=RunStatus.values())
     label = s.CharField(allow_blank=True)  # type: ignore[assignment]  # a field named like Field.label
     parent_run_id = nullable_str()
     fork_sequence_id = nullable_int()
@@ -166,14 +167,10 @@ class EstimateSerializer(Shape):
     cost_usd = s.FloatField()
 
 
-FORK_STATES = ["queued", "running", "paused", "complete", "failed", "blocked", "not_run",
-               "cancelled"]
-
-
 class ForkSerializer(RunSerializer):
     """A fork: its Run fields, its state, and — once finished — the Fork result fields."""
 
-    state = s.ChoiceField(choices=FORK_STATES)
+    state = s.ChoiceField(choices=ForkState.values())
     not_run_reason = nullable_str(help_text="the error code when state is not_run")
     cancel_requested = s.BooleanField()
     queue_position = nullable_int(help_text="while queued: 0 a worker is starting it, 1 next "
@@ -228,8 +225,8 @@ class DiffSummarySerializer(Shape):
 
 class SweepVariantSerializer(Shape):
     run_id = s.CharField()
-    status = s.ChoiceField(choices=RunStatus.values)
-    state = s.ChoiceField(choices=FORK_STATES)
+    status = s.ChoiceField(choices=RunStatus.values())
+    state = s.ChoiceField(choices=ForkState.values())
     not_run_reason = nullable_str()
     incurred_cost_usd = s.FloatField(allow_null=True)
     error = JSON_OBJECT(allow_null=True)

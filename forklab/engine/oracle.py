@@ -19,6 +19,7 @@ from forklab.engine.inputs import check_json_value
 from forklab.engine.providers import ChatRequest
 from forklab.engine.redaction import contains_placeholder
 from forklab.engine.state import Execution
+from forklab.engine.status import CallLabel, RunStatus
 from forklab.engine.tools import ToolContext
 
 
@@ -67,7 +68,7 @@ class Served:
     input_tokens: int
     output_tokens: int
     latency_ms: float
-    label: str
+    label: CallLabel
     cost_usd: float | None = None
     recorded: bool = False
 
@@ -77,7 +78,7 @@ class HumanAnswer:
     decision: str  # approved | rejected | edited
     data: Any = None
     memory_updates: dict[str, Any] | None = None
-    label: str = "live"
+    label: CallLabel = "live"
     answered_by: str = ""
 
 
@@ -87,14 +88,14 @@ class ChildResult:
     the labels of the calls it made (a fork labels the subgraph call from them)."""
 
     child_run_id: str
-    status: str
+    status: RunStatus
     output: dict[str, Any]
-    label: str
+    label: CallLabel
     cost_usd: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
     tainted: tuple[str, ...] = ()
-    call_labels: tuple[str, ...] = ()
+    call_labels: tuple[CallLabel, ...] = ()
 
 
 class NodeFailure(Exception):
@@ -105,10 +106,10 @@ class NodeFailure(Exception):
     what a fork decided for its own, ``reused`` for a recorded failure served again.
     """
 
-    def __init__(self, error_type: str, message: str, *, label: str = "live") -> None:
+    def __init__(self, error_type: str, message: str, *, label: CallLabel = "live") -> None:
         super().__init__(message)
         self.error = {"type": error_type, "message": message}
-        self.label = label
+        self.label: CallLabel = label
 
 
 class Blocked(Exception):

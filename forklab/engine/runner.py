@@ -68,6 +68,7 @@ from forklab.engine.planner import (
 from forklab.engine.reducers import evolve, fold
 from forklab.engine.scheduler import BufferedEvent, Flight, Scheduler
 from forklab.engine.state import RunState
+from forklab.engine.status import RunKind
 from forklab.engine.store import Store, graph_hash
 from forklab.engine.subgraphs import execution_fingerprint
 from forklab.engine.telemetry import tracer
@@ -229,12 +230,12 @@ class Runner:
         child = Runner(graph, store=self.store, run_id=child_id, env=self.env, oracle=oracle,
                        cancel=self.cancel, on_event=self.on_event)
         child.ancestry = (*self.ancestry, self.graph.id)
-        return child.start(input, run_kind="subgraph", parent_run_id=self.run_id,
+        return child.start(input, run_kind=RunKind.SUBGRAPH, parent_run_id=self.run_id,
                            tainted_input=tainted_input)
 
     # -- entry points --------------------------------------------------------------------
     def start(
-        self, input: dict[str, Any], *, run_kind: str = "primary", label: str = "",
+        self, input: dict[str, Any], *, run_kind: RunKind = RunKind.PRIMARY, label: str = "",
         parent_run_id: str | None = None, tainted_input: list[str] | None = None,
     ) -> RunState:
         """Record ``run.started`` and run to the end (or a gate). ``tainted_input`` names the

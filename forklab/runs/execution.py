@@ -197,7 +197,7 @@ def finish_cancelled(run: Run, store: DjangoStore, reason: str) -> None:
             status=RunStatus.CANCELLED, error={"code": "cancelled", "message": reason})
 
 
-def _finish(run: Run, store: DjangoStore, make: Callable[[int, float], Event], *, status: str,
+def _finish(run: Run, store: DjangoStore, make: Callable[[int, float], Event], *, status: RunStatus,
             error: dict[str, Any]) -> None:
     try:
         with transaction.atomic():

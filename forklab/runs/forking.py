@@ -24,6 +24,7 @@ from forklab.engine.fork.lifecycle import promote, run_case, save_case
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
 from forklab.engine.fork.wire import PreflightWire, RunDiffWire
 from forklab.engine.reducers import fold
+from forklab.engine.status import ForkState
 from forklab.runs import bases, queries, tasks
 from forklab.runs.access import (
     User,
@@ -275,7 +276,7 @@ _RESULT_FIELDS = ("estimate", "incurred_cost_usd", "suppressed_effects", "memo_h
                   "diff", "explain", "warnings", "effective_fork_sequence_id")
 
 
-def fork_state(run: Run) -> tuple[str, str | None]:
+def fork_state(run: Run) -> tuple[ForkState, str | None]:
     """``(state, not_run_reason)``: the run status in the fork vocabulary of SPEC §4.3.
 
     ``completed`` reads ``complete``; a fork that failed before writing any event (its
@@ -283,10 +284,10 @@ def fork_state(run: Run) -> tuple[str, str | None]:
     """
     error = run.error or {}
     if run.status == RunStatus.FAILED and error.get("not_run"):
-        return "not_run", str(error.get("code") or "not_run")
+        return ForkState.NOT_RUN, str(error.get("code") or "not_run")
     if run.status == RunStatus.COMPLETED:
-        return "complete", None
-    return str(run.status), None
+        return ForkState.COMPLETE, None
+    return ForkState(run.status), None
 
 
 def fork_body(run: Run) -> dict[str, Any]:

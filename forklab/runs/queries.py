@@ -45,8 +45,8 @@ def list_runs(
     parent: str | None = None,
 ) -> QuerySet[Run]:
     """Runs newest first, filtered; ``projects`` limits to readable projects (None: all)."""
-    _check_choice("kind", kind, list(RunKind.values))
-    _check_choice("status", status, list(RunStatus.values))
+    _check_choice("kind", kind, list(RunKind.values()))
+    _check_choice("status", status, list(RunStatus.values()))
     runs = Run.objects.select_related("project")
     filters: dict[str, Any] = {
         "project__slug": project, "run_kind": kind, "status": status,

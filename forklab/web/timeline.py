@@ -11,12 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from forklab.engine.status import ExecutionStatus
 from forklab.runs import queries
 from forklab.runs.models import Run
 from forklab.web.timeline_filters import JUMPS, Filters, jump_target, load_labels, select
 
 PAGE_SIZE = 60
-ENDS = {"node.completed": "completed", "node.failed": "failed", "node.interrupted": "interrupted"}
+ENDS: dict[str, ExecutionStatus] = {"node.completed": "completed", "node.failed": "failed", "node.interrupted": "interrupted"}
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Bar:
     kind: str = ""
     end_seq: int | None = None
     ended: float | None = None
-    status: str = "running"
+    status: ExecutionStatus = "running"
     cost_usd: float = 0.0
     tokens: int = 0
     unpriced: bool = False

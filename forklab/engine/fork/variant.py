@@ -37,6 +37,7 @@ from forklab.engine.oracle import HumanAnswer, LiveOracle
 from forklab.engine.reducers import fold
 from forklab.engine.runner import CancelToken, Runner
 from forklab.engine.state import RunState
+from forklab.engine.status import RunKind
 from forklab.engine.store import Store, graph_hash
 from forklab.engine.telemetry import tracer
 
@@ -50,7 +51,7 @@ def begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
     base = plan.base
     runner.emit(RunStarted, graph_id=base.state.graph_id,
                 graph_version=base.state.graph_version, graph_hash=graph_hash(plan.graph),
-                input=plan.new_input, start=plan.graph.start, run_kind="counterfactual",
+                input=plan.new_input, start=plan.graph.start, run_kind=RunKind.COUNTERFACTUAL,
                 replay_version=REPLAY_VERSION, label=label, parent_run_id=base.run_id)
     runner.emit(RunForked, base_run_id=base.run_id, fork_sequence_id=plan.point.seq,
                 fork_node_id=plan.effective.node, prefix_state=plan.prefix_state.to_wire(),

@@ -36,6 +36,7 @@ from pydantic import (
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import Change, parse_changes
 from forklab.engine.inputs import check_json_value
+from forklab.engine.status import CallKind, CallLabel, ExecutionStatus
 
 ID_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
 
@@ -336,8 +337,8 @@ class CallWire(OutModel):
     node: str
     occurrence: int
     role: str | None
-    kind: Literal["agent", "tool", "human", "subgraph"]
-    label: Literal["reused", "live", "simulated", "changed", "blocked"]
+    kind: CallKind
+    label: CallLabel
     model: str | None
     input_tokens: int
     output_tokens: int
@@ -348,7 +349,7 @@ class PathEntry(OutModel):
     node: str
     occurrence: int
     iteration: int
-    status: str
+    status: ExecutionStatus
 
 
 class AlignedStep(OutModel):
