@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from forklab.engine.canonical import canonical_json, fingerprint
 from forklab.engine.errors import ForklabError, InvalidInput
 from forklab.engine.graph import ApprovalNode, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.inputs import check_json_value
@@ -110,6 +111,22 @@ class NodeFailure(Exception):
         super().__init__(message)
         self.error = {"type": error_type, "message": message}
         self.label: CallLabel = label
+
+
+def tool_writes(node: ToolNode, result: Any) -> dict[str, Any]:
+    """The memory writes a tool node makes from its tool's ``result`` (a mapping of its
+    ``writes`` keys, or the one value of a single-key node); an oracle re-derives them to
+    check a recording, the node handler to write them."""
+    if isinstance(result, dict) and result and set(result) <= set(node.writes):
+        return result
+    if len(node.writes) == 1:
+        return {node.writes[0]: result}
+    if not node.writes:
+        return {}
+    raise NodeFailure("invalid_tool_result", (
+        f"tool node {node.id!r} writes {node.writes}; its tool must return a mapping of "
+        f"those keys, got {canonical_json(result)[:120]}"
+    ))
 
 
 class Blocked(Exception):
@@ -269,16 +286,12 @@ class ResumeOracle:
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
              ctx: ToolContext) -> tuple[Any, str]:
-        from forklab.engine.canonical import fingerprint
-
         recorded = self._tools.get((call.node, call.occurrence, fingerprint(args)))
         if not recorded:
             return self.inner.tool(call, node, args, ctx)  # type: ignore[no-any-return]
         result, writes = recorded.pop(0)
         if not contains_placeholder(result):
             return result, "reused"  # the writes follow from the result exactly
-        from forklab.engine.nodes import tool_writes
-
         if set(writes) == set(tool_writes(node, result)):
             return RecordedTool(result=result, writes=dict(writes)), "reused"
         if node.effect == "read":  # nothing outside changes: run it again for the real value

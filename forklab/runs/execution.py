@@ -39,6 +39,7 @@ from forklab.runs import broadcast
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import LeaseLost
 from forklab.runs.models import Run, RunKind, RunStatus
+from forklab.runs.planning import plan_for
 from forklab.runs.store import DjangoStore
 
 log = logging.getLogger("forklab.runs.execution")
@@ -113,7 +114,6 @@ def _start(run: Run, store: DjangoStore) -> str:
     work = run.work or {}
     if work.get("task") == "fork":
         from forklab.engine.fork.core import run_plan
-        from forklab.runs.forking import plan_for
         from forklab.runs.specs import ForkSpec
 
         spec = ForkSpec.model_validate(work["spec"])

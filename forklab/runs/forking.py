@@ -17,7 +17,6 @@ from django.db import IntegrityError, transaction
 
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import ForklabError, RunInProgress
-from forklab.engine.fork import prepare_fork
 from forklab.engine.fork.diff import diff_runs
 from forklab.engine.fork.lifecycle import Case as EngineCase
 from forklab.engine.fork.lifecycle import promote, run_case, save_case
@@ -25,7 +24,7 @@ from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
 from forklab.engine.fork.wire import PreflightWire, RunDiffWire
 from forklab.engine.reducers import fold
 from forklab.engine.status import ForkState
-from forklab.runs import bases, queries, tasks
+from forklab.runs import queries, tasks
 from forklab.runs.access import (
     User,
     account,
@@ -39,6 +38,7 @@ from forklab.runs.control import cancel as cancel
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import IdempotencyConflict, NotFound
 from forklab.runs.models import Case, ForkRequest, Project, Role, Run, RunKind, RunStatus
+from forklab.runs.planning import plan_for
 from forklab.runs.projections import ForkResultProjection
 from forklab.runs.specs import CaseSpec, ForkSpec, InvalidRequest, SweepSpec
 from forklab.runs.store import DjangoStore
@@ -56,20 +56,6 @@ def _check_fork_rights(user: User, project: Project, spec: ForkSpec | SweepSpec,
                        **role: Any) -> None:
     require_fork_rights(user, project, policy=spec.policy, budget=spec.budget,
                         ignore_budget=spec.ignore_budget, **role)
-
-
-def plan_for(spec: ForkSpec, project: Project, base: Run | None = None) -> Any:
-    """The engine's ForkPlan for a request (no calls; raises the engine's fork errors).
-
-    With the base's row, the base comes from the per-process cache of loaded finished runs
-    (``forklab.runs.bases``): a burst of forks of one run loads its log once.
-    """
-    env = build_environment()
-    source: Any = bases.loaded(base, env) if base is not None else spec.base_run
-    return prepare_fork(
-        source, at=spec.at, change=spec.changes, policy=spec.policy,
-        budget=spec.budget, ignore_budget=spec.ignore_budget, source=spec.source,
-        store=DjangoStore(project), env=env, graph_version=spec.graph_version)
 
 
 def preflight(*, user: User, spec: ForkSpec) -> PreflightWire:

@@ -14,11 +14,11 @@ from collections import OrderedDict
 from typing import Any
 
 import orjson
-from django.db.models import TextField
+from django.db.models import F, TextField
 from django.db.models.functions import Cast
 
 from forklab.runs.errors import NotFound
-from forklab.runs.models import Run
+from forklab.runs.models import Event, Run
 
 _EVENTS: OrderedDict[tuple[str, int], list[Any]] = OrderedDict()
 _EVENTS_LOCK = threading.Lock()
@@ -162,9 +162,14 @@ def _compare(base: Run, variant: Run) -> dict[str, Any]:
             "base_state": base_state, "variant_state": variant_state}
 
 
-
-
 def _point_of(run_id: str) -> dict[str, Any] | None:
-    from forklab.runs.queries import forked_event
-
     return forked_event(run_id)
+
+
+def forked_event(run_id: str) -> dict[str, Any] | None:
+    """The seq and resolved point (its label) of a fork's ``run.forked`` event."""
+    # one small field: the payload also holds the whole prefix state, which SQLite parses
+    # again for every field extracted
+    row = (Event.objects.filter(run_id=run_id, type="run.forked")
+           .values("seq", point=F("payload__point")).first())
+    return None if row is None else dict(row)

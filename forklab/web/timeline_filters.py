@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from forklab.engine.status import CallLabel, ExecutionStatus
 from forklab.runs import queries
-
-if TYPE_CHECKING:
-    from forklab.web.timeline import Bar
+from forklab.web.bars import Bar
 
 STATUSES: tuple[ExecutionStatus, ...] = ("completed", "failed", "blocked", "running", "paused")
 # the call labels, and ``memo`` for a node served whole from a memo hit

@@ -18,6 +18,7 @@ from forklab.engine.canonical import canonical_json
 from forklab.engine.environment import Environment
 from forklab.engine.errors import ReplayDivergence
 from forklab.engine.events import AnyEvent, Event, HumanAnswered, NodeStarted
+from forklab.engine.fork.base import graph_of as _graph_of
 from forklab.engine.graph import ApprovalNode, GraphSpec, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import (
     Blocked,
@@ -239,8 +240,6 @@ def replay_events(events: Sequence[AnyEvent], graph: GraphSpec, *, strict: bool 
 def replay(run_id: str, *, store: Store, strict: bool = True, graph: GraphSpec | None = None,
            env: Environment | None = None) -> RunState:
     """Strictly replay a stored run through its graph's latest version (or ``graph``)."""
-    from forklab.engine.fork.core import _graph_of
-
     events = store.read(run_id)
     recorded = fold(events)
     if graph is None:

@@ -25,6 +25,7 @@ from forklab.engine.events import (
     RunStarted,
 )
 from forklab.engine.fork.apply import config_targets
+from forklab.engine.fork.base import load_base
 from forklab.engine.fork.changes import parse_changes
 from forklab.engine.fork.effective import DELETE
 from forklab.engine.fork.lineage import forked_event
@@ -42,7 +43,8 @@ from forklab.engine.store import Store, graph_hash
 from forklab.engine.telemetry import tracer
 
 if TYPE_CHECKING:
-    from forklab.engine.fork.core import BaseRun, ForkPlan
+    from forklab.engine.fork.base import BaseRun
+    from forklab.engine.fork.plan import ForkPlan
 
 
 def begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
@@ -164,8 +166,6 @@ def fork_runner(
     memoization come from its ``run.forked`` event — and its budget counters resume from the
     calls the tail already made (its subgraphs' included).
     """
-    from forklab.engine.fork.core import load_base
-
     events = store.read(run_id)
     forked = forked_event(events)
     if forked is None:
