@@ -42,7 +42,7 @@ class ChildRuns(Protocol):
         """The graph a child run of ``graph_id`` runs; raises ``NodeFailure`` when it would
         nest inside itself, a ``ForklabError`` when it is not stored."""
 
-    def run_child(self, graph: GraphSpec, *, child_id: str, oracle: Any,
+    def run_child(self, graph: GraphSpec, *, child_id: str, oracle: Oracle,
                   input: dict[str, Any], tainted_input: list[str]) -> RunState:
         """Start and run a child run of ``graph`` to its end (or a gate); its final state."""
 

@@ -161,12 +161,12 @@ class Oracle(Protocol):
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
               index: int | None) -> Served: ...
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
-             ctx: ToolContext) -> tuple[Any, str]: ...
+             ctx: ToolContext) -> tuple[Any, CallLabel]: ...
     def route(self, call: NodeCall, node: RouterNode) -> str | None: ...
     def human(self, call: NodeCall, node: ApprovalNode) -> HumanAnswer | None: ...
     def subgraph(self, call: NodeCall, node: SubgraphNode, child_input: dict[str, Any],
                  run_child: Callable[[], ChildResult]) -> ChildResult: ...
-    def child(self, call: NodeCall, node: SubgraphNode) -> Any:
+    def child(self, call: NodeCall, node: SubgraphNode) -> Oracle:
         """The oracle a child run started by ``node`` executes under."""
 
 
@@ -216,7 +216,7 @@ class LiveOracle:
                       label="live")
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
-             ctx: ToolContext) -> tuple[Any, str]:
+             ctx: ToolContext) -> tuple[Any, CallLabel]:
         try:
             fn = self.env.tools.resolve(node.tool)
         except ForklabError as exc:
@@ -285,7 +285,7 @@ class ResumeOracle:
                       label="reused", cost_usd=action["cost_usd"], recorded=True)
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
-             ctx: ToolContext) -> tuple[Any, str]:
+             ctx: ToolContext) -> tuple[Any, CallLabel]:
         recorded = self._tools.get((call.node, call.occurrence, fingerprint(args)))
         if not recorded:
             return self.inner.tool(call, node, args, ctx)  # type: ignore[no-any-return]

@@ -57,6 +57,7 @@ from forklab.engine.oracle import (
     LiveOracle,
     NodeCall,
     NodeFailure,
+    Oracle,
     ResumeOracle,
 )
 from forklab.engine.planner import (
@@ -106,7 +107,7 @@ class Runner:
         store: Store,
         run_id: str,
         env: Environment | None = None,
-        oracle: Any = None,
+        oracle: Oracle | None = None,
         hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None = None,
         cancel: CancelToken | None = None,
         on_event: Callable[[Event], None] | None = None,
@@ -116,7 +117,7 @@ class Runner:
         self.store = store
         self.run_id = run_id
         self.env = env or Environment()
-        self.oracle = oracle or LiveOracle(self.env, hitl)
+        self.oracle: Oracle = oracle or LiveOracle(self.env, hitl)
         self.cancel = cancel or CancelToken()
         self.on_event = on_event
         self.graph_version = graph_version
@@ -225,7 +226,7 @@ class Runner:
                               f"{graph_id!r} inside itself ({' > '.join(nesting)})")
         return self.store.load_graph(graph_id)
 
-    def run_child(self, graph: GraphSpec, *, child_id: str, oracle: Any,
+    def run_child(self, graph: GraphSpec, *, child_id: str, oracle: Oracle,
                   input: dict[str, Any], tainted_input: list[str]) -> RunState:
         child = Runner(graph, store=self.store, run_id=child_id, env=self.env, oracle=oracle,
                        cancel=self.cancel, on_event=self.on_event)

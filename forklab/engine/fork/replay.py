@@ -33,6 +33,7 @@ from forklab.engine.providers import ChatRequest
 from forklab.engine.reducers import evolve, fold
 from forklab.engine.runner import Runner
 from forklab.engine.state import Execution, RunState
+from forklab.engine.status import CallLabel
 from forklab.engine.store import GraphStore, MemoryStore, Store
 from forklab.engine.tools import ToolContext
 
@@ -104,7 +105,7 @@ class RecordedOracle:
                           f"{role!r}[{index}]")
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
-             ctx: ToolContext) -> tuple[Any, str]:
+             ctx: ToolContext) -> tuple[Any, CallLabel]:
         self._check_blocked(call)
         ex = self._exec(call)
         for action in ex.actions:

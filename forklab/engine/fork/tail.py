@@ -189,7 +189,7 @@ class ForkOracle:
                       cost_usd=action["cost_usd"], recorded=True)
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
-             ctx: ToolContext) -> tuple[Any, str]:
+             ctx: ToolContext) -> tuple[Any, CallLabel]:
         if node.id in self.tools:
             return self.tools[node.id], "simulated"
         if node.effect == "write" and not self.policy.allows(node.id):
