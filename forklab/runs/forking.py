@@ -17,14 +17,12 @@ from django.db import IntegrityError, transaction
 
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import ForklabError, RunInProgress
-from forklab.engine.fork.diff import diff_runs
 from forklab.engine.fork.lifecycle import Case as EngineCase
 from forklab.engine.fork.lifecycle import promote, run_case, save_case
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
 from forklab.engine.fork.wire import PreflightWire, RunDiffWire
-from forklab.engine.reducers import fold
 from forklab.engine.status import ForkState
-from forklab.runs import queries, tasks
+from forklab.runs import queries, readcache, tasks
 from forklab.runs.access import (
     User,
     account,
@@ -195,16 +193,10 @@ def sweep_detail(*, user: User, group_id: str) -> dict[str, Any]:
 
 
 def diff(*, user: User, base_id: str, variant_id: str) -> RunDiffWire:
-    """RunDiff between any two readable runs."""
+    """RunDiff between any two readable runs: the read model's comparison (the one the
+    dashboard's diff page shows; finished runs' stored final states, no log folded)."""
     base, variant = _base_run(user, base_id), _base_run(user, variant_id)
-    states = []
-    for run in (base, variant):
-        events = DjangoStore(run.project).read(run.id)
-        if not events:
-            raise NotFound(f"run {run.id!r} has no events to compare", run_id=run.id)
-        states.append(fold(events))
-    return RunDiffWire.from_wire(diff_runs(states[0], states[1], changes=[
-        str(c.get("kind")) for c in variant.fork_mutations or []]).wire())
+    return RunDiffWire.from_wire(readcache.run_diff(base, variant).wire())
 
 
 def promote_fork(*, user: User, run_id: str) -> dict[str, Any]:
@@ -322,15 +314,14 @@ def sweep_summary(*, user: User, group_id: str) -> dict[str, Any]:
     """``GET /sweeps/{id}/``: each variant's status, run id, incurred cost and — once it
     finished — a summary of its diff against the base."""
     detail = sweep_detail(user=user, group_id=group_id)
-    base_state = None
+    base: Run | None = None
     variants: dict[str, Any] = {}
     for name, run in detail["variants"].items():
         state, reason = fork_state(run)
         summary = None
         if run.finished and run.last_seq:
-            if base_state is None:
-                base_state = _final_state(_base_run(user, run.parent_run_id or ""))
-            summary = _diff_summary(diff_runs(base_state, _final_state(run)).wire())
+            base = base or _base_run(user, run.parent_run_id or "")
+            summary = _diff_summary(readcache.run_diff(base, run).wire())
         variants[name] = {"run_id": run.id, "status": run.status, "state": state,
                           "not_run_reason": reason,
                           "incurred_cost_usd": _usd_or_none(run.incurred_cost_usd),
@@ -339,13 +330,6 @@ def sweep_summary(*, user: User, group_id: str) -> dict[str, Any]:
     total = None if None in costs else round(sum(costs), 10)
     return {**{k: detail[k] for k in ("fork_group_id", "base_run_id", "fork_sequence_id")},
             "incurred_cost_usd": total, "variants": variants}
-
-
-def _final_state(run: Run) -> Any:
-    events = DjangoStore(run.project).read(run.id)
-    if not events:
-        raise NotFound(f"run {run.id!r} has no events to compare", run_id=run.id)
-    return fold(events)
 
 
 def _diff_summary(diff: dict[str, Any]) -> dict[str, Any]:

@@ -85,6 +85,28 @@ def test_reading_a_finished_fork_reads_no_event_log(fresh_world: World) -> None:
     assert first["diff"]["divergence"]["base"] == "left"
 
 
+def test_diffing_two_finished_runs_reads_no_event_log(fresh_world: World) -> None:
+    """``/diff/`` reads the runs' stored final states through the read model (the diff the
+    dashboard shows), not their logs."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from forklab.runs import readcache
+    from forklab.runs.models import Event
+
+    client = fresh_world.client("member")
+    started = post(client, "/forks/", {"base_run": fresh_world.lab_diamond,
+                                       "at": {"before_node": "left"}, "changes": [SHORT]})
+    fork = settled(client, f"/forks/{started.json()['id']}/")
+    readcache.clear_caches()  # cold: nothing read before
+    with CaptureQueriesContext(connection) as queries:
+        diffed = client.get(f"{API}/diff/", {"base": fresh_world.lab_diamond,
+                                             "variant": fork["id"]})
+    assert diffed.status_code == 200 and diffed.json() == fork["diff"]
+    events_table = Event._meta.db_table
+    assert [q["sql"] for q in queries.captured_queries if events_table in q["sql"]] == []
+
+
 def test_a_stale_fork_result_is_recomputed_on_read(fresh_world: World) -> None:
     from forklab.runs.models import ForkResult
 
