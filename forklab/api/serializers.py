@@ -17,13 +17,11 @@ from rest_framework import serializers as s
 from forklab.engine.fork.changes import Change
 from forklab.engine.fork.wire import (
     CallWire,
-    Divergence,
     EstimateWire,
     ForkPointWire,
     MemoHit,
     RunDiffWire,
     SuppressedEffect,
-    Terminal,
 )
 from forklab.engine.status import ForkState
 from forklab.runs.models import RunKind, RunStatus
@@ -196,49 +194,6 @@ class PromoteSerializer(Shape):
     fork_run_id = s.CharField()
     promoted = s.ListField(child=JSON_OBJECT())
     skipped = s.ListField(child=JSON_OBJECT())
-
-
-# -- sweeps ------------------------------------------------------------------------------
-
-
-class VariantEstimateSerializer(EstimateSerializer):
-    warnings = s.ListField(child=s.CharField())
-
-
-class SweepEstimateSerializer(Shape):
-    cost_usd = s.FloatField()
-    lines = s.ListField(child=s.CharField())
-    variants = s.DictField(child=VariantEstimateSerializer())
-
-
-class DiffSummarySerializer(Shape):
-    divergence = WireField(Divergence, allow_null=True)
-    terminal = WireField(Terminal)
-    tokens_delta = s.IntegerField()
-    usd_delta = s.FloatField(allow_null=True)
-    incurred_usd = s.FloatField(allow_null=True)
-    memory = s.DictField(child=s.ChoiceField(choices=["added", "removed", "changed"]))
-    inserted = s.ListField(child=s.CharField())
-    skipped = s.ListField(child=s.CharField())
-    suppressed_effects = s.IntegerField(help_text="how many effects were blocked")
-
-
-class SweepVariantSerializer(Shape):
-    run_id = s.CharField()
-    status = s.ChoiceField(choices=RunStatus.values())
-    state = s.ChoiceField(choices=ForkState.values())
-    not_run_reason = nullable_str()
-    incurred_cost_usd = s.FloatField(allow_null=True)
-    error = JSON_OBJECT(allow_null=True)
-    diff = DiffSummarySerializer(allow_null=True, help_text="when the variant finished")
-
-
-class SweepSerializer(Shape):
-    fork_group_id = s.CharField()
-    base_run_id = nullable_str()
-    fork_sequence_id = nullable_int()
-    incurred_cost_usd = s.FloatField(allow_null=True)
-    variants = s.DictField(child=SweepVariantSerializer())
 
 
 # -- graphs and cases --------------------------------------------------------------------

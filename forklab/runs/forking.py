@@ -20,7 +20,14 @@ from forklab.engine.errors import ForklabError, RunInProgress
 from forklab.engine.fork.lifecycle import Case as EngineCase
 from forklab.engine.fork.lifecycle import promote, run_case, save_case
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
-from forklab.engine.fork.wire import PreflightWire, RunDiffWire
+from forklab.engine.fork.wire import (
+    DiffSummaryWire,
+    PreflightWire,
+    RunDiffWire,
+    SweepEstimateWire,
+    SweepVariantWire,
+    SweepWire,
+)
 from forklab.engine.status import ForkState
 from forklab.runs import queries, readcache, tasks
 from forklab.runs.access import (
@@ -152,13 +159,13 @@ def _queued_fork(run_id: str, base: Run, plan: Any, spec: ForkSpec, user: User,
 # -- sweeps ------------------------------------------------------------------------------------
 
 
-def estimate_sweep(*, user: User, spec: SweepSpec) -> dict[str, Any]:
+def estimate_sweep(*, user: User, spec: SweepSpec) -> SweepEstimateWire:
     base = _base_run(user, spec.base_run)
     _check_fork_rights(user, base.project, spec)
     _require_finished(base)
-    return engine_estimate_sweep(base.id, at=spec.at, variants=spec.variants,
-                                 policy=spec.policy, budget=spec.budget,
-                                 store=DjangoStore(base.project), env=build_environment())
+    return SweepEstimateWire.from_wire(engine_estimate_sweep(
+        base.id, at=spec.at, variants=spec.variants, policy=spec.policy, budget=spec.budget,
+        store=DjangoStore(base.project), env=build_environment()))
 
 
 def start_sweep(*, user: User, spec: SweepSpec) -> str:
@@ -310,36 +317,28 @@ def fork_detail(*, user: User, run_id: str) -> dict[str, Any]:
     return fork_body(get_fork(user=user, run_id=run_id))
 
 
-def sweep_summary(*, user: User, group_id: str) -> dict[str, Any]:
+def sweep_summary(*, user: User, group_id: str) -> SweepWire:
     """``GET /sweeps/{id}/``: each variant's status, run id, incurred cost and — once it
     finished — a summary of its diff against the base."""
     detail = sweep_detail(user=user, group_id=group_id)
     base: Run | None = None
-    variants: dict[str, Any] = {}
+    variants: dict[str, SweepVariantWire] = {}
     for name, run in detail["variants"].items():
         state, reason = fork_state(run)
         summary = None
         if run.finished and run.last_seq:
             base = base or _base_run(user, run.parent_run_id or "")
-            summary = _diff_summary(readcache.run_diff(base, run).wire())
-        variants[name] = {"run_id": run.id, "status": run.status, "state": state,
-                          "not_run_reason": reason,
-                          "incurred_cost_usd": _usd_or_none(run.incurred_cost_usd),
-                          "error": run.error, "diff": summary}
-    costs = [v["incurred_cost_usd"] for v in variants.values()]
-    total = None if None in costs else round(sum(costs), 10)
-    return {**{k: detail[k] for k in ("fork_group_id", "base_run_id", "fork_sequence_id")},
-            "incurred_cost_usd": total, "variants": variants}
-
-
-def _diff_summary(diff: dict[str, Any]) -> dict[str, Any]:
-    cost = diff["cost"]
-    return {"divergence": diff["divergence"], "terminal": diff["terminal"],
-            "tokens_delta": cost["tokens_delta"], "usd_delta": cost["usd_delta"],
-            "incurred_usd": cost["incurred_usd"],
-            "memory": {key: delta["op"] for key, delta in diff["memory"].items()},
-            "inserted": diff["path"]["inserted"], "skipped": diff["path"]["skipped"],
-            "suppressed_effects": len(diff["suppressed_effects"])}
+            summary = DiffSummaryWire.of(RunDiffWire.from_wire(
+                readcache.run_diff(base, run).wire()))
+        variants[name] = SweepVariantWire(
+            run_id=run.id, status=RunStatus(run.status), state=state, not_run_reason=reason,
+            incurred_cost_usd=_usd_or_none(run.incurred_cost_usd), error=run.error,
+            diff=summary)
+    costs = [v.incurred_cost_usd for v in variants.values()]
+    total = None if None in costs else round(sum(c or 0.0 for c in costs), 10)
+    return SweepWire(fork_group_id=group_id, base_run_id=detail["base_run_id"],
+                     fork_sequence_id=detail["fork_sequence_id"], incurred_cost_usd=total,
+                     variants=variants)
 
 
 def _usd_or_none(value: Any) -> float | None:
