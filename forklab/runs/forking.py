@@ -24,6 +24,7 @@ from forklab.engine.fork.wire import (
     DiffSummaryWire,
     PreflightWire,
     RunDiffWire,
+    StoredForkResult,
     SweepEstimateWire,
     SweepVariantWire,
     SweepWire,
@@ -257,8 +258,8 @@ def run_cases(*, user: User, project: str | None = None) -> list[dict[str, Any]]
 
 # -- the API's fork and sweep bodies -----------------------------------------------------------
 
-_RESULT_FIELDS = ("estimate", "incurred_cost_usd", "suppressed_effects", "memo_hits", "calls",
-                  "diff", "explain", "warnings", "effective_fork_sequence_id")
+# null until the fork finished; ``changes`` is always there (the request's, from the row)
+_RESULT_FIELDS = tuple(f for f in StoredForkResult.model_fields if f != "changes")
 
 
 def fork_state(run: Run) -> tuple[ForkState, str | None]:
@@ -287,7 +288,7 @@ def fork_body(run: Run) -> dict[str, Any]:
             "changes": run.fork_mutations, **dict.fromkeys(_RESULT_FIELDS)}
     if ForkResultProjection.applies_to(run):
         try:  # one stored row (runs.projections): neither run's log is read
-            body.update(ForkResultProjection.read(run))
+            body.update(ForkResultProjection.read(run).to_wire())
         except ForklabError as exc:  # e.g. its base run was deleted before it was stored
             body["warnings"] = [f"the result cannot be rebuilt: {exc.code}: {exc.message}"]
     return body

@@ -107,6 +107,22 @@ def test_diffing_two_finished_runs_reads_no_event_log(fresh_world: World) -> Non
     assert [q["sql"] for q in queries.captured_queries if events_table in q["sql"]] == []
 
 
+def test_a_stored_result_of_another_shape_is_recomputed_on_read(fresh_world: World) -> None:
+    """The stored row is read as the typed StoredForkResult; one that does not fit it (an
+    older shape) is rebuilt from the logs, never served or crashed on."""
+    from forklab.runs.models import ForkResult, Run
+
+    client = fresh_world.client("member")
+    started = post(client, "/forks/", {"base_run": fresh_world.lab_diamond,
+                                       "at": {"before_node": "left"}, "changes": [SHORT]})
+    fork_id = started.json()["id"]
+    expected = settled(client, f"/forks/{fork_id}/")
+    current = Run.objects.get(pk=fork_id).last_seq
+    ForkResult.objects.filter(run_id=fork_id).update(version=current, result={"diff": None})
+    assert client.get(f"{API}/forks/{fork_id}/").json() == expected
+    assert ForkResult.objects.get(run_id=fork_id).result["diff"] == expected["diff"]
+
+
 def test_a_stale_fork_result_is_recomputed_on_read(fresh_world: World) -> None:
     from forklab.runs.models import ForkResult
 

@@ -434,6 +434,27 @@ class PreflightWire(OutModel):
     changes: list[Change]
 
 
+class StoredForkResult(OutModel):
+    """The result fields of a finished fork as the read model stores them (one row per fork,
+    ``runs.projections.ForkResultProjection``): what ``GET /forks/{id}/`` adds to the Run."""
+
+    effective_fork_sequence_id: int
+    changes: list[Change]
+    estimate: EstimateWire
+    incurred_cost_usd: float | None
+    suppressed_effects: list[SuppressedEffect]
+    memo_hits: list[MemoHit]
+    calls: list[CallWire]
+    diff: RunDiffWire | None
+    explain: str
+    warnings: list[str]
+
+    @classmethod
+    def of(cls, result: ForkResultWire) -> StoredForkResult:
+        return cls.model_validate(result.model_dump(include=set(cls.model_fields),
+                                                   exclude_unset=True))
+
+
 class ForkResultWire(OutModel):
     """The fork-specific fields of a finished fork (SPEC §4.6); the API adds the variant
     Run's fields around them. ``changes`` are the fork's combined ``fork_mutations``."""
