@@ -16,6 +16,8 @@ import contextlib
 import logging
 
 from django.db import IntegrityError
+from django.db.models import TextField
+from django.db.models.functions import Cast
 from pydantic import ValidationError
 
 from forklab.engine.errors import ForklabError
@@ -39,10 +41,13 @@ class ForkResultProjection:
         Raises the ForklabError that made it impossible to compute (e.g. its base run was
         deleted before the result was ever stored).
         """
-        row = ForkResult.objects.filter(run_id=run.pk).values_list("version", "result").first()
+        # the stored JSON as text, parsed and validated in one pass by pydantic (no
+        # intermediate Python dicts from the driver's JSON decoding)
+        row = (ForkResult.objects.filter(run_id=run.pk)
+               .values_list("version", Cast("result", TextField())).first())
         if row is not None and row[0] == run.last_seq:
             try:
-                return StoredForkResult.model_validate(row[1])
+                return StoredForkResult.model_validate_json(row[1])
             except ValidationError:  # stored by an older shape: rebuilt like a stale one
                 log.warning("fork %s: stored result no longer fits; recomputed", run.pk)
         return cls.refresh(run)
