@@ -409,6 +409,12 @@ SPECTACULAR_SETTINGS = {
     # 3.1: request bodies are documented from the pydantic specs (JSON Schema 2020-12).
     "OAS_VERSION": "3.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The engine's words (forklab.engine.status) are named once each in the schema: a run's
+    # status and a path entry's (execution) status are different sets under one field name.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "forklab.engine.status.RunStatus.values",
+        "ExecutionStatusEnum": "forklab.engine.status.EXECUTION_STATUSES",
+    },
     "SCHEMA_PATH_PREFIX": r"/api/v1",
     # The docs page works offline: Swagger UI from the drf-spectacular-sidecar package.
     "SWAGGER_UI_DIST": "SIDECAR",

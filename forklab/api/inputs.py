@@ -109,8 +109,8 @@ class Query(s.Serializer):  # type: ignore[type-arg]
 
 
 class RunFilters(Query):
-    kind = s.ChoiceField(choices=RunKind.values, required=False, allow_blank=True, help_text="run_kind")
-    status = s.ChoiceField(choices=RunStatus.values, required=False, allow_blank=True)
+    kind = s.ChoiceField(choices=RunKind.values(), required=False, allow_blank=True, help_text="run_kind")
+    status = s.ChoiceField(choices=RunStatus.values(), required=False, allow_blank=True)
     graph = s.CharField(required=False, allow_blank=True, max_length=100, help_text="graph id")
     # a query parameter named like Field.parent (DRF's metaclass collects it as a field)
     parent = s.CharField(required=False, allow_blank=True, max_length=64,  # type: ignore[assignment]

@@ -17,14 +17,13 @@ from rest_framework import serializers as s
 from forklab.engine.fork.changes import Change
 from forklab.engine.fork.wire import (
     CallWire,
-    Divergence,
     EstimateWire,
     ForkPointWire,
     MemoHit,
     RunDiffWire,
     SuppressedEffect,
-    Terminal,
 )
+from forklab.engine.status import ForkState
 from forklab.runs.models import RunKind, RunStatus
 
 
@@ -99,8 +98,8 @@ class RunSerializer(Shape):
     project = s.CharField(help_text="slug of the run's project")
     graph = s.CharField(help_text="graph id")
     graph_version = s.IntegerField()
-    run_kind = s.ChoiceField(choices=RunKind.values)
-    status = s.ChoiceField(choices=RunStatus.values)
+    run_kind = s.ChoiceField(choices=RunKind.values())
+    status = s.ChoiceField(choices=RunStatus.values())
     label = s.CharField(allow_blank=True)  # type: ignore[assignment]  # a field named like Field.label
     parent_run_id = nullable_str()
     fork_sequence_id = nullable_int()
@@ -166,14 +165,10 @@ class EstimateSerializer(Shape):
     cost_usd = s.FloatField()
 
 
-FORK_STATES = ["queued", "running", "paused", "complete", "failed", "blocked", "not_run",
-               "cancelled"]
-
-
 class ForkSerializer(RunSerializer):
     """A fork: its Run fields, its state, and — once finished — the Fork result fields."""
 
-    state = s.ChoiceField(choices=FORK_STATES)
+    state = s.ChoiceField(choices=ForkState.values())
     not_run_reason = nullable_str(help_text="the error code when state is not_run")
     cancel_requested = s.BooleanField()
     queue_position = nullable_int(help_text="while queued: 0 a worker is starting it, 1 next "
@@ -199,49 +194,6 @@ class PromoteSerializer(Shape):
     fork_run_id = s.CharField()
     promoted = s.ListField(child=JSON_OBJECT())
     skipped = s.ListField(child=JSON_OBJECT())
-
-
-# -- sweeps ------------------------------------------------------------------------------
-
-
-class VariantEstimateSerializer(EstimateSerializer):
-    warnings = s.ListField(child=s.CharField())
-
-
-class SweepEstimateSerializer(Shape):
-    cost_usd = s.FloatField()
-    lines = s.ListField(child=s.CharField())
-    variants = s.DictField(child=VariantEstimateSerializer())
-
-
-class DiffSummarySerializer(Shape):
-    divergence = WireField(Divergence, allow_null=True)
-    terminal = WireField(Terminal)
-    tokens_delta = s.IntegerField()
-    usd_delta = s.FloatField(allow_null=True)
-    incurred_usd = s.FloatField(allow_null=True)
-    memory = s.DictField(child=s.ChoiceField(choices=["added", "removed", "changed"]))
-    inserted = s.ListField(child=s.CharField())
-    skipped = s.ListField(child=s.CharField())
-    suppressed_effects = s.IntegerField(help_text="how many effects were blocked")
-
-
-class SweepVariantSerializer(Shape):
-    run_id = s.CharField()
-    status = s.ChoiceField(choices=RunStatus.values)
-    state = s.ChoiceField(choices=FORK_STATES)
-    not_run_reason = nullable_str()
-    incurred_cost_usd = s.FloatField(allow_null=True)
-    error = JSON_OBJECT(allow_null=True)
-    diff = DiffSummarySerializer(allow_null=True, help_text="when the variant finished")
-
-
-class SweepSerializer(Shape):
-    fork_group_id = s.CharField()
-    base_run_id = nullable_str()
-    fork_sequence_id = nullable_int()
-    incurred_cost_usd = s.FloatField(allow_null=True)
-    variants = s.DictField(child=SweepVariantSerializer())
 
 
 # -- graphs and cases --------------------------------------------------------------------

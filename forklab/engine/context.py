@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from forklab.engine.environment import Environment
-from forklab.engine.events import Event
+from forklab.engine.events import Event, MemoryWritten
 from forklab.engine.graph import GraphSpec
 from forklab.engine.oracle import NodeCall, Oracle
 from forklab.engine.state import RunState
@@ -49,7 +49,7 @@ class ChildRuns(Protocol):
         """The graph a child run of ``graph_id`` runs; raises ``NodeFailure`` when it would
         nest inside itself, a ``ForklabError`` when it is not stored."""
 
-    def run_child(self, graph: GraphSpec, *, child_id: str, oracle: Any,
+    def run_child(self, graph: GraphSpec, *, child_id: str, oracle: Oracle,
                   input: dict[str, Any], tainted_input: list[str]) -> RunState:
         """Start and run a child run of ``graph`` to its end (or a gate); its final state."""
 
@@ -91,3 +91,8 @@ class NodeContext:
 def tainted_reads(reads: dict[str, Any] | list[str], taint: set[str]) -> frozenset[str]:
     """The keys of a read slice that are tainted (``reads``: the slice or its keys)."""
     return frozenset(key for key in reads if key in taint)
+
+
+def write_memory(ctx: NodeContext, key: str, value: Any, tainted: bool) -> None:
+    """Record one memory write of the node ``ctx`` runs (committed at ``node.completed``)."""
+    ctx.emit(MemoryWritten, key=key, value=value, tainted=tainted)

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from forklab.engine.errors import EventGapError
+from forklab.engine.status import CallKind, CallLabel, RunKind, RunStatus
 
 REPLAY_VERSION = 2
 """Reducer semantics version. Bump when a reducer changes meaning; forks refuse skew.
@@ -82,7 +83,7 @@ class RunStarted(Event):
     graph_hash: str
     input: dict[str, Any]
     start: str
-    run_kind: str = "primary"
+    run_kind: RunKind = RunKind.PRIMARY
     replay_version: int = REPLAY_VERSION
     label: str = ""
     parent_run_id: str | None = None
@@ -211,7 +212,7 @@ class AgentResponded(Event):
     output_tokens: int
     cost_usd: float | None
     latency_ms: float
-    label: str
+    label: CallLabel
     request_hash: str
 
 
@@ -228,7 +229,7 @@ class ToolCalled(Event):
 class ToolReturned(Event):
     TYPE: ClassVar[str] = "tool.returned"
     result: Any
-    label: str
+    label: CallLabel
     latency_ms: float = 0.0
 
 
@@ -239,11 +240,11 @@ class CallFailed(Event):
     request's hash or the tool's args hash."""
 
     TYPE: ClassVar[str] = "call.failed"
-    kind: str  # agent | tool
+    kind: CallKind  # agent | tool
     role: str | None
     index: int | None
     model: str | None
-    label: str
+    label: CallLabel
     error: dict[str, Any]
     request_hash: str
 
@@ -261,7 +262,7 @@ class HumanAnswered(Event):
     decision: str
     data: Any = None
     memory_updates: dict[str, Any] = field(default_factory=dict)
-    label: str = "live"
+    label: CallLabel = "live"
     answered_by: str = ""
 
 
@@ -270,7 +271,7 @@ class RouteDecided(Event):
     TYPE: ClassVar[str] = "route.decided"
     to: str
     reason: str
-    label: str = "live"
+    label: CallLabel = "live"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -300,9 +301,9 @@ class SubgraphStarted(Event):
 class SubgraphCompleted(Event):
     TYPE: ClassVar[str] = "subgraph.completed"
     child_run_id: str
-    status: str
+    status: RunStatus
     output: dict[str, Any]
-    label: str = "live"
+    label: CallLabel = "live"
     cost_usd: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0

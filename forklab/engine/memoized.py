@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forklab.engine.context import NodeContext
+from forklab.engine.context import NodeContext, write_memory
 from forklab.engine.events import (
     AgentResponded,
     CallFailed,
@@ -25,7 +25,6 @@ from forklab.engine.events import (
     ToolReturned,
 )
 from forklab.engine.graph import ApprovalNode, SubgraphNode, ToolNode
-from forklab.engine.nodes import write_memory
 from forklab.engine.oracle import NodeFailure
 from forklab.engine.state import Execution
 

@@ -16,14 +16,13 @@ import re
 from typing import Any
 
 from forklab.engine.canonical import canonical_json, fingerprint
-from forklab.engine.context import NodeContext
+from forklab.engine.context import NodeContext, write_memory
 from forklab.engine.events import (
     AgentRequested,
     AgentResponded,
     CallFailed,
     HumanAnswered,
     HumanRequested,
-    MemoryWritten,
     ReflectionDiscarded,
     RouteDecided,
     SubgraphCompleted,
@@ -39,8 +38,9 @@ from forklab.engine.graph import (
     SubgraphNode,
     ToolNode,
 )
-from forklab.engine.oracle import HumanAnswer, NodeFailure, RecordedTool
+from forklab.engine.oracle import HumanAnswer, NodeFailure, RecordedTool, tool_writes
 from forklab.engine.providers import ChatRequest
+from forklab.engine.subgraphs import run_subgraph_node
 from forklab.engine.tools import ToolContext
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -58,10 +58,6 @@ def render(template: str, reads: dict[str, Any]) -> str:
     return _PLACEHOLDER.sub(value, template)
 
 
-def write_memory(ctx: NodeContext, key: str, value: Any, tainted: bool) -> None:
-    ctx.emit(MemoryWritten, key=key, value=value, tainted=tainted)
-
-
 def execute(ctx: NodeContext, node: Any) -> str | None:
     if isinstance(node, AgentNode):
         return _agent_node(ctx, node)
@@ -72,8 +68,6 @@ def execute(ctx: NodeContext, node: Any) -> str | None:
     if isinstance(node, ApprovalNode):
         return _approval_node(ctx, node)
     if isinstance(node, SubgraphNode):
-        from forklab.engine.subgraphs import run_subgraph_node
-
         return run_subgraph_node(ctx, node)
     raise AssertionError(f"unhandled node kind {node.kind}")
 
@@ -163,19 +157,6 @@ def _agent_node(ctx: NodeContext, node: AgentNode) -> str | None:
 
 
 # -- tools -----------------------------------------------------------------------------------
-
-
-def tool_writes(node: ToolNode, result: Any) -> dict[str, Any]:
-    if isinstance(result, dict) and result and set(result) <= set(node.writes):
-        return result
-    if len(node.writes) == 1:
-        return {node.writes[0]: result}
-    if not node.writes:
-        return {}
-    raise NodeFailure("invalid_tool_result", (
-        f"tool node {node.id!r} writes {node.writes}; its tool must return a mapping of "
-        f"those keys, got {canonical_json(result)[:120]}"
-    ))
 
 
 def _tool_node(ctx: NodeContext, node: ToolNode) -> str | None:

@@ -13,12 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from forklab.engine.canonical import canonical_json, fingerprint
 from forklab.engine.errors import ForklabError, InvalidInput
 from forklab.engine.graph import ApprovalNode, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.inputs import check_json_value
 from forklab.engine.providers import ChatRequest
 from forklab.engine.redaction import contains_placeholder
 from forklab.engine.state import Execution
+from forklab.engine.status import CallLabel, RunStatus
 from forklab.engine.tools import ToolContext
 
 
@@ -67,7 +69,7 @@ class Served:
     input_tokens: int
     output_tokens: int
     latency_ms: float
-    label: str
+    label: CallLabel
     cost_usd: float | None = None
     recorded: bool = False
 
@@ -77,7 +79,7 @@ class HumanAnswer:
     decision: str  # approved | rejected | edited
     data: Any = None
     memory_updates: dict[str, Any] | None = None
-    label: str = "live"
+    label: CallLabel = "live"
     answered_by: str = ""
 
 
@@ -87,14 +89,14 @@ class ChildResult:
     the labels of the calls it made (a fork labels the subgraph call from them)."""
 
     child_run_id: str
-    status: str
+    status: RunStatus
     output: dict[str, Any]
-    label: str
+    label: CallLabel
     cost_usd: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
     tainted: tuple[str, ...] = ()
-    call_labels: tuple[str, ...] = ()
+    call_labels: tuple[CallLabel, ...] = ()
 
 
 class NodeFailure(Exception):
@@ -105,10 +107,26 @@ class NodeFailure(Exception):
     what a fork decided for its own, ``reused`` for a recorded failure served again.
     """
 
-    def __init__(self, error_type: str, message: str, *, label: str = "live") -> None:
+    def __init__(self, error_type: str, message: str, *, label: CallLabel = "live") -> None:
         super().__init__(message)
         self.error = {"type": error_type, "message": message}
-        self.label = label
+        self.label: CallLabel = label
+
+
+def tool_writes(node: ToolNode, result: Any) -> dict[str, Any]:
+    """The memory writes a tool node makes from its tool's ``result`` (a mapping of its
+    ``writes`` keys, or the one value of a single-key node); an oracle re-derives them to
+    check a recording, the node handler to write them."""
+    if isinstance(result, dict) and result and set(result) <= set(node.writes):
+        return result
+    if len(node.writes) == 1:
+        return {node.writes[0]: result}
+    if not node.writes:
+        return {}
+    raise NodeFailure("invalid_tool_result", (
+        f"tool node {node.id!r} writes {node.writes}; its tool must return a mapping of "
+        f"those keys, got {canonical_json(result)[:120]}"
+    ))
 
 
 class Blocked(Exception):
@@ -143,12 +161,12 @@ class Oracle(Protocol):
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
               index: int | None) -> Served: ...
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
-             ctx: ToolContext) -> tuple[Any, str]: ...
+             ctx: ToolContext) -> tuple[Any, CallLabel]: ...
     def route(self, call: NodeCall, node: RouterNode) -> str | None: ...
     def human(self, call: NodeCall, node: ApprovalNode) -> HumanAnswer | None: ...
     def subgraph(self, call: NodeCall, node: SubgraphNode, child_input: dict[str, Any],
                  run_child: Callable[[], ChildResult]) -> ChildResult: ...
-    def child(self, call: NodeCall, node: SubgraphNode) -> Any:
+    def child(self, call: NodeCall, node: SubgraphNode) -> Oracle:
         """The oracle a child run started by ``node`` executes under."""
 
 
@@ -198,7 +216,7 @@ class LiveOracle:
                       label="live")
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
-             ctx: ToolContext) -> tuple[Any, str]:
+             ctx: ToolContext) -> tuple[Any, CallLabel]:
         try:
             fn = self.env.tools.resolve(node.tool)
         except ForklabError as exc:
@@ -267,17 +285,13 @@ class ResumeOracle:
                       label="reused", cost_usd=action["cost_usd"], recorded=True)
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
-             ctx: ToolContext) -> tuple[Any, str]:
-        from forklab.engine.canonical import fingerprint
-
+             ctx: ToolContext) -> tuple[Any, CallLabel]:
         recorded = self._tools.get((call.node, call.occurrence, fingerprint(args)))
         if not recorded:
             return self.inner.tool(call, node, args, ctx)  # type: ignore[no-any-return]
         result, writes = recorded.pop(0)
         if not contains_placeholder(result):
             return result, "reused"  # the writes follow from the result exactly
-        from forklab.engine.nodes import tool_writes
-
         if set(writes) == set(tool_writes(node, result)):
             return RecordedTool(result=result, writes=dict(writes)), "reused"
         if node.effect == "read":  # nothing outside changes: run it again for the real value

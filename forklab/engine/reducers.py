@@ -47,6 +47,7 @@ from forklab.engine.events import (
     ToolReturned,
 )
 from forklab.engine.state import Call, Execution, NodesSoFar, RunState
+from forklab.engine.status import ExecutionStatus, RunKind, RunStatus
 
 
 def check_next(state: RunState, event: AnyEvent) -> None:
@@ -106,11 +107,18 @@ def _current(state: RunState, event: AnyEvent) -> Execution:
     return state.current
 
 
-def _finish(state: RunState, status: str, at: float) -> None:
+# An execution still open when its run ends ends with the run's status.
+_EXECUTION_END: dict[RunStatus, ExecutionStatus] = {
+    RunStatus.COMPLETED: "completed", RunStatus.FAILED: "failed",
+    RunStatus.BLOCKED: "blocked", RunStatus.CANCELLED: "cancelled",
+}
+
+
+def _finish(state: RunState, status: RunStatus, at: float) -> None:
     state.status = status
     state.finished_at = at
     if state.current is not None:
-        state.current.status = status if status != "completed" else "completed"
+        state.current.status = _EXECUTION_END[status]
         state.current.finished_at = at
         state.current.prior_iteration_nodes = []  # see _complete_node
         state.executions.append(state.current)
@@ -157,9 +165,9 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
                                     "reason": event.reason, "label": event.label})
         case RunStarted():
             state.run_id = event.run_id
-            state.status = "running"
+            state.status = RunStatus.RUNNING
             state.graph_id, state.graph_version = event.graph_id, event.graph_version
-            state.graph_hash, state.run_kind = event.graph_hash, event.run_kind
+            state.graph_hash, state.run_kind = event.graph_hash, RunKind(event.run_kind)
             state.replay_version, state.label = event.replay_version, event.label
             state.parent_run_id = event.parent_run_id
             state.input = dict(event.input)
@@ -173,13 +181,13 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
             if event.change.get("kind") == "input_patch":
                 state.input = merge_patch(state.input, event.change["patch"])
         case HumanRequested():
-            state.status = "paused"
+            state.status = RunStatus.PAUSED
             state.pending_human = {"node": event.node, "prompt": event.prompt,
                                    "context": event.context, "seq": event.seq}
             _current(state, event).status = "paused"
         case HumanAnswered():
             current = _current(state, event)
-            state.status = "running"
+            state.status = RunStatus.RUNNING
             state.pending_human = None
             current.status = "running"
             current.labels.append(event.label)
@@ -217,16 +225,16 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
         case NodeInterrupted():
             _interrupt_node(state, event)
         case RunCompleted():
-            _finish(state, "completed", event.at)
+            _finish(state, RunStatus.COMPLETED, event.at)
         case RunFailed():
             state.error = state.error or dict(event.error)
-            _finish(state, "failed", event.at)
+            _finish(state, RunStatus.FAILED, event.at)
         case RunBlocked():
-            _finish(state, "blocked", event.at)
+            _finish(state, RunStatus.BLOCKED, event.at)
         case RunCancelled():
             state.error = {"code": "cancelled", "message": event.reason or "cancelled"}
             state.pending_writes, state.pending_deletes, state.pending_taint = {}, [], {}
-            _finish(state, "cancelled", event.at)
+            _finish(state, RunStatus.CANCELLED, event.at)
         case _:
             assert_never(event)
     return state
@@ -259,7 +267,7 @@ def _apply_fork(state: RunState, event: RunForked) -> None:
                         "started_at", "graph_id", "graph_version", "graph_hash",
                         "replay_version"}:
             setattr(state, name, getattr(prefix, name))
-    state.status = "running"
+    state.status = RunStatus.RUNNING
     state.error = None
     state.finished_at = None
     state.fork = {
@@ -414,7 +422,7 @@ def _interrupt_node(state: RunState, event: NodeInterrupted) -> None:
     state.calls = [c for c in state.calls if c.seq <= current.start_seq]
     state.pending_writes, state.pending_deletes, state.pending_taint = {}, [], {}
     state.pending_human = None
-    state.status = "running"
+    state.status = RunStatus.RUNNING
     state.occurrences[current.node] = current.occurrence - 1
     if state.occurrences[current.node] == 0:
         del state.occurrences[current.node]

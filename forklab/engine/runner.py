@@ -74,6 +74,7 @@ from forklab.engine.oracle import (
     LiveOracle,
     NodeCall,
     NodeFailure,
+    Oracle,
     ResumeOracle,
 )
 from forklab.engine.planner import (
@@ -85,6 +86,7 @@ from forklab.engine.planner import (
 from forklab.engine.reducers import evolve, fold
 from forklab.engine.scheduler import BufferedEvent, Flight, Scheduler
 from forklab.engine.state import RunState
+from forklab.engine.status import RunKind
 from forklab.engine.store import Store, graph_hash
 from forklab.engine.subgraphs import execution_fingerprint
 from forklab.engine.telemetry import tracer
@@ -122,7 +124,7 @@ class Runner:
         store: Store,
         run_id: str,
         env: Environment | None = None,
-        oracle: Any = None,
+        oracle: Oracle | None = None,
         hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None = None,
         cancel: CancelToken | None = None,
         on_event: Callable[[Event], None] | None = None,
@@ -132,7 +134,7 @@ class Runner:
         self.store = store
         self.run_id = run_id
         self.env = env or Environment()
-        self.oracle = oracle or LiveOracle(self.env, hitl)
+        self.oracle: Oracle = oracle or LiveOracle(self.env, hitl)
         self.cancel = cancel or CancelToken()
         self.on_event = on_event
         self.graph_version = graph_version
@@ -237,18 +239,18 @@ class Runner:
                               f"{graph_id!r} inside itself ({' > '.join(nesting)})")
         return self.store.load_graph(graph_id)
 
-    def run_child(self, graph: GraphSpec, *, child_id: str, oracle: Any,
+    def run_child(self, graph: GraphSpec, *, child_id: str, oracle: Oracle,
                   input: dict[str, Any], tainted_input: list[str]) -> RunState:
         child = Runner(graph, store=self.store, run_id=child_id, env=self.env, oracle=oracle,
                        cancel=self.cancel, on_event=self.on_event)
         child.ancestry = (*self.ancestry, self.graph.id)
         child.batch_limit = self.batch_limit
-        return child.start(input, run_kind="subgraph", parent_run_id=self.run_id,
+        return child.start(input, run_kind=RunKind.SUBGRAPH, parent_run_id=self.run_id,
                            tainted_input=tainted_input)
 
     # -- entry points --------------------------------------------------------------------
     def start(
-        self, input: dict[str, Any], *, run_kind: str = "primary", label: str = "",
+        self, input: dict[str, Any], *, run_kind: RunKind = RunKind.PRIMARY, label: str = "",
         parent_run_id: str | None = None, tainted_input: list[str] | None = None,
     ) -> RunState:
         """Record ``run.started`` and run to the end (or a gate). ``tainted_input`` names the

@@ -42,7 +42,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import context as otel_context
 
@@ -54,7 +54,31 @@ from forklab.engine.subgraphs import execution_fingerprint
 from forklab.engine.telemetry import tracer
 
 if TYPE_CHECKING:
-    from forklab.engine.runner import Runner
+    from forklab.engine.context import NodeContext, Sink
+    from forklab.engine.environment import Environment
+    from forklab.engine.graph import GraphSpec
+    from forklab.engine.state import RunState
+    from forklab.engine.store import Store
+
+
+class Host(Protocol):
+    """What the scheduler needs of the run it serves (``engine.runner.Runner``), named here so
+    the scheduler does not import the runner that drives it."""
+
+    graph: GraphSpec
+    store: Store
+    run_id: str
+    env: Environment
+    oracle: Any
+    state: RunState
+
+    @property
+    def logical_clock(self) -> bool: ...
+    def context(self, call: NodeCall, tainted: frozenset[str], *, sink: Sink | None = None,
+                cancelled: Callable[[], bool] | None = None,
+                durable: Callable[[], None] | None = None) -> NodeContext: ...
+    def handle(self, ctx: NodeContext, node: Any, substitute: dict[str, Any] | None,
+               memo: Any) -> str | None: ...
 
 BufferedEvent = tuple[type, dict[str, Any], float | None]
 """An event waiting for its seq: class, fields, and its time (None: stamp when appended)."""
@@ -125,7 +149,7 @@ def barrier(node: Any) -> bool:
 class Scheduler:
     """Starts the nodes of one run ahead of its head, up to ``width`` at a time."""
 
-    def __init__(self, runner: Runner, width: int) -> None:
+    def __init__(self, runner: Host, width: int) -> None:
         self.runner = runner
         self.width = width
         self.enabled = width > 1 and bool(getattr(runner.oracle, "overlaps_calls", False))

@@ -18,6 +18,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
+from forklab.engine.status import (
+    ACTIVE_STATUSES,
+    FINISHED_STATUSES,
+    CallKind,
+    CallLabel,
+    ExecutionStatus,
+    RunKind,
+    RunStatus,
+)
+
+__all__ = ["ACTIVE_STATUSES", "FINISHED_STATUSES"]  # re-exported for the state's readers
+
 
 def _private(data: Any) -> Any:
     """A private copy of JSON data (a JSON round trip: several times faster than deepcopy)."""
@@ -62,10 +74,6 @@ class NodesSoFar(Sequence[str]):
         return repr(self._items[:self._n])
 
 
-ACTIVE_STATUSES = frozenset({"queued", "running", "paused"})
-FINISHED_STATUSES = frozenset({"completed", "failed", "blocked", "cancelled"})
-
-
 @dataclass(slots=True)
 class Call:
     """One model, tool or human call with its provenance label."""
@@ -73,8 +81,8 @@ class Call:
     seq: int
     node: str
     occurrence: int
-    kind: str  # agent | tool | human | subgraph
-    label: str  # reused | live | simulated | changed
+    kind: CallKind
+    label: CallLabel
     role: str | None = None
     index: int | None = None
     model: str | None = None
@@ -104,7 +112,7 @@ class Execution:
     fingerprint: str
     reads: dict[str, Any]
     started_at: float
-    status: str = "running"
+    status: ExecutionStatus = "running"
     end_seq: int | None = None
     finished_at: float | None = None
     writes: dict[str, Any] = field(default_factory=dict)
@@ -160,11 +168,11 @@ class RunState:
 
     run_id: str = ""
     version: int = 0
-    status: str = "queued"
+    status: RunStatus = RunStatus.QUEUED
     graph_id: str = ""
     graph_version: int = 0
     graph_hash: str = ""
-    run_kind: str = "primary"
+    run_kind: RunKind = RunKind.PRIMARY
     replay_version: int = 0
     label: str = ""
     parent_run_id: str | None = None
@@ -256,6 +264,8 @@ class RunState:
         (freshly decoded JSON), so it is used without a copy."""
         data = dict(data) if owned else _private(data)
         data["taint"] = set(data.get("taint", ()))
+        data["status"] = RunStatus(data.get("status", RunStatus.QUEUED))
+        data["run_kind"] = RunKind(data.get("run_kind", RunKind.PRIMARY))
         data["executions"] = [Execution(**e) for e in data.get("executions", ())]
         data["current"] = Execution(**data["current"]) if data.get("current") else None
         data["interrupted"] = [Execution(**e) for e in data.get("interrupted", ())]

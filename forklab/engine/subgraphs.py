@@ -17,11 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from forklab.engine.canonical import fingerprint
-from forklab.engine.context import NodeContext
+from forklab.engine.context import NodeContext, write_memory
 from forklab.engine.errors import ForklabError, GraphNotFound
 from forklab.engine.events import SubgraphCompleted, SubgraphStarted
 from forklab.engine.graph import GraphSpec, SubgraphNode
-from forklab.engine.nodes import write_memory
 from forklab.engine.oracle import (
     Blocked,
     BudgetExceeded,

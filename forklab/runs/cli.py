@@ -14,7 +14,7 @@ from typing import Any
 from forklab.engine import inputs
 from forklab.engine.errors import ForklabError, InvalidInput
 from forklab.engine.fork.changes import Change, change, parse_changes, wire
-from forklab.engine.fork.points import parse_point
+from forklab.engine.fork.resolve import parse_point
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Run
 from forklab.runs.store import DjangoStore

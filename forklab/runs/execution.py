@@ -40,6 +40,7 @@ from forklab.runs import broadcast
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import LeaseLost
 from forklab.runs.models import Run, RunKind, RunStatus
+from forklab.runs.planning import plan_for
 from forklab.runs.store import DjangoStore
 
 log = logging.getLogger("forklab.runs.execution")
@@ -130,7 +131,6 @@ def _start(run: Run, store: DjangoStore) -> str:
     work = run.work or {}
     if work.get("task") == "fork":
         from forklab.engine.fork.core import run_plan
-        from forklab.runs.forking import plan_for
         from forklab.runs.specs import ForkSpec
 
         spec = ForkSpec.model_validate(work["spec"])
@@ -214,7 +214,7 @@ def finish_cancelled(run: Run, store: DjangoStore, reason: str) -> None:
             status=RunStatus.CANCELLED, error={"code": "cancelled", "message": reason})
 
 
-def _finish(run: Run, store: DjangoStore, make: Callable[[int, float], Event], *, status: str,
+def _finish(run: Run, store: DjangoStore, make: Callable[[int, float], Event], *, status: RunStatus,
             error: dict[str, Any]) -> None:
     try:
         with transaction.atomic():

@@ -18,14 +18,20 @@ from django.db.models import Field
 
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import ForklabError, RunInProgress
-from forklab.engine.fork import prepare_fork
-from forklab.engine.fork.diff import diff_runs
 from forklab.engine.fork.lifecycle import Case as EngineCase
 from forklab.engine.fork.lifecycle import promote, run_case, save_case
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
-from forklab.engine.fork.wire import PreflightWire, RunDiffWire
-from forklab.engine.reducers import fold
-from forklab.runs import bases, queries, tasks
+from forklab.engine.fork.wire import (
+    DiffSummaryWire,
+    PreflightWire,
+    RunDiffWire,
+    StoredForkResult,
+    SweepEstimateWire,
+    SweepVariantWire,
+    SweepWire,
+)
+from forklab.engine.status import ForkState
+from forklab.runs import queries, readcache, tasks
 from forklab.runs.access import (
     User,
     account,
@@ -39,6 +45,7 @@ from forklab.runs.control import cancel as cancel
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import IdempotencyConflict, NotFound
 from forklab.runs.models import Case, ForkRequest, Project, Role, Run, RunKind, RunStatus
+from forklab.runs.planning import plan_for
 from forklab.runs.projections import ForkResultProjection
 from forklab.runs.specs import CaseSpec, ForkSpec, InvalidRequest, SweepSpec
 from forklab.runs.store import DjangoStore
@@ -56,20 +63,6 @@ def _check_fork_rights(user: User, project: Project, spec: ForkSpec | SweepSpec,
                        **role: Any) -> None:
     require_fork_rights(user, project, policy=spec.policy, budget=spec.budget,
                         ignore_budget=spec.ignore_budget, **role)
-
-
-def plan_for(spec: ForkSpec, project: Project, base: Run | None = None) -> Any:
-    """The engine's ForkPlan for a request (no calls; raises the engine's fork errors).
-
-    With the base's row, the base comes from the per-process cache of loaded finished runs
-    (``forklab.runs.bases``): a burst of forks of one run loads its log once.
-    """
-    env = build_environment()
-    source: Any = bases.loaded(base, env) if base is not None else spec.base_run
-    return prepare_fork(
-        source, at=spec.at, change=spec.changes, policy=spec.policy,
-        budget=spec.budget, ignore_budget=spec.ignore_budget, source=spec.source,
-        store=DjangoStore(project), env=env, graph_version=spec.graph_version)
 
 
 def preflight(*, user: User, spec: ForkSpec) -> PreflightWire:
@@ -168,13 +161,13 @@ def _queued_fork(run_id: str, base: Run, plan: Any, spec: ForkSpec, user: User,
 # -- sweeps ------------------------------------------------------------------------------------
 
 
-def estimate_sweep(*, user: User, spec: SweepSpec) -> dict[str, Any]:
+def estimate_sweep(*, user: User, spec: SweepSpec) -> SweepEstimateWire:
     base = _base_run(user, spec.base_run)
     _check_fork_rights(user, base.project, spec)
     _require_finished(base)
-    return engine_estimate_sweep(base.id, at=spec.at, variants=spec.variants,
-                                 policy=spec.policy, budget=spec.budget,
-                                 store=DjangoStore(base.project), env=build_environment())
+    return SweepEstimateWire.from_wire(engine_estimate_sweep(
+        base.id, at=spec.at, variants=spec.variants, policy=spec.policy, budget=spec.budget,
+        store=DjangoStore(base.project), env=build_environment()))
 
 
 def start_sweep(*, user: User, spec: SweepSpec) -> str:
@@ -209,16 +202,10 @@ def sweep_detail(*, user: User, group_id: str) -> dict[str, Any]:
 
 
 def diff(*, user: User, base_id: str, variant_id: str) -> RunDiffWire:
-    """RunDiff between any two readable runs."""
+    """RunDiff between any two readable runs: the read model's comparison (the one the
+    dashboard's diff page shows; finished runs' stored final states, no log folded)."""
     base, variant = _base_run(user, base_id), _base_run(user, variant_id)
-    states = []
-    for run in (base, variant):
-        events = DjangoStore(run.project).read(run.id)
-        if not events:
-            raise NotFound(f"run {run.id!r} has no events to compare", run_id=run.id)
-        states.append(fold(events))
-    return RunDiffWire.from_wire(diff_runs(states[0], states[1], changes=[
-        str(c.get("kind")) for c in variant.fork_mutations or []]).wire())
+    return RunDiffWire.from_wire(readcache.run_diff(base, variant).wire())
 
 
 def promote_fork(*, user: User, run_id: str) -> dict[str, Any]:
@@ -272,11 +259,11 @@ def run_cases(*, user: User, project: str | None = None) -> list[dict[str, Any]]
 
 # -- the API's fork and sweep bodies -----------------------------------------------------------
 
-_RESULT_FIELDS = ("estimate", "incurred_cost_usd", "suppressed_effects", "memo_hits", "calls",
-                  "diff", "explain", "warnings", "effective_fork_sequence_id")
+# null until the fork finished; ``changes`` is always there (the request's, from the row)
+_RESULT_FIELDS = tuple(f for f in StoredForkResult.model_fields if f != "changes")
 
 
-def fork_state(run: Run) -> tuple[str, str | None]:
+def fork_state(run: Run) -> tuple[ForkState, str | None]:
     """``(state, not_run_reason)``: the run status in the fork vocabulary of SPEC §4.3.
 
     ``completed`` reads ``complete``; a fork that failed before writing any event (its
@@ -284,10 +271,10 @@ def fork_state(run: Run) -> tuple[str, str | None]:
     """
     error = run.error or {}
     if run.status == RunStatus.FAILED and error.get("not_run"):
-        return "not_run", str(error.get("code") or "not_run")
+        return ForkState.NOT_RUN, str(error.get("code") or "not_run")
     if run.status == RunStatus.COMPLETED:
-        return "complete", None
-    return str(run.status), None
+        return ForkState.COMPLETE, None
+    return ForkState(run.status), None
 
 
 def fork_body(run: Run) -> dict[str, Any]:
@@ -302,7 +289,7 @@ def fork_body(run: Run) -> dict[str, Any]:
             "changes": run.fork_mutations, **dict.fromkeys(_RESULT_FIELDS)}
     if ForkResultProjection.applies_to(run):
         try:  # one stored row (runs.projections): neither run's log is read
-            body.update(ForkResultProjection.read(run))
+            body.update(ForkResultProjection.read(run).to_wire())
         except ForklabError as exc:  # e.g. its base run was deleted before it was stored
             body["warnings"] = [f"the result cannot be rebuilt: {exc.code}: {exc.message}"]
     return body
@@ -351,44 +338,28 @@ def fork_detail(*, user: User, run_id: str) -> dict[str, Any]:
     return fork_body(get_fork(user=user, run_id=run_id))
 
 
-def sweep_summary(*, user: User, group_id: str) -> dict[str, Any]:
+def sweep_summary(*, user: User, group_id: str) -> SweepWire:
     """``GET /sweeps/{id}/``: each variant's status, run id, incurred cost and — once it
     finished — a summary of its diff against the base."""
     detail = sweep_detail(user=user, group_id=group_id)
-    base_state = None
-    variants: dict[str, Any] = {}
+    base: Run | None = None
+    variants: dict[str, SweepVariantWire] = {}
     for name, run in detail["variants"].items():
         state, reason = fork_state(run)
         summary = None
         if run.finished and run.last_seq:
-            if base_state is None:
-                base_state = _final_state(_base_run(user, run.parent_run_id or ""))
-            summary = _diff_summary(diff_runs(base_state, _final_state(run)).wire())
-        variants[name] = {"run_id": run.id, "status": run.status, "state": state,
-                          "not_run_reason": reason,
-                          "incurred_cost_usd": _usd_or_none(run.incurred_cost_usd),
-                          "error": run.error, "diff": summary}
-    costs = [v["incurred_cost_usd"] for v in variants.values()]
-    total = None if None in costs else round(sum(costs), 10)
-    return {**{k: detail[k] for k in ("fork_group_id", "base_run_id", "fork_sequence_id")},
-            "incurred_cost_usd": total, "variants": variants}
-
-
-def _final_state(run: Run) -> Any:
-    events = DjangoStore(run.project).read(run.id)
-    if not events:
-        raise NotFound(f"run {run.id!r} has no events to compare", run_id=run.id)
-    return fold(events)
-
-
-def _diff_summary(diff: dict[str, Any]) -> dict[str, Any]:
-    cost = diff["cost"]
-    return {"divergence": diff["divergence"], "terminal": diff["terminal"],
-            "tokens_delta": cost["tokens_delta"], "usd_delta": cost["usd_delta"],
-            "incurred_usd": cost["incurred_usd"],
-            "memory": {key: delta["op"] for key, delta in diff["memory"].items()},
-            "inserted": diff["path"]["inserted"], "skipped": diff["path"]["skipped"],
-            "suppressed_effects": len(diff["suppressed_effects"])}
+            base = base or _base_run(user, run.parent_run_id or "")
+            summary = DiffSummaryWire.of(RunDiffWire.from_wire(
+                readcache.run_diff(base, run).wire()))
+        variants[name] = SweepVariantWire(
+            run_id=run.id, status=RunStatus(run.status), state=state, not_run_reason=reason,
+            incurred_cost_usd=_usd_or_none(run.incurred_cost_usd), error=run.error,
+            diff=summary)
+    costs = [v.incurred_cost_usd for v in variants.values()]
+    total = None if None in costs else round(sum(c or 0.0 for c in costs), 10)
+    return SweepWire(fork_group_id=group_id, base_run_id=detail["base_run_id"],
+                     fork_sequence_id=detail["fork_sequence_id"], incurred_cost_usd=total,
+                     variants=variants)
 
 
 def _usd_or_none(value: Any) -> float | None:

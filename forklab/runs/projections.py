@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
 
 from django.db import IntegrityError
+from django.db.models import TextField
+from django.db.models.functions import Cast
+from pydantic import ValidationError
 
 from forklab.engine.errors import ForklabError
+from forklab.engine.fork.wire import StoredForkResult
 from forklab.runs.models import ForkResult, Run, RunKind
 
 log = logging.getLogger("forklab.runs.projections")
-
-RESULT_FIELDS = ("estimate", "incurred_cost_usd", "suppressed_effects", "memo_hits", "calls",
-                 "diff", "explain", "warnings", "effective_fork_sequence_id", "changes")
 
 
 class ForkResultProjection:
@@ -35,31 +35,36 @@ class ForkResultProjection:
         return run.run_kind == RunKind.COUNTERFACTUAL and run.finished and run.last_seq > 0
 
     @classmethod
-    def read(cls, run: Run) -> dict[str, Any]:
+    def read(cls, run: Run) -> StoredForkResult:
         """The fork's result fields: the stored row when current, else computed and stored.
 
         Raises the ForklabError that made it impossible to compute (e.g. its base run was
         deleted before the result was ever stored).
         """
-        row = ForkResult.objects.filter(run_id=run.pk).values_list("version", "result").first()
+        # the stored JSON as text, parsed and validated in one pass by pydantic (no
+        # intermediate Python dicts from the driver's JSON decoding)
+        row = (ForkResult.objects.filter(run_id=run.pk)
+               .values_list("version", Cast("result", TextField())).first())
         if row is not None and row[0] == run.last_seq:
-            return dict(row[1])
+            try:
+                return StoredForkResult.model_validate_json(row[1])
+            except ValidationError:  # stored by an older shape: rebuilt like a stale one
+                log.warning("fork %s: stored result no longer fits; recomputed", run.pk)
         return cls.refresh(run)
 
     @classmethod
-    def refresh(cls, run: Run) -> dict[str, Any]:
+    def refresh(cls, run: Run) -> StoredForkResult:
         """Compute the result from both logs (the one costly read) and store it."""
         from forklab.engine.fork.result import load_fork_result
         from forklab.runs.engine_env import build_environment
         from forklab.runs.store import DjangoStore
 
-        wire = load_fork_result(run.id, store=DjangoStore(run.project),
-                                env=build_environment()).to_wire()
-        result = {key: wire[key] for key in RESULT_FIELDS}
+        result = StoredForkResult.of(load_fork_result(
+            run.id, store=DjangoStore(run.project), env=build_environment()).wire_model())
         # a concurrent reader or worker may store the same result first
         with contextlib.suppress(IntegrityError):
             ForkResult.objects.update_or_create(
-                run_id=run.pk, defaults={"version": run.last_seq, "result": result})
+                run_id=run.pk, defaults={"version": run.last_seq, "result": result.to_wire()})
         return result
 
     @classmethod

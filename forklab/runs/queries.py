@@ -14,6 +14,7 @@ from forklab.runs.models import Case, Event, Graph, Project, Run, RunKind, RunSt
 # the cached reads, read through queries (re-exported)
 from forklab.runs.readcache import clear_caches as clear_caches
 from forklab.runs.readcache import compare_runs as compare_runs
+from forklab.runs.readcache import forked_event as forked_event
 from forklab.runs.readcache import run_events as run_events
 from forklab.runs.readcache import state_at as state_at
 
@@ -45,8 +46,8 @@ def list_runs(
     parent: str | None = None,
 ) -> QuerySet[Run]:
     """Runs newest first, filtered; ``projects`` limits to readable projects (None: all)."""
-    _check_choice("kind", kind, list(RunKind.values))
-    _check_choice("status", status, list(RunStatus.values))
+    _check_choice("kind", kind, list(RunKind.values()))
+    _check_choice("status", status, list(RunStatus.values()))
     runs = Run.objects.select_related("project")
     filters: dict[str, Any] = {
         "project__slug": project, "run_kind": kind, "status": status,
@@ -243,17 +244,6 @@ def events_before(run_id: str, seq: int, *, type: str | None = None) -> int:
     """How many events (of ``type``) come before ``seq``: the offset of its page."""
     events = Event.objects.filter(run_id=run_id, seq__lt=seq)
     return (events.filter(type=type) if type else events).count()
-
-
-def forked_event(run_id: str) -> dict[str, Any] | None:
-    """The seq and resolved point (its label) of a fork's ``run.forked`` event."""
-    from django.db.models import F
-
-    # one small field: the payload also holds the whole prefix state, which SQLite parses
-    # again for every field extracted
-    row = (Event.objects.filter(run_id=run_id, type="run.forked")
-           .values("seq", point=F("payload__point")).first())
-    return None if row is None else dict(row)
 
 
 def fork_prefix(run_id: str) -> dict[str, Any]:

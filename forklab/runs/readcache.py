@@ -14,11 +14,11 @@ from collections import OrderedDict
 from typing import Any
 
 import orjson
-from django.db.models import TextField
+from django.db.models import F, TextField
 from django.db.models.functions import Cast
 
 from forklab.runs.errors import NotFound
-from forklab.runs.models import Run
+from forklab.runs.models import Event, Run
 
 _EVENTS: OrderedDict[tuple[str, int], list[Any]] = OrderedDict()
 _EVENTS_LOCK = threading.Lock()
@@ -117,9 +117,33 @@ def clear_caches() -> None:
         _EVENTS.clear()
         _STATES.clear()
         _COMPARISONS.clear()
+        _DIFFS.clear()
 
 
 _COMPARISONS: OrderedDict[tuple[str, int, str, int], dict[str, Any]] = OrderedDict()
+_DIFFS: OrderedDict[tuple[str, int, str, int], Any] = OrderedDict()
+
+
+def run_diff(base: Run, variant: Run) -> Any:
+    """The engine's RunDiff of two runs' final states — the one diff the API's ``/diff/``,
+    sweep summaries and the dashboard's diff page all show. Finished runs' final states are
+    their stored ones (no log read); two finished runs' diff is cached (LRU): read-only."""
+    from forklab.engine.fork.changes import parse_change
+    from forklab.engine.fork.diff import diff_runs
+
+    key = (base.id, base.last_seq, variant.id, variant.last_seq)
+    with _EVENTS_LOCK:
+        if key in _DIFFS:
+            _DIFFS.move_to_end(key)
+            return _DIFFS[key]
+    changes = [parse_change(c).describe() for c in variant.fork_mutations or []]
+    diff = diff_runs(state_at(base), state_at(variant), changes=changes)
+    if base.finished and variant.finished:
+        with _EVENTS_LOCK:
+            _DIFFS[key] = diff
+            while len(_DIFFS) > STATE_CACHE_SIZE:
+                _DIFFS.popitem(last=False)
+    return diff
 
 
 def compare_runs(base: Run, variant: Run) -> dict[str, Any]:
@@ -142,12 +166,10 @@ def compare_runs(base: Run, variant: Run) -> dict[str, Any]:
 
 
 def _compare(base: Run, variant: Run) -> dict[str, Any]:
-    from forklab.engine.fork.changes import parse_change
-    from forklab.engine.fork.diff import diff_runs, format_run_diff
+    from forklab.engine.fork.diff import format_run_diff
 
     base_state, variant_state = state_at(base), state_at(variant)
-    changes = [parse_change(c).describe() for c in variant.fork_mutations or []]
-    diff = diff_runs(base_state, variant_state, changes=changes)
+    diff = run_diff(base, variant)
     fork = variant_state.fork or {}
     if fork.get("base_run_id") == base.id:
         point = (_point_of(variant.id) or {}).get("point") or {}
@@ -162,9 +184,14 @@ def _compare(base: Run, variant: Run) -> dict[str, Any]:
             "base_state": base_state, "variant_state": variant_state}
 
 
-
-
 def _point_of(run_id: str) -> dict[str, Any] | None:
-    from forklab.runs.queries import forked_event
-
     return forked_event(run_id)
+
+
+def forked_event(run_id: str) -> dict[str, Any] | None:
+    """The seq and resolved point (its label) of a fork's ``run.forked`` event."""
+    # one small field: the payload also holds the whole prefix state, which SQLite parses
+    # again for every field extracted
+    row = (Event.objects.filter(run_id=run_id, type="run.forked")
+           .values("seq", point=F("payload__point")).first())
+    return None if row is None else dict(row)

@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from forklab.engine.status import ExecutionStatus
+
 LONG_CHARS = 600
 LONG_LINES = 12
 _ids = itertools.count(1)
@@ -76,7 +78,7 @@ class Step:
     kind: str
     first: int
     last: int
-    status: str = "running"
+    status: ExecutionStatus = "running"
     duration_ms: float | None = None
     reads: list[Value] = field(default_factory=list)
     fingerprint: str = ""

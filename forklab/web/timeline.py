@@ -11,52 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from forklab.engine.status import ExecutionStatus
 from forklab.runs import queries
 from forklab.runs.models import Run
+from forklab.web.bars import Bar
 from forklab.web.timeline_filters import JUMPS, Filters, jump_target, load_labels, select
 
 PAGE_SIZE = 60
-ENDS = {"node.completed": "completed", "node.failed": "failed", "node.interrupted": "interrupted"}
-
-
-@dataclass
-class Bar:
-    node: str
-    occurrence: int
-    iteration: int
-    start_seq: int
-    started: float
-    kind: str = ""
-    end_seq: int | None = None
-    ended: float | None = None
-    status: str = "running"
-    cost_usd: float = 0.0
-    tokens: int = 0
-    unpriced: bool = False
-    labels: list[str] = field(default_factory=list)
-    models: list[str] = field(default_factory=list)
-    route: str | None = None
-    memo: bool = False
-    blocked: bool = False
-    offset_pct: float = 0.0
-    width_pct: float = 0.0
-    after_point: int | None = None  # the boundary after this execution, when forkable
-
-    @property
-    def before_point(self) -> int:
-        return self.start_seq - 1
-
-    @property
-    def duration_ms(self) -> float | None:
-        return None if self.ended is None else round((self.ended - self.started) * 1000, 1)
-
-    @property
-    def label(self) -> str:
-        """One provenance label for the bar: the strongest of its calls'."""
-        for strongest in ("changed", "live", "simulated", "reused"):
-            if strongest in self.labels:
-                return strongest
-        return "memo" if self.memo else ""
+ENDS: dict[str, ExecutionStatus] = {
+    "node.completed": "completed", "node.failed": "failed", "node.interrupted": "interrupted"}
 
 
 @dataclass

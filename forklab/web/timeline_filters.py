@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
+from forklab.engine.status import CallLabel, ExecutionStatus
 from forklab.runs import queries
+from forklab.web.bars import Bar
 
-if TYPE_CHECKING:
-    from forklab.web.timeline import Bar
-
-STATUSES = ("completed", "failed", "blocked", "running", "paused")
-LABELS = ("live", "changed", "reused", "simulated", "blocked", "memo")
+STATUSES: tuple[ExecutionStatus, ...] = ("completed", "failed", "blocked", "running", "paused")
+# the call labels, and ``memo`` for a node served whole from a memo hit
+LABELS: tuple[CallLabel | Literal["memo"], ...] = (
+    "live", "changed", "reused", "simulated", "blocked", "memo")
 JUMPS = ("changed", "failed")
 MAX_TEXT = 200
 

@@ -85,6 +85,44 @@ def test_reading_a_finished_fork_reads_no_event_log(fresh_world: World) -> None:
     assert first["diff"]["divergence"]["base"] == "left"
 
 
+def test_diffing_two_finished_runs_reads_no_event_log(fresh_world: World) -> None:
+    """``/diff/`` reads the runs' stored final states through the read model (the diff the
+    dashboard shows), not their logs."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from forklab.runs import readcache
+    from forklab.runs.models import Event
+
+    client = fresh_world.client("member")
+    started = post(client, "/forks/", {"base_run": fresh_world.lab_diamond,
+                                       "at": {"before_node": "left"}, "changes": [SHORT]})
+    fork = settled(client, f"/forks/{started.json()['id']}/")
+    readcache.clear_caches()  # cold: nothing read before
+    with CaptureQueriesContext(connection) as queries:
+        diffed = client.get(f"{API}/diff/", {"base": fresh_world.lab_diamond,
+                                             "variant": fork["id"]})
+    assert diffed.status_code == 200 and diffed.json() == fork["diff"]
+    events_table = Event._meta.db_table
+    assert [q["sql"] for q in queries.captured_queries if events_table in q["sql"]] == []
+
+
+def test_a_stored_result_of_another_shape_is_recomputed_on_read(fresh_world: World) -> None:
+    """The stored row is read as the typed StoredForkResult; one that does not fit it (an
+    older shape) is rebuilt from the logs, never served or crashed on."""
+    from forklab.runs.models import ForkResult, Run
+
+    client = fresh_world.client("member")
+    started = post(client, "/forks/", {"base_run": fresh_world.lab_diamond,
+                                       "at": {"before_node": "left"}, "changes": [SHORT]})
+    fork_id = started.json()["id"]
+    expected = settled(client, f"/forks/{fork_id}/")
+    current = Run.objects.get(pk=fork_id).last_seq
+    ForkResult.objects.filter(run_id=fork_id).update(version=current, result={"diff": None})
+    assert client.get(f"{API}/forks/{fork_id}/").json() == expected
+    assert ForkResult.objects.get(run_id=fork_id).result["diff"] == expected["diff"]
+
+
 def test_a_stale_fork_result_is_recomputed_on_read(fresh_world: World) -> None:
     from forklab.runs.models import ForkResult
 

@@ -23,7 +23,7 @@ from forklab.engine.events import Event
 from forklab.engine.graph import loads_graph
 from forklab.engine.providers import ChatRequest, ChatResponse, ProviderRegistry
 from forklab.engine.providers.scripted import ScriptedProvider
-from forklab.runs import execution, forking, leases
+from forklab.runs import execution, forking, leases, planning
 from forklab.runs.models import Membership, Project, Role, Run
 from forklab.runs.services import install_graph, record_run
 
@@ -90,6 +90,7 @@ def world(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> World:
 
     monkeypatch.setattr(execution, "build_environment", environment)
     monkeypatch.setattr(forking, "build_environment", environment)
+    monkeypatch.setattr(planning, "build_environment", environment)  # plans carry the env
     project = Project.objects.create(slug="crashes", name="Crashes")
     member = get_user_model().objects.create_user("member")
     Membership.objects.create(user=member, project=project, role=Role.MEMBER)

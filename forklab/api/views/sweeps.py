@@ -10,8 +10,7 @@ from rest_framework.response import Response
 
 from forklab.api.inputs import DiffQuery, body
 from forklab.api.schema import FORK_WRITE, READ, path_id, responses
-from forklab.api.serializers import SweepEstimateSerializer, SweepSerializer
-from forklab.engine.fork.wire import RunDiffWire
+from forklab.engine.fork.wire import RunDiffWire, SweepEstimateWire, SweepWire
 from forklab.runs import forking
 from forklab.runs.specs import SweepSpec
 
@@ -22,11 +21,11 @@ SWEEP_ID = path_id("group_id", "the sweep's fork group id")
     operation_id="sweeps_estimate", request=SweepSpec, summary="Estimate a sweep",
     description="Predicts each variant's live calls, tokens and cost; starts nothing. A "
                 "variant whose change does not resolve fails the whole request (422).",
-    responses=responses({200: SweepEstimateSerializer}, *FORK_WRITE))
+    responses=responses({200: SweepEstimateWire}, *FORK_WRITE))
 @api_view(["POST"])
 def sweep_estimate(request: Request) -> Response:
     estimate = forking.estimate_sweep(user=request.user, spec=body(SweepSpec, request.data))
-    return Response(SweepEstimateSerializer(estimate).data)
+    return Response(estimate.to_wire())
 
 
 @extend_schema(
@@ -34,23 +33,22 @@ def sweep_estimate(request: Request) -> Response:
     description="One fork per named variant from the same run and point, sharing a "
                 "`fork_group_id`; every variant is validated before any starts. They run in "
                 "the background: poll `GET /sweeps/{fork_group_id}/`.",
-    responses=responses({202: SweepSerializer}, *FORK_WRITE))
+    responses=responses({202: SweepWire}, *FORK_WRITE))
 @api_view(["POST"])
 def sweeps(request: Request) -> Response:
     group = forking.start_sweep(user=request.user, spec=body(SweepSpec, request.data))
     detail = forking.sweep_summary(user=request.user, group_id=group)
-    return Response(SweepSerializer(detail).data, status=status.HTTP_202_ACCEPTED)
+    return Response(detail.to_wire(), status=status.HTTP_202_ACCEPTED)
 
 
 @extend_schema(
     operation_id="sweeps_retrieve", parameters=[SWEEP_ID], summary="A sweep's variants",
     description="Each variant's status, run id and incurred cost, and a diff summary once "
                 "it finished.",
-    responses=responses({200: SweepSerializer}, *READ))
+    responses=responses({200: SweepWire}, *READ))
 @api_view(["GET"])
 def sweep_detail(request: Request, group_id: str) -> Response:
-    return Response(SweepSerializer(forking.sweep_summary(user=request.user,
-                                                          group_id=group_id)).data)
+    return Response(forking.sweep_summary(user=request.user, group_id=group_id).to_wire())
 
 
 @extend_schema(

@@ -12,187 +12,32 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from forklab.engine.environment import Environment
 from forklab.engine.errors import (
     ForkPointNotFound,
     LiveBudgetExceeded,
-    RunInProgress,
-    RunNotFound,
     SourceMissing,
     UnpricedModel,
-    VersionSkewError,
 )
-from forklab.engine.events import REPLAY_VERSION, AnyEvent
 from forklab.engine.fork.apply import config_targets, effective_graph
+from forklab.engine.fork.base import BaseRun, load_base
 from forklab.engine.fork.changes import Change, RouteChange, parse_changes, wire
-from forklab.engine.fork.effective import Application, apply_at
-from forklab.engine.fork.estimate import Estimate, estimate_tail
-from forklab.engine.fork.lineage import Lineage, Link, forked_event
-from forklab.engine.fork.points import (
-    ForkPoint,
-    RunIndex,
-    parse_point,
-    point_number,
-    resolve_point,
-)
+from forklab.engine.fork.effective import apply_at
+from forklab.engine.fork.estimate import estimate_tail
+from forklab.engine.fork.plan import ForkPlan
+from forklab.engine.fork.points import ForkPoint
+from forklab.engine.fork.resolve import parse_point, point_number, resolve_point
 from forklab.engine.fork.tail import Policy
+from forklab.engine.fork.variant import begin_variant, fork_runner, run_plan
 from forklab.engine.fork.wire import Budget
-from forklab.engine.graph import GraphSpec
 from forklab.engine.recording import RecordedRun
-from forklab.engine.reducers import collector_paused, fold, rewind_to_boundary
+from forklab.engine.reducers import fold, rewind_to_boundary
 from forklab.engine.state import Execution, RunState
 from forklab.engine.store import Store
 
 log = logging.getLogger("forklab.engine.fork")
-
-
-@dataclass
-class BaseRun:
-    """The run being forked, with its lineage, loaded once."""
-
-    run_id: str
-    store: Store
-    env: Environment
-    events: list[AnyEvent]
-    state: RunState
-    graph: GraphSpec
-    index: RunIndex
-    lineage: Lineage
-
-    def own_executions(self) -> list[Execution]:
-        """Executions recorded in this run's own log (not inherited from its base)."""
-        skip = (self.state.fork or {}).get("prefix_executions", 0)
-        return self.state.executions[skip:]
-
-    def load_run(self, run_id: str) -> RunState | None:
-        """A run of the store, folded (child runs a subgraph node started)."""
-        events = self.store.read(run_id)
-        return fold(events) if events and events[0].seq == 1 else None
-
-    def link(self, run_id: str | None) -> Link:
-        return self.lineage.links[self.lineage.index_of(run_id or self.run_id)]
-
-
-def _final_state(run_id: str, store: Store, events: list[AnyEvent], *,
-                 fold_log: bool = False) -> RunState:
-    stored = None if fold_log else store.load_final_state(run_id)  # no log folded twice
-    if stored is not None and (not events or stored.version == events[-1].seq):
-        return stored
-    if events and events[0].seq == 1:
-        return fold(events)
-    snapshot = store.load_snapshot(run_id)
-    last = store.last_seq(run_id)
-    if snapshot is None or (not events and snapshot.version < last):
-        raise SourceMissing(
-            f"run {run_id!r} was archived: its events are gone"
-            + ("" if snapshot is None else f" and its newest snapshot (seq {snapshot.version}) "
-               f"is not its end (seq {last})")
-            + "; it cannot be forked — save runs you care about as cases", run_id=run_id)
-    return fold([e for e in events if e.seq > snapshot.version], snapshot)
-
-
-def load_base(base: str | RecordedRun, *, store: Store | None, env: Environment | None,
-              require_finished: bool = True, fold_log: bool = False) -> BaseRun:
-    """Load a finished, forkable run (refusing unfinished, archived and skewed ones).
-
-    Its final state is the store's stored one when it keeps it (``load_final_state``);
-    ``fold_log=True`` folds the log instead — for checks that verify the log itself.
-    Loading builds a state and an index as large as the log; the cyclic collector is paused
-    meanwhile (a full collection walking the freshly built base was ~a third of a cold fork
-    setup on a 100k-event run) — reference counting still frees everything.
-    """
-    with collector_paused():
-        return _load_base(base, store=store, env=env, require_finished=require_finished,
-                          fold_log=fold_log)
-
-
-def _load_base(base: str | RecordedRun, *, store: Store | None, env: Environment | None,
-               require_finished: bool, fold_log: bool) -> BaseRun:
-    if isinstance(base, RecordedRun):
-        run_id, store, env = base.run_id, store or base.store, env or base.env
-    else:
-        run_id = base
-    if store is None:
-        raise RunNotFound("fork(base=<run id>) needs the store holding the run; pass store=")
-    env = env or Environment()
-    events = store.read(run_id)
-    if not events and not store.snapshot_versions(run_id):
-        if store.last_seq(run_id):
-            raise SourceMissing(f"run {run_id!r} was archived and its events are gone; it "
-                                "cannot be forked", run_id=run_id)
-        raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
-    state = _final_state(run_id, store, events, fold_log=fold_log)
-    if require_finished and not state.finished:
-        raise RunInProgress(
-            f"run {run_id!r} is {state.status}; only a finished run can be forked — wait for "
-            "it, answer it, or cancel it first", run_id=run_id, status=state.status)
-    if state.replay_version != REPLAY_VERSION:
-        raise VersionSkewError(
-            f"run {run_id!r} was recorded under replay version {state.replay_version}; this "
-            f"engine replays version {REPLAY_VERSION} and will not approximate it",
-            run_id=run_id, recorded=state.replay_version, current=REPLAY_VERSION)
-    graph = _graph_of(state, events, store)
-    head = Link(run_id=run_id, events=list(events), state=state, graph=graph,
-                forked=forked_event(events))
-    lineage = Lineage.load(head, store)
-    index = RunIndex.build(events, state, reads_of=lineage.reads_of, missing=lineage.missing)
-    return BaseRun(run_id=run_id, store=store, env=env, events=events, state=state,
-                   graph=graph, index=index, lineage=lineage)
-
-
-@dataclass
-class ForkPlan:
-    """Everything decided before the tail runs (what preflight reports).
-
-    ``changes`` are this request's; ``combined`` what the fork records (its lineage's, then
-    its own); ``active`` the changes the tail serves (node-level ones of the whole lineage).
-    """
-
-    base: BaseRun
-    point: ForkPoint
-    effective: ForkPoint
-    changes: list[Change]
-    graph: GraphSpec
-    prefix_state: RunState
-    new_input: dict[str, Any]
-    changed_inputs: set[str]
-    policy: Policy
-    budget: Budget
-    memoize: bool
-    estimate: Estimate
-    application: Application
-    warnings: list[str] = field(default_factory=list)
-    source: str = "events"
-    routes_used: list[str] = field(default_factory=list)
-    # which run's log, folded to which seq, ``prefix_state`` is (empty: not such a fold)
-    prefix_ref: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def inherited(self) -> list[dict[str, Any]]:
-        return list(self.base.state.changes)
-
-    @property
-    def combined(self) -> list[dict[str, Any]]:
-        """The fork's ``fork_mutations``: every ancestor's changes, then this request's."""
-        return self.inherited + wire(self.changes)
-
-    @property
-    def active(self) -> list[Change]:
-        return parse_changes(self.combined) if self.combined else []
-
-    def preflight(self) -> dict[str, Any]:
-        """The body of ``POST /forks/preflight/``."""
-        return {
-            "fork_sequence_id": self.point.seq, "fork_node_id": self.point.node,
-            "effective_fork_sequence_id": self.effective.seq,
-            "events_reused": self.estimate.events_reused,
-            "estimate": self.estimate.wire(), "warnings": self.warnings,
-            "point": self.point.to_wire(), "effective_point": self.effective.to_wire(),
-            "changes": wire(self.changes),
-        }
 
 
 def prefix_at(base: BaseRun, point: ForkPoint) -> RunState:
@@ -360,18 +205,6 @@ def plan_targets(plan: ForkPlan) -> list[Any]:
     """What this request's config-type changes target (their calls are ``changed``)."""
     return config_targets(plan.changes)
 
-
-def _graph_of(state: RunState, events: Sequence[AnyEvent], store: Store) -> GraphSpec:
-    """The graph a run executed (a fork's effective graph, else its stored version)."""
-    from forklab.engine.graph import parse_stored_graph
-
-    forked = forked_event(events)
-    if forked is not None:
-        return parse_stored_graph(forked.graph)
-    return store.load_graph(state.graph_id, state.graph_version)
-
-
-from forklab.engine.fork.variant import begin_variant, fork_runner, run_plan  # noqa: E402
 
 __all__ = ["BaseRun", "ForkPlan", "begin_variant", "fork_runner", "load_base", "prefix_at",
            "prepare_fork", "run_plan"]

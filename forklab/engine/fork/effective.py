@@ -29,7 +29,7 @@ from forklab.engine.fork.points import ForkPoint
 from forklab.engine.fork.resolve import forkable
 
 if TYPE_CHECKING:
-    from forklab.engine.fork.core import BaseRun
+    from forklab.engine.fork.base import BaseRun
 
 DELETE = object()
 """Marks a key the fork deletes at its point (in :meth:`Application.writes`)."""

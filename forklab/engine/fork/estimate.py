@@ -34,7 +34,7 @@ from forklab.engine.providers import PriceTable
 from forklab.engine.state import Execution, RunState
 
 if TYPE_CHECKING:
-    from forklab.engine.fork.core import BaseRun
+    from forklab.engine.fork.base import BaseRun
     from forklab.engine.fork.tail import Policy
 
 

@@ -19,6 +19,7 @@ from forklab.engine.canonical import canonical_json
 from forklab.engine.errors import ForklabError, InvalidChange, PrefixDiverged, PromoteConflict
 from forklab.engine.events import from_wire
 from forklab.engine.fork.apply import effective_graph
+from forklab.engine.fork.base import graph_of as _graph_of
 from forklab.engine.fork.changes import CONFIG_KINDS, parse_change, parse_changes
 from forklab.engine.fork.points import ForkPoint
 from forklab.engine.graph import Condition, GraphSpec, SubgraphNode, parse_graph
@@ -28,7 +29,7 @@ from forklab.engine.store import MemoryStore, Store
 from forklab.engine.subgraphs import execution_fingerprint
 
 if TYPE_CHECKING:
-    from forklab.engine.fork.core import BaseRun
+    from forklab.engine.fork.base import BaseRun
 
 
 def rebase_graph(base: BaseRun, version: int, point: ForkPoint) -> GraphSpec:
@@ -141,8 +142,6 @@ class CaseResult:
 
 def save_case(fork_run_id: str, *, name: str, store: Store,
               criteria: list[dict[str, Any]] | None = None) -> Case:
-    from forklab.engine.fork.core import _graph_of
-
     events = store.read(fork_run_id)
     state = fold(events)
     if state.run_kind != "counterfactual" or not state.finished:

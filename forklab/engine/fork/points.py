@@ -276,31 +276,4 @@ class RunIndex:
         return points[0].seq if points else None
 
 
-def fork_points(events: Sequence[AnyEvent], *, store: Any = None) -> list[ForkPoint]:
-    """Every addressable boundary of a run's logical run, in order, with node, occurrence,
-    iteration, seq and the id of the run whose log holds it.
-
-    ``events`` is the run's own log; with ``store``, a fork's ancestors are looked up so
-    boundaries in a log that is gone are left out.
-    """
-    from forklab.engine.errors import ForklabError
-
-    if store is not None and len(events) > 1 and isinstance(events[1], RunForked):
-        from forklab.engine.fork.core import load_base
-
-        try:
-            return load_base(events[0].run_id, store=store, env=None,
-                             require_finished=False).index.points()
-        except ForklabError:  # listing never fails: the log alone still lists its points
-            pass
-    return RunIndex.build(events).points()
-
-
-from forklab.engine.fork.resolve import (  # noqa: E402  (re-exported: the public names)
-    parse_point,
-    point_number,
-    resolve_point,
-)
-
-__all__ = ["Entry", "ForkPoint", "RunIndex", "fork_points", "parse_point", "point_number",
-           "resolve_point"]
+__all__ = ["Entry", "ForkPoint", "RunIndex"]

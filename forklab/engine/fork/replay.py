@@ -18,6 +18,7 @@ from forklab.engine.canonical import canonical_json
 from forklab.engine.environment import Environment
 from forklab.engine.errors import ReplayDivergence
 from forklab.engine.events import AnyEvent, Event, HumanAnswered, NodeStarted
+from forklab.engine.fork.base import graph_of as _graph_of
 from forklab.engine.graph import ApprovalNode, GraphSpec, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import (
     Blocked,
@@ -32,6 +33,7 @@ from forklab.engine.providers import ChatRequest
 from forklab.engine.reducers import evolve, fold
 from forklab.engine.runner import Runner
 from forklab.engine.state import Execution, RunState
+from forklab.engine.status import CallLabel
 from forklab.engine.store import GraphStore, MemoryStore, Store
 from forklab.engine.tools import ToolContext
 
@@ -103,7 +105,7 @@ class RecordedOracle:
                           f"{role!r}[{index}]")
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
-             ctx: ToolContext) -> tuple[Any, str]:
+             ctx: ToolContext) -> tuple[Any, CallLabel]:
         self._check_blocked(call)
         ex = self._exec(call)
         for action in ex.actions:
@@ -239,8 +241,6 @@ def replay_events(events: Sequence[AnyEvent], graph: GraphSpec, *, strict: bool 
 def replay(run_id: str, *, store: Store, strict: bool = True, graph: GraphSpec | None = None,
            env: Environment | None = None) -> RunState:
     """Strictly replay a stored run through its graph's latest version (or ``graph``)."""
-    from forklab.engine.fork.core import _graph_of
-
     events = store.read(run_id)
     recorded = fold(events)
     if graph is None:

@@ -50,6 +50,7 @@ from forklab.engine.oracle import (
 )
 from forklab.engine.providers import ChatRequest, PriceTable
 from forklab.engine.state import Execution
+from forklab.engine.status import CallLabel
 from forklab.engine.tools import ToolContext
 
 __all__ = ["Budget", "ForkOracle", "Policy", "Recording", "SharedMemo", "Spend"]
@@ -66,7 +67,7 @@ def _reused_result(ex: Execution, kind: str) -> dict[str, Any]:
     raise NodeFailure(str(error.get("type")), str(error.get("message")), label="reused")
 
 
-def _child_result(action: dict[str, Any], label: str) -> ChildResult:
+def _child_result(action: dict[str, Any], label: CallLabel) -> ChildResult:
     return ChildResult(child_run_id=action["child_run_id"], status=action["status"],
                        output=action["output"], label=label,
                        cost_usd=action.get("cost_usd", 0.0),
@@ -152,7 +153,7 @@ class ForkOracle:
         return any(t.covers(node, role, index) for t in self.targets)
 
     def _label(self, node: str, role: str | None, index: int | None, recorded: str | None,
-               actual: str) -> str:
+               actual: str) -> CallLabel:
         if self._targeted(node, role, index) or (recorded is not None and recorded != actual):
             return "changed"
         return "live"
@@ -188,7 +189,7 @@ class ForkOracle:
                       cost_usd=action["cost_usd"], recorded=True)
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
-             ctx: ToolContext) -> tuple[Any, str]:
+             ctx: ToolContext) -> tuple[Any, CallLabel]:
         if node.id in self.tools:
             return self.tools[node.id], "simulated"
         if node.effect == "write" and not self.policy.allows(node.id):
@@ -252,6 +253,7 @@ class ForkOracle:
             return _child_result(_reused_result(ex, "subgraph_result"), "reused")
         result = run_child()
         labels = set(result.call_labels)
+        label: CallLabel
         if self._targeted(node.id, None, None) or "changed" in labels:
             label = "changed"
         elif labels == {"reused"}:

@@ -25,6 +25,7 @@ from forklab.engine.events import (
     RunStarted,
 )
 from forklab.engine.fork.apply import config_targets
+from forklab.engine.fork.base import load_base
 from forklab.engine.fork.changes import parse_changes
 from forklab.engine.fork.effective import DELETE
 from forklab.engine.fork.lineage import forked_event
@@ -37,11 +38,13 @@ from forklab.engine.oracle import HumanAnswer, LiveOracle
 from forklab.engine.reducers import fold
 from forklab.engine.runner import CancelToken, Runner
 from forklab.engine.state import RunState
+from forklab.engine.status import RunKind
 from forklab.engine.store import Store, graph_hash
 from forklab.engine.telemetry import tracer
 
 if TYPE_CHECKING:
-    from forklab.engine.fork.core import BaseRun, ForkPlan
+    from forklab.engine.fork.base import BaseRun
+    from forklab.engine.fork.plan import ForkPlan
 
 
 def begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
@@ -50,7 +53,7 @@ def begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
     base = plan.base
     runner.emit(RunStarted, graph_id=base.state.graph_id,
                 graph_version=base.state.graph_version, graph_hash=graph_hash(plan.graph),
-                input=plan.new_input, start=plan.graph.start, run_kind="counterfactual",
+                input=plan.new_input, start=plan.graph.start, run_kind=RunKind.COUNTERFACTUAL,
                 replay_version=REPLAY_VERSION, label=label, parent_run_id=base.run_id)
     runner.emit(RunForked, base_run_id=base.run_id, fork_sequence_id=plan.point.seq,
                 fork_node_id=plan.effective.node, prefix_state=plan.prefix_state.to_wire(),
@@ -164,8 +167,6 @@ def fork_runner(
     memoization come from its ``run.forked`` event — and its budget counters resume from the
     calls the tail already made (its subgraphs' included).
     """
-    from forklab.engine.fork.core import load_base
-
     events = store.read(run_id)
     forked = forked_event(events)
     if forked is None:

@@ -36,6 +36,7 @@ from pydantic import (
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import Change, parse_changes
 from forklab.engine.inputs import check_json_value
+from forklab.engine.status import CallKind, CallLabel, ExecutionStatus, ForkState, RunStatus
 
 ID_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
 
@@ -336,8 +337,8 @@ class CallWire(OutModel):
     node: str
     occurrence: int
     role: str | None
-    kind: Literal["agent", "tool", "human", "subgraph"]
-    label: Literal["reused", "live", "simulated", "changed", "blocked"]
+    kind: CallKind
+    label: CallLabel
     model: str | None
     input_tokens: int
     output_tokens: int
@@ -348,7 +349,7 @@ class PathEntry(OutModel):
     node: str
     occurrence: int
     iteration: int
-    status: str
+    status: ExecutionStatus
 
 
 class AlignedStep(OutModel):
@@ -433,6 +434,27 @@ class PreflightWire(OutModel):
     changes: list[Change]
 
 
+class StoredForkResult(OutModel):
+    """The result fields of a finished fork as the read model stores them (one row per fork,
+    ``runs.projections.ForkResultProjection``): what ``GET /forks/{id}/`` adds to the Run."""
+
+    effective_fork_sequence_id: int
+    changes: list[Change]
+    estimate: EstimateWire
+    incurred_cost_usd: float | None
+    suppressed_effects: list[SuppressedEffect]
+    memo_hits: list[MemoHit]
+    calls: list[CallWire]
+    diff: RunDiffWire | None
+    explain: str
+    warnings: list[str]
+
+    @classmethod
+    def of(cls, result: ForkResultWire) -> StoredForkResult:
+        return cls.model_validate(result.model_dump(include=set(cls.model_fields),
+                                                   exclude_unset=True))
+
+
 class ForkResultWire(OutModel):
     """The fork-specific fields of a finished fork (SPEC §4.6); the API adds the variant
     Run's fields around them. ``changes`` are the fork's combined ``fork_mutations``."""
@@ -453,3 +475,63 @@ class ForkResultWire(OutModel):
     warnings: list[str]
     unpriced_calls: int
     point: ForkPointWire
+
+
+# -- sweeps ----------------------------------------------------------------------------------
+
+
+class VariantEstimateWire(EstimateWire):
+    """One variant's predicted spend, with its plan's warnings."""
+
+    warnings: list[str]
+
+
+class SweepEstimateWire(OutModel):
+    """What a sweep would spend (``POST /sweeps/estimate/``); it starts nothing."""
+
+    cost_usd: float
+    lines: list[str]
+    variants: dict[str, VariantEstimateWire]
+
+
+class DiffSummaryWire(OutModel):
+    """A finished variant's RunDiff against the base, in brief."""
+
+    divergence: Divergence | None
+    terminal: Terminal
+    tokens_delta: int
+    usd_delta: float | None
+    incurred_usd: float | None
+    memory: dict[str, Literal["added", "removed", "changed"]]
+    inserted: list[str]
+    skipped: list[str]
+    suppressed_effects: int = Field(description="how many effects were blocked")
+
+    @classmethod
+    def of(cls, diff: RunDiffWire) -> DiffSummaryWire:
+        return cls(divergence=diff.divergence, terminal=diff.terminal,
+                   tokens_delta=diff.cost.tokens_delta, usd_delta=diff.cost.usd_delta,
+                   incurred_usd=diff.cost.incurred_usd,
+                   memory={key: delta.op for key, delta in diff.memory.items()},
+                   inserted=list(diff.path.inserted), skipped=list(diff.path.skipped),
+                   suppressed_effects=len(diff.suppressed_effects))
+
+
+class SweepVariantWire(OutModel):
+    run_id: str
+    status: RunStatus
+    state: ForkState
+    not_run_reason: str | None
+    incurred_cost_usd: float | None
+    error: dict[str, JsonValue] | None
+    diff: DiffSummaryWire | None = Field(description="when the variant finished")
+
+
+class SweepWire(OutModel):
+    """A sweep (``GET /sweeps/{id}/``): each variant's state, cost and diff summary."""
+
+    fork_group_id: str
+    base_run_id: str | None
+    fork_sequence_id: int | None
+    incurred_cost_usd: float | None
+    variants: dict[str, SweepVariantWire]

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from forklab.engine.state import FINISHED_STATUSES
+from forklab.engine.status import FINISHED_STATUSES, RunKind, RunStatus
 from forklab.runs.models.access import Project
 from forklab.runs.models.graphs import GraphVersion
 
@@ -19,20 +19,13 @@ from forklab.runs.models.graphs import GraphVersion
 USD_DIGITS, USD_PLACES = 20, 10
 
 
-class RunKind(models.TextChoices):
-    PRIMARY = "primary"
-    SUBGRAPH = "subgraph"
-    COUNTERFACTUAL = "counterfactual"
+__all__ = ["RunKind", "RunStatus"]  # the engine's: one set of words from the fold to the API
 
 
-class RunStatus(models.TextChoices):
-    QUEUED = "queued"
-    RUNNING = "running"
-    PAUSED = "paused"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    BLOCKED = "blocked"
-    CANCELLED = "cancelled"
+def _choices(words: type[RunKind] | type[RunStatus]) -> list[tuple[str, str]]:
+    """Django choices for an engine ``StrEnum``: the value stored, and Django's default label
+    for it (what ``TextChoices`` would derive, so the migration state does not move)."""
+    return [(word.value, word.name.replace("_", " ").title()) for word in words]
 
 
 class Run(models.Model):
@@ -45,8 +38,10 @@ class Run(models.Model):
     # Denormalized from run.started so listings need no join (and survive a missing version).
     graph_slug = models.CharField(max_length=100, blank=True, db_index=True)
     graph_version_number = models.PositiveIntegerField(default=0)
-    run_kind = models.CharField(max_length=16, choices=RunKind.choices, default=RunKind.PRIMARY)
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    run_kind = models.CharField(max_length=16, choices=_choices(RunKind),
+                                default=RunKind.PRIMARY.value)
+    status = models.CharField(max_length=16, choices=_choices(RunStatus),
+                              default=RunStatus.QUEUED.value)
     label = models.CharField(max_length=200, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,

@@ -43,8 +43,8 @@ def home(request: HttpRequest) -> HttpResponse:
     return page_or_partial(request, "web/runs.html", {
         "page": page, "runs": grouped(list(page.object_list)), "chosen": chosen,
         "projects": projects,
-        "graphs": queries.graph_slugs(request.user), "statuses": RunStatus.values,
-        "kinds": RunKind.values, "error": error,
+        "graphs": queries.graph_slugs(request.user), "statuses": RunStatus.values(),
+        "kinds": RunKind.values(), "error": error,
         "filtered": any(chosen[name] for name in ("graph", "status", "kind", "q")),
     }, partials=("runs-table",))
 

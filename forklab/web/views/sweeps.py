@@ -192,7 +192,7 @@ def estimate(request: HttpRequest, run_id: str) -> HttpResponse:
     if variants and not errors:
         try:
             result = forking.estimate_sweep(
-                user=request.user, spec=_spec(launcher, variants, request.POST))
+                user=request.user, spec=_spec(launcher, variants, request.POST)).to_wire()
         except ForklabError as exc:
             errors["form"] = exc.message
     live_calls = sum(v["live_calls"] for v in (result or {}).get("variants", {}).values())

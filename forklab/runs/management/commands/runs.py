@@ -15,8 +15,8 @@ class Command(ForklabCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         # Filter values are checked by the query (one error format for CLI and API).
-        parser.add_argument("--kind", help=f"one of {', '.join(RunKind.values)}")
-        parser.add_argument("--status", help=f"one of {', '.join(RunStatus.values)}")
+        parser.add_argument("--kind", help=f"one of {', '.join(RunKind.values())}")
+        parser.add_argument("--status", help=f"one of {', '.join(RunStatus.values())}")
         parser.add_argument("--graph", help="graph id")
         parser.add_argument("--project", help="project slug")
         parser.add_argument("--limit", type=int, default=None, help="at most N runs")
