@@ -40,11 +40,12 @@ def fork_spec(world: World) -> ForkSpec:
 
 @pytest.fixture
 def held_fork(world: World, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    """start_fork whose tail is enqueued only when the test says so (``release()``)."""
+    """start_fork whose tail is enqueued only when the test says so
+    (``await held["enqueue"]()``: enqueueing touches the database, so it runs off the loop)."""
     held: dict[str, Any] = {}
 
     def hold(run_id: str, spec: dict[str, Any]) -> None:
-        held["enqueue"] = lambda: tasks.execute_fork.enqueue(run_id, spec)
+        held["enqueue"] = sync_to_async(lambda: tasks.execute_fork.enqueue(run_id, spec))
 
     monkeypatch.setattr(tasks, "enqueue_fork", hold)
     yield held
@@ -81,7 +82,7 @@ async def test_a_whole_fork_tail_arrives_live_in_seq_order_without_gaps_or_dupli
     run_id = await start(world)
     ws = await connect(run_id, "after=0", token_header(world.token))
     assert await ws.receive_nothing(timeout=0.05)  # queued: nothing in the log yet
-    held_fork["enqueue"]()
+    await held_fork["enqueue"]()
     events, status = await until_status(ws)
     await ws.disconnect()
     assert status == await run_status(run_id) == "completed"
@@ -106,7 +107,7 @@ async def test_reconnecting_with_the_last_seq_gets_every_event_exactly_once(
     monkeypatch.setattr(broadcast, "notify", notify_then_wait)
     run_id = await start(world)
     first = await connect(run_id, "", token_header(world.token))
-    held_fork["enqueue"]()
+    await held_fork["enqueue"]()
     try:
         received: list[dict[str, Any]] = []
         while len(received) < 8:
@@ -182,7 +183,7 @@ async def test_lost_wakeups_only_delay_events_the_stream_polls_the_log(
     monkeypatch.setattr(broadcast, "notify", lambda run_id, seq: None)  # every wake-up lost
     run_id = await start(world)
     ws = await connect(run_id, "", token_header(world.token))
-    held_fork["enqueue"]()
+    await held_fork["enqueue"]()
     events, status = await until_status(ws)
     await ws.disconnect()
     assert status == "completed"
@@ -215,7 +216,7 @@ async def test_wakeups_through_the_redis_channel_layer_stream_a_live_tail(
     assert isinstance(get_channel_layer(), RedisChannelLayer)
     run_id = await start(world)
     ws = await connect(run_id, "", token_header(world.token))
-    held_fork["enqueue"]()
+    await held_fork["enqueue"]()
     events, status = await until_status(ws)
     await ws.disconnect()
     assert status == "completed"
@@ -260,7 +261,7 @@ async def test_a_stream_opened_on_a_queued_fork_hears_running_then_the_final_sta
         world: World, held_fork: dict[str, Any]) -> None:
     run_id = await start(world)
     ws = await connect(run_id, "", token_header(world.token))
-    held_fork["enqueue"]()
+    await held_fork["enqueue"]()
     statuses = []
     while not statuses or statuses[-1]["status"] == "running":
         message = await receive(ws)
@@ -298,7 +299,7 @@ async def test_a_fork_started_through_the_api_streams_its_tail_in_seq_order(
         world: World, held_fork: dict[str, Any]) -> None:
     run_id = await post_fork_through_the_api(world)
     ws = await connect(run_id, "after=0", token_header(world.token))
-    held_fork["enqueue"]()  # the background tail starts once the client is listening
+    await held_fork["enqueue"]()  # the background tail starts once the client is listening
     events, status = await until_status(ws)
     await ws.disconnect()
     assert status == await run_status(run_id) == "completed"
