@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from forklab.engine.environment import Environment
@@ -25,7 +26,7 @@ from forklab.engine.fork.apply import config_targets, effective_graph
 from forklab.engine.fork.base import BaseRun, load_base
 from forklab.engine.fork.changes import Change, RouteChange, parse_changes, wire
 from forklab.engine.fork.effective import apply_at
-from forklab.engine.fork.estimate import estimate_tail
+from forklab.engine.fork.estimate import Estimate, estimate_tail
 from forklab.engine.fork.plan import ForkPlan
 from forklab.engine.fork.points import ForkPoint
 from forklab.engine.fork.resolve import parse_point, point_number, resolve_point
@@ -137,6 +138,49 @@ def prepare_fork(
     return plan
 
 
+def plan_from_inputs(
+    base: BaseRun, inputs: dict[str, Any], *, policy: Policy | dict[str, Any] | None = None,
+    budget: Budget | dict[str, Any] | None = None, graph_version: int | None = None,
+) -> ForkPlan:
+    """The plan :func:`prepare_fork` made, rebuilt from its :meth:`ForkPlan.inputs`.
+
+    Nothing is resolved, validated or estimated again: the effective point is taken as
+    given (applying the changes there finds no reader, as it did when the point was
+    resolved), and the estimate, warnings and routes are the stored ones. What is rebuilt
+    is what the tail needs and the inputs cannot carry cheaply: the effective graph, the
+    application at the point and the prefix state.
+    """
+    policy, budget = Policy.parse(policy), Budget.parse(budget)
+    point = ForkPoint(**_point_fields(inputs["point"]))
+    effective = ForkPoint(**_point_fields(inputs["effective"]))
+    changes = parse_changes(inputs["changes"])
+    graph = base.graph
+    if graph_version is not None:
+        from forklab.engine.fork.lifecycle import rebase_graph
+
+        graph = rebase_graph(base, graph_version, point)
+    graph = effective_graph(graph, changes)
+    application = replace(apply_at(base, effective, changes), requested=point)
+    prefix_ref: dict[str, Any] = {}
+    if inputs["source"] == "snapshot" and not inputs["moved"]:
+        prefix = _snapshot_point(base, point.seq)[1]
+    else:
+        prefix = prefix_at(base, effective)
+        prefix_ref = {"run_id": base.link(effective.run_id).run_id, "seq": effective.seq}
+    return ForkPlan(base=base, point=point, effective=effective, changes=changes, graph=graph,
+                    prefix_state=prefix, new_input=application.new_input,
+                    changed_inputs=application.written_inputs, policy=policy, budget=budget,
+                    memoize=bool(inputs["memoize"]), estimate=Estimate(**inputs["estimate"]),
+                    application=application, warnings=list(inputs["warnings"]),
+                    source=str(inputs["source"]), routes_used=list(inputs["routes_used"]),
+                    prefix_ref=prefix_ref, point_notes=list(inputs["point_notes"]))
+
+
+def _point_fields(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: data[k] for k in ("seq", "node", "occurrence", "iteration", "kind", "run_id",
+                                 "position")}
+
+
 def _unreached_targets(changes: Sequence[Change], tail: Sequence[Execution]) -> list[str]:
     """Warn about node-scoped changes whose node the base never ran after the fork point."""
     ran = {e.node for e in tail}
@@ -206,5 +250,5 @@ def plan_targets(plan: ForkPlan) -> list[Any]:
     return config_targets(plan.changes)
 
 
-__all__ = ["BaseRun", "ForkPlan", "begin_variant", "fork_runner", "load_base", "prefix_at",
-           "prepare_fork", "run_plan"]
+__all__ = ["BaseRun", "ForkPlan", "begin_variant", "fork_runner", "load_base",
+           "plan_from_inputs", "prefix_at", "prepare_fork", "run_plan"]
