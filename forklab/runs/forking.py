@@ -291,7 +291,7 @@ def fork_body(run: Run) -> dict[str, Any]:
             "changes": run.fork_mutations, **dict.fromkeys(_RESULT_FIELDS)}
     if ForkResultProjection.applies_to(run):
         try:  # one stored row (runs.projections): neither run's log is read
-            body.update(ForkResultProjection.read(run).to_wire())
+            body.update(ForkResultProjection.read(run, DjangoStore(run.project)).to_wire())
         except ForklabError as exc:  # e.g. its base run was deleted before it was stored
             body["warnings"] = [f"the result cannot be rebuilt: {exc.code}: {exc.message}"]
     return body
