@@ -43,18 +43,29 @@ log = logging.getLogger("forklab.engine.fork")
 
 def prefix_at(base: BaseRun, point: ForkPoint) -> RunState:
     """The state at ``point``: the log holding it, folded up to its seq."""
+    return prefix_folder(base, point)()
+
+
+def prefix_folder(base: BaseRun, point: ForkPoint) -> Callable[[], RunState]:
+    """How to fold the state at ``point``, checked now (``fork_point_not_found`` behind a
+    compaction boundary) and folded only when called."""
     link = base.link(point.run_id)
     events = link.events
     first = events[0].seq if events else 0
     if first == 1:
-        return fold([e for e in events if e.seq <= point.seq])
+        return lambda: fold([e for e in events if e.seq <= point.seq])
     usable = [v for v in base.store.snapshot_versions(link.run_id) if v <= point.seq]
     if not usable or usable[-1] < first - 1:
         raise ForkPointNotFound(
             f"seq {point.seq} is behind the compaction boundary of run {link.run_id!r}; the "
             f"earliest forkable point is seq {base.index.earliest()} (or fork a snapshot with "
             "source='snapshot', at={'version': N})", earliest_forkable=base.index.earliest())
-    snapshot = base.store.load_snapshot(link.run_id, usable[-1])
+    return lambda: _fold_from_snapshot(base, link.run_id, usable[-1], events, point)
+
+
+def _fold_from_snapshot(base: BaseRun, run_id: str, version: int, events: Sequence[Any],
+                        point: ForkPoint) -> RunState:
+    snapshot = base.store.load_snapshot(run_id, version)
     assert snapshot is not None
     return fold([e for e in events if snapshot.version < e.seq <= point.seq], snapshot)
 
@@ -103,7 +114,7 @@ def prepare_fork(
     """Resolve and validate a fork without running anything (no model or tool calls)."""
     base = base if isinstance(base, BaseRun) else load_base(base, store=store, env=env)
     policy, budget = Policy.parse(policy), Budget.parse(budget)
-    point, prefix, source = _requested_point(base, at, source, where)
+    point, snapshot_prefix, source = _requested_point(base, at, source, where)
     raw = change(point) if callable(change) else change
     changes = parse_changes([] if raw is None else raw)
     graph = base.graph
@@ -115,8 +126,9 @@ def prepare_fork(
     application = apply_at(base, point, changes)
     effective = application.point
     prefix_ref: dict[str, Any] = {}
+    prefix: RunState | Callable[[], RunState] | None = snapshot_prefix
     if prefix is None or application.moved:
-        prefix = prefix_at(base, effective)
+        prefix = prefix_folder(base, effective)
         prefix_ref = {"run_id": base.link(effective.run_id).run_id, "seq": effective.seq}
     memoize = policy.memoize or application.moved
     estimate = estimate_tail(
@@ -127,7 +139,7 @@ def prepare_fork(
         prices=base.env.prices)
     estimate.events_reused = effective.seq
     plan = ForkPlan(base=base, point=point, effective=effective, changes=changes, graph=graph,
-                    prefix_state=prefix, new_input=application.new_input,
+                    prefix=prefix, new_input=application.new_input,
                     changed_inputs=application.written_inputs, policy=policy, budget=budget,
                     memoize=memoize, estimate=estimate, application=application,
                     warnings=list(estimate.warnings), source=source, prefix_ref=prefix_ref)
@@ -162,13 +174,14 @@ def plan_from_inputs(
     graph = effective_graph(graph, changes)
     application = replace(apply_at(base, effective, changes), requested=point)
     prefix_ref: dict[str, Any] = {}
+    prefix: RunState | Callable[[], RunState]
     if inputs["source"] == "snapshot" and not inputs["moved"]:
         prefix = _snapshot_point(base, point.seq)[1]
     else:
-        prefix = prefix_at(base, effective)
+        prefix = prefix_folder(base, effective)
         prefix_ref = {"run_id": base.link(effective.run_id).run_id, "seq": effective.seq}
     return ForkPlan(base=base, point=point, effective=effective, changes=changes, graph=graph,
-                    prefix_state=prefix, new_input=application.new_input,
+                    prefix=prefix, new_input=application.new_input,
                     changed_inputs=application.written_inputs, policy=policy, budget=budget,
                     memoize=bool(inputs["memoize"]), estimate=Estimate(**inputs["estimate"]),
                     application=application, warnings=list(inputs["warnings"]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,10 @@ class ForkPlan:
     effective: ForkPoint
     changes: list[Change]
     graph: GraphSpec
-    prefix_state: RunState
+    # the state at the effective point, or how to fold it: folded only when first asked for
+    # (the tail, a dry run), so accepting a fork does not fold the base's prefix for a worker
+    # that folds it again
+    prefix: RunState | Callable[[], RunState]
     new_input: dict[str, Any]
     changed_inputs: set[str]
     policy: Policy
@@ -72,6 +76,12 @@ class ForkPlan:
             "warnings": list(self.warnings), "point_notes": self.notes,
             "routes_used": list(self.routes_used),
         }
+
+    @property
+    def prefix_state(self) -> RunState:
+        if callable(self.prefix):
+            self.prefix = self.prefix()
+        return self.prefix
 
     @property
     def inherited(self) -> list[dict[str, Any]]:
