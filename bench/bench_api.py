@@ -102,7 +102,13 @@ def seed_fork(recorded: Any, store: Any) -> dict[str, Any]:
     except ImportError:
         pass
     else:
-        ForkResultProjection.after_run(variant.run_id)
+        import inspect
+
+        from forklab.runs.store import DjangoStore
+
+        # newer checkouts pass the store factory (projections do not import the store)
+        takes_store = len(inspect.signature(ForkResultProjection.after_run).parameters) > 1
+        ForkResultProjection.after_run(variant.run_id, *((DjangoStore,) if takes_store else ()))
     return {"fork": variant.run_id, "fork_events": len(log)}
 
 

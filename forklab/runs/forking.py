@@ -18,6 +18,7 @@ from django.db.models import Field
 
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import ForklabError, RunInProgress
+from forklab.engine.fork import ForkPlan
 from forklab.engine.fork.lifecycle import Case as EngineCase
 from forklab.engine.fork.lifecycle import promote, run_case, save_case
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
@@ -143,12 +144,13 @@ def _known_request(user: User, project: Project, spec: ForkSpec) -> Run | None:
     return known.fork_run
 
 
-def _queued_fork(run_id: str, base: Run, plan: Any, spec: ForkSpec, user: User,
+def _queued_fork(run_id: str, base: Run, plan: ForkPlan, spec: ForkSpec, user: User,
                  fork_group_id: str | None = None, task_id: str = "") -> Run:
     """The queued fork row, holding its validated request (``work``: the ForkSpec's JSON
-    form, its changes normalised) that the worker runs and lost work is redone from."""
+    form, its changes normalised) and its plan's inputs (resolved points, estimate), from
+    which the worker builds the tail without planning again and lost work is redone."""
     return Run.objects.create(
-        work={"task": "fork", "spec": spec.wire()}, task_id=task_id,
+        work={"task": "fork", "spec": spec.wire(), "plan": plan.inputs()}, task_id=task_id,
         id=run_id, project=base.project, graph_version_id=base.graph_version_id,
         graph_slug=base.graph_slug, graph_version_number=base.graph_version_number,
         run_kind=RunKind.COUNTERFACTUAL, status=RunStatus.QUEUED, label=spec.label,
@@ -289,7 +291,7 @@ def fork_body(run: Run) -> dict[str, Any]:
             "changes": run.fork_mutations, **dict.fromkeys(_RESULT_FIELDS)}
     if ForkResultProjection.applies_to(run):
         try:  # one stored row (runs.projections): neither run's log is read
-            body.update(ForkResultProjection.read(run).to_wire())
+            body.update(ForkResultProjection.read(run, DjangoStore(run.project)).to_wire())
         except ForklabError as exc:  # e.g. its base run was deleted before it was stored
             body["warnings"] = [f"the result cannot be rebuilt: {exc.code}: {exc.message}"]
     return body

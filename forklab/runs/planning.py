@@ -1,7 +1,9 @@
 """Planning a fork request: the engine's ``ForkPlan`` for a validated ``ForkSpec``.
 
-Its own module because both the request path (``runs.forking``) and the worker
-(``runs.execution``) plan, and neither may import the other (no import cycles).
+The request path (``runs.forking``) plans — resolves the point, validates the changes,
+estimates the tail — and stores the plan's inputs on the queued row (``Run.work["plan"]``);
+the worker (``runs.execution``) rebuilds the plan from them (:func:`planned`) instead of
+planning again. Its own module because both use it and neither may import the other.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from forklab.engine.fork import ForkPlan, prepare_fork
+from forklab.engine.fork.core import plan_from_inputs
 from forklab.runs import bases
 from forklab.runs.engine_env import build_environment
 from forklab.runs.models import Project, Run
@@ -28,3 +31,15 @@ def plan_for(spec: ForkSpec, project: Project, base: Run | None = None) -> ForkP
         source, at=spec.at, change=spec.changes, policy=spec.policy,
         budget=spec.budget, ignore_budget=spec.ignore_budget, source=spec.source,
         store=DjangoStore(project), env=env, graph_version=spec.graph_version)
+
+
+def planned(spec: ForkSpec, project: Project, base: Run | None,
+            inputs: dict[str, Any] | None) -> ForkPlan:
+    """The plan the request path made, for the worker: rebuilt from its stored ``inputs``
+    (nothing resolved or estimated again; the base from the per-process cache). A row queued
+    without them (before they were stored) is planned again from its request."""
+    if inputs is None or base is None:
+        return plan_for(spec, project, base)
+    env = build_environment()
+    return plan_from_inputs(bases.loaded(base, env), inputs, policy=spec.policy,
+                            budget=spec.budget, graph_version=spec.graph_version)

@@ -1,7 +1,18 @@
-"""Read-side projections computed once per finished run, so reads never refold its log.
+"""Projections: what the store and the readers keep beside the log, one small class each.
 
-The log stays the truth; each projection is a cache with a ``version`` (the run's last seq
-when it was computed) and is rebuilt when that version is not the run's last seq.
+The log stays the truth. Write-side projections are applied by ``DjangoStore.append`` to
+every append (an :class:`Appended`), inside its transaction, once the events are stored:
+
+- :class:`RunRowProjection`: the run row's columns (status, memory, path, totals, lineage…);
+- :class:`UsageProjection`: one ``UsageRecord`` per ``agent.responded``;
+- :class:`FinalStateProjection`: a finished run's folded state (``FinalState``), written with
+  the event that finished it, so no finished log is folded twice;
+- :class:`MetricsProjection`: what the append adds to the Prometheus series, counted once
+  its transaction commits.
+
+Read-side projections are computed once per finished run, so reads never refold its log;
+each is a cache with a ``version`` (the run's last seq when it was computed) and is rebuilt
+when that version is not the run's last seq.
 
 - :class:`ForkResultProjection`: a finished fork's SPEC §3 result fields (estimate, calls,
   diff, explain, warnings, …). Written by the worker once it has let go of the fork
@@ -14,17 +25,141 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
 
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from django.db.models import TextField
 from django.db.models.functions import Cast
 from pydantic import ValidationError
 
 from forklab.engine.errors import ForklabError
+from forklab.engine.events import TERMINAL_TYPES, AgentResponded, Event, RunForked, RunStarted
+from forklab.engine.fork.diff import incurred_usd
 from forklab.engine.fork.wire import StoredForkResult
+from forklab.engine.state import RunState
+from forklab.engine.store import Store
+from forklab.runs import metrics
+from forklab.runs import models as m
 from forklab.runs.models import ForkResult, Run, RunKind
 
 log = logging.getLogger("forklab.runs.projections")
+
+
+def _when(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def _dt(ts: float | None) -> datetime | None:
+    return None if ts is None else _when(ts)
+
+
+def _usd(value: float | None) -> Decimal | None:
+    return None if value is None else Decimal(repr(round(value, 10)))
+
+
+# -- write side: applied by DjangoStore.append -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Appended:
+    """One append as the write-side projections see it: its events are stored (same
+    transaction, run row locked) and ``state`` is the run folded through them."""
+
+    run_id: str
+    project_id: int
+    state: RunState
+    events: list[Event]
+    using: str
+
+
+def project_state(state: RunState) -> dict[str, Any]:
+    """The run row's projected columns for a folded ``state``."""
+    fork = state.fork or {}
+    return {
+        "status": state.status, "last_seq": state.version, "label": state.label,
+        "run_kind": state.run_kind, "replay_version": state.replay_version,
+        "graph_slug": state.graph_id, "graph_version_number": state.graph_version,
+        "parent_run_id": fork.get("base_run_id") or state.parent_run_id,
+        "fork_sequence_id": fork.get("fork_sequence_id"),
+        "fork_node_id": fork.get("fork_node_id"), "fork_group_id": fork.get("fork_group_id"),
+        "input": state.input, "memory": state.memory, "path": state.path(),
+        "error": state.error, "input_tokens": state.input_tokens,
+        "output_tokens": state.output_tokens, "cost_usd": _usd(state.cost_usd),
+        "incurred_cost_usd": _usd(incurred_usd(state)),
+        "unpriced_calls": state.unpriced_calls,
+        "started_at": _dt(state.started_at), "finished_at": _dt(state.finished_at),
+    }
+
+
+class RunRowProjection:
+    """The run row's columns, rewritten from the folded state on every append (one
+    ``UPDATE``); the graph version row is looked up once, when ``run.started`` arrives."""
+
+    @staticmethod
+    def apply(batch: Appended) -> None:
+        values = project_state(batch.state)
+        for event in batch.events:
+            if isinstance(event, RunStarted):
+                values["graph_version"] = (
+                    m.GraphVersion.objects.using(batch.using)
+                    .filter(graph__project_id=batch.project_id,
+                            graph__graph_id=batch.state.graph_id,
+                            version=batch.state.graph_version).first())
+            elif isinstance(event, RunForked):
+                values["fork_mutations"] = list(event.changes)
+        m.Run.objects.using(batch.using).filter(pk=batch.run_id).update(**values)
+
+
+class UsageProjection:
+    """One ``UsageRecord`` per model response (``agent.responded``), for usage reports."""
+
+    @staticmethod
+    def apply(batch: Appended) -> None:
+        usage = [
+            m.UsageRecord(
+                run_id=batch.run_id, seq=e.seq, node=e.node or "",
+                role="" if e.role is None else (e.role if e.index is None
+                                                 else f"{e.role}[{e.index}]"),
+                model=e.model, label=e.label, input_tokens=e.input_tokens,
+                output_tokens=e.output_tokens, cost_usd=_usd(e.cost_usd), created_at=_when(e.at),
+            )
+            for e in batch.events if isinstance(e, AgentResponded)
+        ]
+        if usage:
+            m.UsageRecord.objects.using(batch.using).bulk_create(usage)
+
+
+class FinalStateProjection:
+    """A finished run's folded state, stored by the append whose event finished it (read
+    back by ``DjangoStore.load_final_state``: a finished log is never folded again)."""
+
+    @staticmethod
+    def apply(batch: Appended) -> None:
+        if batch.state.finished and any(e.type in TERMINAL_TYPES for e in batch.events):
+            m.FinalState.objects.using(batch.using).update_or_create(
+                run_id=batch.run_id,
+                defaults={"version": batch.state.version, "state": batch.state.to_wire()})
+
+
+class MetricsProjection:
+    """What the append adds to the Prometheus series (``forklab.runs.metrics``): counted
+    now, applied only once the transaction commits (a rolled-back append counts nothing)."""
+
+    @staticmethod
+    def apply(batch: Appended) -> None:
+        counted = metrics.observations(batch.events, batch.state)
+        transaction.on_commit(lambda: metrics.apply(counted), using=batch.using)
+
+
+#: applied in this order by every append
+WRITE_PROJECTIONS = (RunRowProjection, UsageProjection, FinalStateProjection, MetricsProjection)
+
+
+# -- read side ---------------------------------------------------------------------------------
 
 
 class ForkResultProjection:
@@ -35,7 +170,7 @@ class ForkResultProjection:
         return run.run_kind == RunKind.COUNTERFACTUAL and run.finished and run.last_seq > 0
 
     @classmethod
-    def read(cls, run: Run) -> StoredForkResult:
+    def read(cls, run: Run, store: Store) -> StoredForkResult:
         """The fork's result fields: the stored row when current, else computed and stored.
 
         Raises the ForklabError that made it impossible to compute (e.g. its base run was
@@ -50,17 +185,16 @@ class ForkResultProjection:
                 return StoredForkResult.model_validate_json(row[1])
             except ValidationError:  # stored by an older shape: rebuilt like a stale one
                 log.warning("fork %s: stored result no longer fits; recomputed", run.pk)
-        return cls.refresh(run)
+        return cls.refresh(run, store)
 
     @classmethod
-    def refresh(cls, run: Run) -> StoredForkResult:
+    def refresh(cls, run: Run, store: Store) -> StoredForkResult:
         """Compute the result from both logs (the one costly read) and store it."""
         from forklab.engine.fork.result import load_fork_result
         from forklab.runs.engine_env import build_environment
-        from forklab.runs.store import DjangoStore
 
         result = StoredForkResult.of(load_fork_result(
-            run.id, store=DjangoStore(run.project), env=build_environment()).wire_model())
+            run.id, store=store, env=build_environment()).wire_model())
         # a concurrent reader or worker may store the same result first
         with contextlib.suppress(IntegrityError):
             ForkResult.objects.update_or_create(
@@ -68,14 +202,14 @@ class ForkResultProjection:
         return result
 
     @classmethod
-    def after_run(cls, run_id: str) -> None:
+    def after_run(cls, run_id: str, store_for: Callable[[m.Project], Store]) -> None:
         """Called when a worker leaves a run: store a finished fork's result. Never raises
         (a read computes what this could not)."""
         run = Run.objects.select_related("project").filter(pk=run_id).first()
         if run is None or not cls.applies_to(run):
             return
         try:
-            cls.refresh(run)
+            cls.refresh(run, store_for(run.project))
         except ForklabError as exc:
             log.warning("fork %s: result not stored: %s: %s", run_id, exc.code, exc.message)
         except Exception:

@@ -13,14 +13,13 @@ Leases: a store built with ``lease=owner`` fences every append on the run row's
 ``lease_owner`` (read under the same lock), and creates new runs leased to ``owner``
 (``forklab.runs.leases``).
 
-Projection: the run row's columns (status, memory, path, totals, lineage, …) are rewritten in
-the same transaction from the state folded through the new events. The state before the
-append comes from a per-store cache of each open run's state (installed only once the
-transaction commits) or, on a cache miss, from the newest snapshot plus the events after it
-— the whole log is not refolded on every append.
-
-Metrics: what each append adds to the Prometheus series (``forklab.runs.metrics``) is counted
-once its transaction commits — the one place every run, fork tail and sweep passes through.
+Projections: ``append`` stores the events, folds the run through them and hands the result
+(an ``Appended``) to the write-side projections of ``forklab.runs.projections`` — the run
+row, usage records, the final state, metrics — in the same transaction: the one place every
+run, fork tail and sweep passes through. The state before the append comes from a
+per-store cache of each open run's state (installed only once the transaction commits) or,
+on a cache miss, from the newest snapshot plus the events after it — the whole log is not
+refolded on every append.
 """
 
 from __future__ import annotations
@@ -28,8 +27,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from decimal import Decimal
-from typing import Any
 
 from django.contrib.auth.models import User as Account
 from django.db import DataError, IntegrityError, transaction
@@ -45,23 +42,18 @@ from forklab.engine.errors import (
     StoreRejected,
 )
 from forklab.engine.events import (
-    TERMINAL_TYPES,
-    AgentResponded,
     AnyEvent,
     Event,
-    RunForked,
-    RunStarted,
     from_wire,
 )
-from forklab.engine.fork.diff import incurred_usd
 from forklab.engine.graph import GraphSpec, parse_graph
 from forklab.engine.reducers import check_next, evolve
 from forklab.engine.state import RunState
 from forklab.engine.store import check_append, graph_hash
-from forklab.runs import metrics
 from forklab.runs import models as m
 from forklab.runs.errors import LeaseLost
 from forklab.runs.leases import ttl
+from forklab.runs.projections import WRITE_PROJECTIONS, Appended
 
 DEFAULT_PROJECT_SLUG = "default"
 _EVENT_FIELDS = ("seq", "type", "v", "node", "occurrence", "iteration", "payload", "timestamp")
@@ -74,16 +66,8 @@ def default_project(*, using: str = "default") -> m.Project:
     return project
 
 
-def _dt(ts: float | None) -> datetime | None:
-    return None if ts is None else _when(ts)
-
-
 def _when(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
-
-
-def _usd(value: float | None) -> Decimal | None:
-    return None if value is None else Decimal(repr(round(value, 10)))
 
 
 class DjangoStore:
@@ -141,13 +125,11 @@ class DjangoStore:
                     evolve(state, event)  # type: ignore[arg-type]
                 project_id = locked[0][1] if locked else self._new_run(run_id, state).project_id
                 self._insert(run_id, events)
-                self._update_row(run_id, project_id, state, events)
-                if state.finished and any(e.type in TERMINAL_TYPES for e in events):
-                    m.FinalState.objects.using(self.using).update_or_create(
-                        run_id=run_id,
-                        defaults={"version": state.version, "state": state.to_wire()})
-                counted = metrics.observations(events, state)
-                transaction.on_commit(lambda: self._committed(state, counted), using=self.using)
+                batch = Appended(run_id=run_id, project_id=project_id, state=state,
+                                 events=events, using=self.using)
+                for projection in WRITE_PROJECTIONS:
+                    projection.apply(batch)
+                transaction.on_commit(lambda: self._remember(state), using=self.using)
         except (IntegrityError, DataError, ValueError) as exc:
             if isinstance(exc, ForklabError):
                 raise
@@ -222,10 +204,6 @@ class DjangoStore:
             )
         return state
 
-    def _committed(self, state: RunState, counted: list[metrics.Observation]) -> None:
-        metrics.apply(counted)
-        self._remember(state)
-
     def _remember(self, state: RunState) -> None:
         if state.finished:  # finished runs take no more appends; keep the cache small
             return
@@ -254,33 +232,6 @@ class DjangoStore:
                     at=_when(e.at), timestamp=e.at, v=e.SCHEMA)
             for e in events
         ])
-        usage = [
-            m.UsageRecord(
-                run_id=run_id, seq=e.seq, node=e.node or "",
-                role="" if e.role is None else (e.role if e.index is None
-                                                 else f"{e.role}[{e.index}]"),
-                model=e.model, label=e.label, input_tokens=e.input_tokens,
-                output_tokens=e.output_tokens, cost_usd=_usd(e.cost_usd), created_at=_when(e.at),
-            )
-            for e in events if isinstance(e, AgentResponded)
-        ]
-        if usage:
-            m.UsageRecord.objects.using(self.using).bulk_create(usage)
-
-    def _update_row(self, run_id: str, project_id: int, state: RunState,
-                    events: list[Event]) -> None:
-        values = project_state(state)
-        for event in events:
-            if isinstance(event, RunStarted):
-                values["graph_version"] = self._graph_version(project_id, state)
-            elif isinstance(event, RunForked):
-                values["fork_mutations"] = list(event.changes)
-        self._runs().filter(pk=run_id).update(**values)
-
-    def _graph_version(self, project_id: int, state: RunState) -> m.GraphVersion | None:
-        return (m.GraphVersion.objects.using(self.using)
-                .filter(graph__project_id=project_id, graph__graph_id=state.graph_id,
-                        version=state.graph_version).first())
 
     # -- graphs ----------------------------------------------------------------------------
     def save_graph(self, graph: GraphSpec) -> int:
@@ -364,21 +315,3 @@ class DjangoStore:
                .values_list("state", flat=True).first())
         return None if row is None else RunState.from_wire(row, owned=True)
 
-
-def project_state(state: RunState) -> dict[str, Any]:
-    """The run row's projected columns for a folded ``state``."""
-    fork = state.fork or {}
-    return {
-        "status": state.status, "last_seq": state.version, "label": state.label,
-        "run_kind": state.run_kind, "replay_version": state.replay_version,
-        "graph_slug": state.graph_id, "graph_version_number": state.graph_version,
-        "parent_run_id": fork.get("base_run_id") or state.parent_run_id,
-        "fork_sequence_id": fork.get("fork_sequence_id"),
-        "fork_node_id": fork.get("fork_node_id"), "fork_group_id": fork.get("fork_group_id"),
-        "input": state.input, "memory": state.memory, "path": state.path(),
-        "error": state.error, "input_tokens": state.input_tokens,
-        "output_tokens": state.output_tokens, "cost_usd": _usd(state.cost_usd),
-        "incurred_cost_usd": _usd(incurred_usd(state)),
-        "unpriced_calls": state.unpriced_calls,
-        "started_at": _dt(state.started_at), "finished_at": _dt(state.finished_at),
-    }

@@ -49,7 +49,7 @@ def after_work(run_ids: Sequence[str]) -> None:
     """Once a worker has let go of runs (lease released: nobody waits on it), store the
     result of each finished fork among them, so reading it reads no log."""
     for run_id in run_ids:
-        ForkResultProjection.after_run(run_id)
+        ForkResultProjection.after_run(run_id, DjangoStore)
 
 
 @task

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from forklab.engine.environment import Environment
@@ -25,7 +26,7 @@ from forklab.engine.fork.apply import config_targets, effective_graph
 from forklab.engine.fork.base import BaseRun, load_base
 from forklab.engine.fork.changes import Change, RouteChange, parse_changes, wire
 from forklab.engine.fork.effective import apply_at
-from forklab.engine.fork.estimate import estimate_tail
+from forklab.engine.fork.estimate import Estimate, estimate_tail
 from forklab.engine.fork.plan import ForkPlan
 from forklab.engine.fork.points import ForkPoint
 from forklab.engine.fork.resolve import parse_point, point_number, resolve_point
@@ -42,18 +43,29 @@ log = logging.getLogger("forklab.engine.fork")
 
 def prefix_at(base: BaseRun, point: ForkPoint) -> RunState:
     """The state at ``point``: the log holding it, folded up to its seq."""
+    return prefix_folder(base, point)()
+
+
+def prefix_folder(base: BaseRun, point: ForkPoint) -> Callable[[], RunState]:
+    """How to fold the state at ``point``, checked now (``fork_point_not_found`` behind a
+    compaction boundary) and folded only when called."""
     link = base.link(point.run_id)
     events = link.events
     first = events[0].seq if events else 0
     if first == 1:
-        return fold([e for e in events if e.seq <= point.seq])
+        return lambda: fold([e for e in events if e.seq <= point.seq])
     usable = [v for v in base.store.snapshot_versions(link.run_id) if v <= point.seq]
     if not usable or usable[-1] < first - 1:
         raise ForkPointNotFound(
             f"seq {point.seq} is behind the compaction boundary of run {link.run_id!r}; the "
             f"earliest forkable point is seq {base.index.earliest()} (or fork a snapshot with "
             "source='snapshot', at={'version': N})", earliest_forkable=base.index.earliest())
-    snapshot = base.store.load_snapshot(link.run_id, usable[-1])
+    return lambda: _fold_from_snapshot(base, link.run_id, usable[-1], events, point)
+
+
+def _fold_from_snapshot(base: BaseRun, run_id: str, version: int, events: Sequence[Any],
+                        point: ForkPoint) -> RunState:
+    snapshot = base.store.load_snapshot(run_id, version)
     assert snapshot is not None
     return fold([e for e in events if snapshot.version < e.seq <= point.seq], snapshot)
 
@@ -102,7 +114,7 @@ def prepare_fork(
     """Resolve and validate a fork without running anything (no model or tool calls)."""
     base = base if isinstance(base, BaseRun) else load_base(base, store=store, env=env)
     policy, budget = Policy.parse(policy), Budget.parse(budget)
-    point, prefix, source = _requested_point(base, at, source, where)
+    point, snapshot_prefix, source = _requested_point(base, at, source, where)
     raw = change(point) if callable(change) else change
     changes = parse_changes([] if raw is None else raw)
     graph = base.graph
@@ -114,8 +126,9 @@ def prepare_fork(
     application = apply_at(base, point, changes)
     effective = application.point
     prefix_ref: dict[str, Any] = {}
+    prefix: RunState | Callable[[], RunState] | None = snapshot_prefix
     if prefix is None or application.moved:
-        prefix = prefix_at(base, effective)
+        prefix = prefix_folder(base, effective)
         prefix_ref = {"run_id": base.link(effective.run_id).run_id, "seq": effective.seq}
     memoize = policy.memoize or application.moved
     estimate = estimate_tail(
@@ -126,7 +139,7 @@ def prepare_fork(
         prices=base.env.prices)
     estimate.events_reused = effective.seq
     plan = ForkPlan(base=base, point=point, effective=effective, changes=changes, graph=graph,
-                    prefix_state=prefix, new_input=application.new_input,
+                    prefix=prefix, new_input=application.new_input,
                     changed_inputs=application.written_inputs, policy=policy, budget=budget,
                     memoize=memoize, estimate=estimate, application=application,
                     warnings=list(estimate.warnings), source=source, prefix_ref=prefix_ref)
@@ -135,6 +148,50 @@ def prepare_fork(
     plan.routes_used = _routes_used(plan)
     _check_budget(plan, ignore_budget)
     return plan
+
+
+def plan_from_inputs(
+    base: BaseRun, inputs: dict[str, Any], *, policy: Policy | dict[str, Any] | None = None,
+    budget: Budget | dict[str, Any] | None = None, graph_version: int | None = None,
+) -> ForkPlan:
+    """The plan :func:`prepare_fork` made, rebuilt from its :meth:`ForkPlan.inputs`.
+
+    Nothing is resolved, validated or estimated again: the effective point is taken as
+    given (applying the changes there finds no reader, as it did when the point was
+    resolved), and the estimate, warnings and routes are the stored ones. What is rebuilt
+    is what the tail needs and the inputs cannot carry cheaply: the effective graph, the
+    application at the point and the prefix state.
+    """
+    policy, budget = Policy.parse(policy), Budget.parse(budget)
+    point = ForkPoint(**_point_fields(inputs["point"]))
+    effective = ForkPoint(**_point_fields(inputs["effective"]))
+    changes = parse_changes(inputs["changes"])
+    graph = base.graph
+    if graph_version is not None:
+        from forklab.engine.fork.lifecycle import rebase_graph
+
+        graph = rebase_graph(base, graph_version, point)
+    graph = effective_graph(graph, changes)
+    application = replace(apply_at(base, effective, changes), requested=point)
+    prefix_ref: dict[str, Any] = {}
+    prefix: RunState | Callable[[], RunState]
+    if inputs["source"] == "snapshot" and not inputs["moved"]:
+        prefix = _snapshot_point(base, point.seq)[1]
+    else:
+        prefix = prefix_folder(base, effective)
+        prefix_ref = {"run_id": base.link(effective.run_id).run_id, "seq": effective.seq}
+    return ForkPlan(base=base, point=point, effective=effective, changes=changes, graph=graph,
+                    prefix=prefix, new_input=application.new_input,
+                    changed_inputs=application.written_inputs, policy=policy, budget=budget,
+                    memoize=bool(inputs["memoize"]), estimate=Estimate(**inputs["estimate"]),
+                    application=application, warnings=list(inputs["warnings"]),
+                    source=str(inputs["source"]), routes_used=list(inputs["routes_used"]),
+                    prefix_ref=prefix_ref, point_notes=list(inputs["point_notes"]))
+
+
+def _point_fields(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: data[k] for k in ("seq", "node", "occurrence", "iteration", "kind", "run_id",
+                                 "position")}
 
 
 def _unreached_targets(changes: Sequence[Change], tail: Sequence[Execution]) -> list[str]:
@@ -206,5 +263,5 @@ def plan_targets(plan: ForkPlan) -> list[Any]:
     return config_targets(plan.changes)
 
 
-__all__ = ["BaseRun", "ForkPlan", "begin_variant", "fork_runner", "load_base", "prefix_at",
-           "prepare_fork", "run_plan"]
+__all__ = ["BaseRun", "ForkPlan", "begin_variant", "fork_runner", "load_base",
+           "plan_from_inputs", "prefix_at", "prepare_fork", "run_plan"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,10 @@ class ForkPlan:
     effective: ForkPoint
     changes: list[Change]
     graph: GraphSpec
-    prefix_state: RunState
+    # the state at the effective point, or how to fold it: folded only when first asked for
+    # (the tail, a dry run), so accepting a fork does not fold the base's prefix for a worker
+    # that folds it again
+    prefix: RunState | Callable[[], RunState]
     new_input: dict[str, Any]
     changed_inputs: set[str]
     policy: Policy
@@ -42,6 +46,42 @@ class ForkPlan:
     routes_used: list[str] = field(default_factory=list)
     # which run's log, folded to which seq, ``prefix_state`` is (empty: not such a fold)
     prefix_ref: dict[str, Any] = field(default_factory=dict)
+    # what the result says about the point (``application.warnings()``); set when the plan
+    # was rebuilt from its inputs, whose application no longer knows how the point moved
+    point_notes: list[str] | None = None
+
+    @property
+    def notes(self) -> list[str]:
+        """The point's notes: a moved point, keys a prefix node overwrote."""
+        return self.application.warnings() if self.point_notes is None else self.point_notes
+
+    def inputs(self) -> dict[str, Any]:
+        """What the worker needs to rebuild this plan without resolving or estimating again
+        (:func:`forklab.engine.fork.core.plan_from_inputs`); JSON, so a queue can carry it.
+
+        The points are resolved (``effective`` is where the tail starts), the changes are
+        normalised, and the estimate and warnings are the request's: the base is a finished
+        run, so none of them can differ when the worker rebuilds the plan.
+        """
+        return {
+            "point": {**self.point.to_wire(), "position": self.point.position},
+            "effective": {**self.effective.to_wire(), "position": self.effective.position},
+            "changes": wire(self.changes), "source": self.source,
+            "moved": self.application.moved, "memoize": self.memoize,
+            "estimate": {"live_calls": self.estimate.live_calls,
+                         "tokens": self.estimate.tokens, "cost_usd": self.estimate.cost_usd,
+                         "unpriced_models": list(self.estimate.unpriced_models),
+                         "warnings": list(self.estimate.warnings),
+                         "events_reused": self.estimate.events_reused},
+            "warnings": list(self.warnings), "point_notes": self.notes,
+            "routes_used": list(self.routes_used),
+        }
+
+    @property
+    def prefix_state(self) -> RunState:
+        if callable(self.prefix):
+            self.prefix = self.prefix()
+        return self.prefix
 
     @property
     def inherited(self) -> list[dict[str, Any]]:

@@ -143,7 +143,7 @@ def result_of(plan: ForkPlan, state: RunState | None, *, run_id: str | None, lab
         estimate=plan.estimate, point=plan.point,
         effective_fork_sequence_id=plan.effective.seq, store=plan.base.store,
         warnings=plan.warnings, label=label, fork_group_id=fork_group_id, own_changes=own,
-        point_notes=plan.application.warnings())
+        point_notes=plan.notes)
 
 
 def fork(

@@ -62,7 +62,7 @@ def begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
                 policy=plan.policy.wire(), budget=plan.budget.wire(), memoize=plan.memoize,
                 ignore_budget=ignore_budget,
                 estimate={**plan.estimate.wire(), "warnings": plan.warnings,
-                          "point_notes": plan.application.warnings()},
+                          "point_notes": plan.notes},
                 point=plan.point.to_wire(), routes_used=plan.routes_used,
                 prefix_ref=plan.prefix_ref)
     for item in plan.application.applied:
