@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import signal
 import socket
 import statistics
@@ -204,17 +205,21 @@ async def view(port: int, token: str, fork: Fork, deadline: float) -> None:
 
     Like the dashboard's client, a viewer whose connection fails or drops reconnects with
     ``after=<last seq it received>`` (counted in ``reconnects``): nothing may be lost or
-    repeated across it.
+    repeated across it. It waits before reconnecting as the dashboard does
+    (:func:`reconnect_delay`: capped exponential with full jitter, reset by a successful
+    open), so failing viewers spread out instead of returning together every 0.2 s.
     """
     from websockets.asyncio.client import connect
     from websockets.exceptions import InvalidHandshake, InvalidMessage, WebSocketException
 
+    failures = 0
     while fork.final is None and time.monotonic() < deadline:
         after = fork.seen[-1] if fork.seen else 0
         url = f"ws://127.0.0.1:{port}/ws/runs/{fork.run_id}/?after={after}"
         try:
             async with connect(url, additional_headers={"Authorization": f"Token {token}"},
                                open_timeout=60, max_size=None) as ws:
+                failures = 0  # opened: the next failure starts the back-off afresh
                 while fork.final is None:
                     left = max(1.0, deadline - time.monotonic())
                     message = json.loads(await asyncio.wait_for(ws.recv(), timeout=left))
@@ -224,7 +229,15 @@ async def view(port: int, token: str, fork: Fork, deadline: float) -> None:
                         fork.final = message["status"]
         except (InvalidHandshake, InvalidMessage, WebSocketException, OSError):
             fork.reconnects += 1
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(min(reconnect_delay(failures), max(0.0, deadline - time.monotonic())))
+            failures += 1
+
+
+def reconnect_delay(failures: int, base: float = 0.5, cap: float = 30.0) -> float:
+    """Seconds to wait before reconnect number ``failures + 1`` since the last open: uniform
+    in ``[0, min(cap, base * 2**failures)]`` ("full jitter") — the dashboard's policy
+    (static/forklab.js)."""
+    return random.uniform(0.0, min(cap, base * 2 ** min(failures, 16)))
 
 
 async def read_log(client: Any, port: int, token: str, fork: Fork) -> None:

@@ -1,5 +1,6 @@
 /* forklab's few lines of JavaScript; every page works without them.
-   - websocket reconnects resume after the last event row received (no gap, no repeat);
+   - websocket reconnects resume after the last event row received (no gap, no repeat), and
+     back off: capped exponential delay with full jitter, reset when a socket opens;
    - "copy" buttons put a link or a text block on the clipboard;
    - selects marked data-autosubmit submit their form when changed;
    - the step drawer takes focus when it opens and gives it back when it closes;
@@ -13,7 +14,16 @@
     return parseInt(rows[rows.length - 1].getAttribute("data-seq"), 10);
   }
 
+  // Before reconnect n+1 since the socket last opened (the ws extension counts n and resets it
+  // on open): uniform in [0, min(30 s, 0.5 s * 2^n)]. Viewers dropped together by a busy server
+  // come back spread out, fewer and fewer, instead of all at once (issue 9); the same policy
+  // as bench/bench_load.py's viewers.
+  function reconnectDelay(retryCount) {
+    return Math.random() * Math.min(30000, 500 * Math.pow(2, Math.min(retryCount, 16)));
+  }
+
   if (window.htmx) {
+    htmx.config.wsReconnectDelay = reconnectDelay;
     var open = htmx.createWebSocket || function (url) { return new WebSocket(url, []); };
     htmx.createWebSocket = function (url) {
       var seq = lastSeq();

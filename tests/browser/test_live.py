@@ -71,6 +71,16 @@ def test_a_slow_fork_can_be_cancelled_from_its_live_page(
             return rows[rows.length - 1].dataset.seq;
         }""", f"{server.url.replace('http', 'ws')}/ws/runs/{fork_id}/?after=0&format=html")
     assert f"after={last}&" in reconnect.value.url
+    # ... after a back-off: capped exponential with full jitter (a busy server's dropped
+    # viewers must not all come back at once, issue 9); the extension resets n on open.
+    bounds = page.evaluate("""() => [0, 3, 40].map(n => {
+        const delays = Array.from({length: 200}, () => htmx.config.wsReconnectDelay(n));
+        return [Math.min(...delays), Math.max(...delays)];
+    })""")
+    assert [high <= cap for (_, high), cap in zip(bounds, (500, 4000, 30000), strict=True)] \
+        == [True] * 3
+    assert all(low >= 0 for low, _ in bounds)
+    assert bounds[2][1] > 4000  # it grows past the early retries' bound (200 draws: surely)
 
     page.get_by_role("button", name="Cancel this fork").click()
 
