@@ -396,14 +396,23 @@ def _complete_node(state: RunState, event: NodeCompleted) -> None:
     current.prior_iteration_nodes = []
     state.executions.append(current)
     state.current = None
+    frontier = state.frontier
+    # a fan-out start names N successors: checked against a set of the frontier, not by a
+    # scan of the growing list per successor (N² for a fan-out of N)
+    queued = set(frontier) if len(event.next) > 4 else None
     for successor in event.next:
         if successor in state.arrivals:
             del state.arrivals[successor]
-        if successor not in state.frontier:
-            state.frontier.append(successor)
+        if successor not in (frontier if queued is None else queued):
+            frontier.append(successor)
+            if queued is not None:
+                queued.add(successor)
     for waiting in event.waiting:
         arrived = state.arrivals.setdefault(waiting, [])
-        if current.node not in arrived:
+        # A first execution (occurrence 1) cannot have arrived before: arrivals are appended
+        # only here, when a node completes, and its occurrence counts its completions' starts.
+        # Skipping the scan keeps a join of N arrivals linear, not N² (issue 11).
+        if current.occurrence == 1 or current.node not in arrived:
             arrived.append(current.node)
 
 

@@ -126,3 +126,73 @@ def test_a_fingerprint_changes_with_occurrence_iteration_absence_and_child_graph
                                      child={"graph": "h2"})
     assert (node_fingerprint(graph, "sub", {"topic": None}, occurrence=1, iteration=1)
             != node_fingerprint(graph, "sub", {}, occurrence=1, iteration=1))
+
+
+# -- the base's recorded fingerprints, reused by a fork's tail (issue 11) --------------------
+
+FAN = {
+    "id": "fan", "start": "d",
+    "nodes": [
+        {"id": "d", "kind": "tool", "tool": "t.echo", "reads": ["n"], "writes": ["n"]},
+        *({"id": f"w{i}", "kind": "tool", "tool": "t.echo", "reads": ["n"],
+           "writes": [f"o{i}"], "params": {"i": i}} for i in range(3)),
+        {"id": "j", "kind": "tool", "tool": "t.echo", "reads": ["o0", "o1", "o2"],
+         "writes": ["s"], "join": "all"},
+    ],
+    "edges": [*({"from": "d", "to": f"w{i}"} for i in range(3)),
+              *({"from": f"w{i}", "to": "j"} for i in range(3))],
+}
+
+
+def _recomputed(state: Any, graph: Any) -> list[tuple[str, str]]:
+    """Each execution's fingerprint computed the slow, obvious way under ``graph``."""
+    from forklab.engine.planner import fingerprint_reference
+
+    return [(ex.node, fingerprint_reference(graph, ex.node, ex.reads,
+                                            occurrence=ex.occurrence, iteration=ex.iteration))
+            for ex in state.executions]
+
+
+def test_a_tail_served_recorded_fingerprints_records_what_recomputing_gives() -> None:
+    base = _record(FAN, {"n": 1})
+    result = fork(base, at={"before_node": "w0"}, change=change.config("w0", {"params": {"i": 7}}),
+                  policy={"memoize": True}, ignore_budget=True)
+    state = result.state
+    assert state is not None and state.status == "completed"
+    changed = parse_graph(FAN).to_wire()
+    changed["nodes"][1]["params"] = {"i": 7}
+    recorded = [(ex.node, ex.fingerprint) for ex in state.executions]
+    assert recorded == _recomputed(state, parse_graph(changed))
+    # unchanged workers reading the same slice keep the base's fingerprints (served from
+    # it), the changed one does not
+    by_node = {ex.node: ex.fingerprint for ex in base.state.executions}
+    fork_fp = dict(recorded)
+    assert [fork_fp["w1"], fork_fp["w2"]] == [by_node["w1"], by_node["w2"]]
+    assert fork_fp["w0"] != by_node["w0"]
+
+
+def test_a_read_slice_equal_by_value_but_not_by_json_is_not_served_the_base_fingerprint() -> None:
+    """``1 == 1.0`` in Python while their canonical JSON differs: the base's recorded
+    fingerprint must not be reused for a worker that now reads 1.0."""
+    base = _record(FAN, {"n": 1})
+    result = fork(base, at={"before_node": "w0"}, change=change.memory(set={"n": 1.0}),
+                  policy={"memoize": True}, ignore_budget=True)
+    base_fp = {ex.node: ex.fingerprint for ex in base.state.executions}
+    state = result.state
+    assert state is not None
+    fork_fp = {ex.node: ex.fingerprint for ex in state.executions}
+    for worker in ("w0", "w1", "w2"):
+        assert fork_fp[worker] != base_fp[worker]
+    assert state.memory["o1"] == {"i": 1, "n": 1.0}  # ran again, not served
+
+
+def test_a_replaced_node_forgets_its_remembered_fingerprints() -> None:
+    graph = parse_graph(FAN)
+    w1, w2 = ("w1", 1, 1, "n", '{"n":1}'), ("w2", 1, 1, "n", '{"n":1}')
+    graph.remember_fingerprint(w1, "recorded-w1")
+    graph.remember_fingerprint(w2, "recorded-w2")
+    swapped = graph.with_node({**graph.to_wire()["nodes"][2], "params": {"i": 99}})
+    assert swapped.known_fingerprint(w1) is None
+    assert swapped.known_fingerprint(w2) == "recorded-w2"
+    assert graph.known_fingerprint(w1) == "recorded-w1"
+    assert swapped.model_copy(update={"max_iterations": 3}).known_fingerprint(w2) is None
