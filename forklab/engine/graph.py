@@ -273,10 +273,7 @@ class GraphSpec(_Model):
         recomputing would give; :meth:`with_node` keeps the entries of every node but the
         replaced one, a copy with other fields keeps none.
         """
-        known = self._known_fingerprints
-        if len(known) >= _KNOWN_MAX:  # a long-lived process forks many runs of one version
-            known.clear()
-        known[key] = fp
+        self._known_fingerprints[key] = fp
 
     def fingerprint_parts(self, node_id: str) -> FingerprintParts:
         """The canonical JSON of the node's config and agents (the parts of its fingerprint
@@ -353,11 +350,6 @@ class GraphSpec(_Model):
         """JSON-ready dict (``from``/``to`` edge keys), the stored form of a graph version."""
         return self.model_dump(mode="json", by_alias=True, exclude_defaults=False)
 
-
-_KNOWN_MAX = 20_000
-"""Remembered fingerprints kept per graph object (a parsed stored version lives for the
-process, shared by every fork of its runs): past it the table starts again, which costs only
-recomputation."""
 
 _CACHED = ("index", "content_hash", "_fingerprint_parts", "_known_fingerprints")
 
