@@ -251,30 +251,6 @@ class GraphSpec(_Model):
     def _fingerprint_parts(self) -> dict[str, FingerprintParts]:
         return {}
 
-    @cached_property
-    def _known_fingerprints(self) -> dict[tuple[str, int, int, str, str], str]:
-        return {}
-
-    def known_fingerprint(self, key: tuple[str, int, int, str, str]) -> str | None:
-        """A fingerprint of an execution under this graph version that a run recorded (see
-        :meth:`remember_fingerprint`); ``key`` is (node id, occurrence, iteration, the
-        declared read keys that are present, the read slice's canonical JSON) — never ``==``
-        of values, under which ``1 == 1.0`` while their JSON differs, and with presence
-        spelled out because canonical JSON drops a key set to null."""
-        return self._known_fingerprints.get(key)
-
-    def remember_fingerprint(self, key: tuple[str, int, int, str, str], fp: str) -> None:
-        """Record the fingerprint a run that executed *this graph object* computed.
-
-        Invariant: only fingerprints computed under this graph (the node's config and agents
-        as they are here) may come here, and never a subgraph node's (its child identity
-        depends on the store). A fingerprint of a non-subgraph node is a pure function of the
-        graph's node config and agents and of ``key``, so a remembered one is what
-        recomputing would give; :meth:`with_node` keeps the entries of every node but the
-        replaced one, a copy with other fields keeps none.
-        """
-        self._known_fingerprints[key] = fp
-
     def fingerprint_parts(self, node_id: str) -> FingerprintParts:
         """The canonical JSON of the node's config and agents (the parts of its fingerprint
         that do not depend on the execution), serialised once per graph version."""
@@ -332,8 +308,6 @@ class GraphSpec(_Model):
         graph.__dict__["index"] = self.index.with_node(node)
         graph.__dict__["_fingerprint_parts"] = {  # agents resolve in the unchanged registry
             k: v for k, v in self._fingerprint_parts.items() if k != node.id}
-        graph.__dict__["_known_fingerprints"] = {
-            k: v for k, v in self._known_fingerprints.items() if k[0] != node.id}
         if self.max_iterations is None and _targets(node) != _targets(old) and has_cycle(graph):
             raise UnboundedCycleError(
                 f"node {node.id!r}: its targets make a cycle in graph {self.id!r}, which sets "
@@ -351,7 +325,7 @@ class GraphSpec(_Model):
         return self.model_dump(mode="json", by_alias=True, exclude_defaults=False)
 
 
-_CACHED = ("index", "content_hash", "_fingerprint_parts", "_known_fingerprints")
+_CACHED = ("index", "content_hash", "_fingerprint_parts")
 
 
 class FingerprintParts(NamedTuple):

@@ -74,7 +74,7 @@ def read_slice(node_reads: list[str], memory: dict[str, Any]) -> dict[str, Any]:
 
 def node_fingerprint(graph: GraphSpec, node_id: str, reads: dict[str, Any], *,
                      occurrence: int, iteration: int,
-                     child: dict[str, Any] | None = None, reads_json: str | None = None) -> str:
+                     child: dict[str, Any] | None = None) -> str:
     """Hash of everything an execution of ``node_id`` can observe (its memo key).
 
     Covers the node id and config, the read slice (values of the declared keys that are
@@ -83,7 +83,7 @@ def node_fingerprint(graph: GraphSpec, node_id: str, reads: dict[str, Any], *,
     agent the node drives (resolved per role and instance) and, for a subgraph node,
     ``child``: the child's effective input and the identity of the graph it runs. The
     side-effect guard matches on the same hash, so "same inputs" means the same thing for
-    memoization and for side effects. ``reads_json``, when given, is ``canonical_json(reads)``.
+    memoization and for side effects.
     """
     static = graph.fingerprint_parts(node_id)
     absent = [k for k in graph.node(node_id).reads if k not in reads]
@@ -101,7 +101,7 @@ def node_fingerprint(graph: GraphSpec, node_id: str, reads: dict[str, Any], *,
         ',"iteration":', _json_int(iteration),
         ',"node":', json.dumps(node_id, ensure_ascii=False),
         ',"occurrence":', _json_int(occurrence),
-        ',"reads":', canonical_json(reads) if reads_json is None else reads_json, "}",
+        ',"reads":', canonical_json(reads), "}",
     ))
     return hash_text(text)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forklab.engine.canonical import canonical_json, fingerprint
+from forklab.engine.canonical import fingerprint
 from forklab.engine.context import NodeContext, write_memory
 from forklab.engine.errors import ForklabError, GraphNotFound
 from forklab.engine.events import SubgraphCompleted, SubgraphStarted
@@ -63,37 +63,11 @@ def execution_fingerprint(graph: GraphSpec, store: Any, node_id: str, reads: dic
     from forklab.engine.planner import node_fingerprint
 
     node = graph.node(node_id)
+    child = None
     if isinstance(node, SubgraphNode):
         child = {"input": child_input(node, reads), "graph": graph_identity(store, node.graph)}
-        return node_fingerprint(graph, node_id, reads, occurrence=occurrence,
-                                iteration=iteration, child=child)
-    # a fork's reused node: the base recorded this very fingerprint under this graph version
-    # (GraphSpec.remember_fingerprint), so its config need not be serialised and hashed again
-    reads_json = canonical_json(reads)
-    known = graph.known_fingerprint(
-        (node_id, occurrence, iteration, _present(node.reads, reads), reads_json))
-    if known is not None:
-        return known
     return node_fingerprint(graph, node_id, reads, occurrence=occurrence, iteration=iteration,
-                            reads_json=reads_json)
-
-
-def remember_recorded_fingerprints(graph: GraphSpec, executions: Any) -> None:
-    """Offer ``graph`` the fingerprints of ``executions``, which a run recorded while it
-    executed ``graph`` itself (a run's own executions under the graph it ran, never ones
-    inherited from its base, which ran under the base's graph). Subgraph nodes are left out."""
-    for ex in executions:
-        if ex.fingerprint and graph.has_node(ex.node) \
-                and not isinstance(graph.node(ex.node), SubgraphNode):
-            key = (ex.node, ex.occurrence, ex.iteration,
-                   _present(graph.node(ex.node).reads, ex.reads), canonical_json(ex.reads))
-            graph.remember_fingerprint(key, ex.fingerprint)
-
-
-def _present(declared: list[str], reads: dict[str, Any]) -> str:
-    """Which declared keys the slice holds (canonical JSON alone cannot tell a key set to
-    null from an absent one; the fingerprint can)."""
-    return "\n".join(key for key in declared if key in reads)
+                            child=child)
 
 
 def _child_outcome(node: SubgraphNode, child_id: str, state: RunState) -> None:

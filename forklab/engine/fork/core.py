@@ -37,7 +37,6 @@ from forklab.engine.recording import RecordedRun
 from forklab.engine.reducers import fold, rewind_to_boundary
 from forklab.engine.state import Execution, RunState
 from forklab.engine.store import Store
-from forklab.engine.subgraphs import remember_recorded_fingerprints
 
 log = logging.getLogger("forklab.engine.fork")
 
@@ -119,13 +118,6 @@ def prepare_fork(
     raw = change(point) if callable(change) else change
     changes = parse_changes([] if raw is None else raw)
     graph = base.graph
-    # the tail's reused nodes take the fingerprints the base recorded instead of serialising
-    # and hashing their config again: only the base's own executions (it ran base.graph),
-    # only those from the requested point on (the ones a tail can meet)
-    # (any own execution would be sound: the range only limits the work to what pays)
-    inherited = (base.state.fork or {}).get("prefix_executions", 0)
-    remember_recorded_fingerprints(
-        base.graph, base.state.executions[max(inherited, point.position or 0):])
     if graph_version is not None:
         from forklab.engine.fork.lifecycle import rebase_graph
 
