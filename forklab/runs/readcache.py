@@ -20,9 +20,41 @@ from django.db.models.functions import Cast
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Event, Run
 
-_EVENTS: OrderedDict[tuple[str, int], list[Any]] = OrderedDict()
-_EVENTS_LOCK = threading.Lock()
 EVENT_CACHE_RUNS = 8
+STATE_CACHE_SIZE = 6
+
+
+class _Lru[K, V]:
+    """A small thread-safe LRU map: what each of this module's caches is."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+_EVENTS: _Lru[tuple[str, int], list[Any]] = _Lru(EVENT_CACHE_RUNS)
+_STATES: _Lru[tuple[str, int, int | None], Any] = _Lru(STATE_CACHE_SIZE)
+_COMPARISONS: _Lru[tuple[str, int, str, int], dict[str, Any]] = _Lru(STATE_CACHE_SIZE)
+_DIFFS: _Lru[tuple[str, int, str, int], Any] = _Lru(STATE_CACHE_SIZE)
 
 
 def run_events(run: Run, *, upto: int | None = None) -> list[Any]:
@@ -34,26 +66,16 @@ def run_events(run: Run, *, upto: int | None = None) -> list[Any]:
     from forklab.runs.store import DjangoStore
 
     key = (run.id, run.last_seq)
-    with _EVENTS_LOCK:
-        cached = _EVENTS.get(key)
-        if cached is not None:
-            _EVENTS.move_to_end(key)
+    cached = _EVENTS.get(key)
     known = cached[-1].seq if cached else 0
     if cached is None or (known < run.last_seq and (upto is None or upto > known)):
         more = DjangoStore(run.project).read(run.id, after=known, upto=upto)
         cached = (cached or []) + more
         if run.finished:
-            with _EVENTS_LOCK:
-                _EVENTS[key] = cached
-                while len(_EVENTS) > EVENT_CACHE_RUNS:
-                    _EVENTS.popitem(last=False)
+            _EVENTS.put(key, cached)
     if upto is None:
         return cached
     return [e for e in cached if e.seq <= upto] if cached and cached[0].seq != 1 else cached[:upto]
-
-
-_STATES: OrderedDict[tuple[str, int, int | None], Any] = OrderedDict()
-STATE_CACHE_SIZE = 6
 
 
 def state_at(run: Run, seq: int | None = None) -> Any:
@@ -63,16 +85,11 @@ def state_at(run: Run, seq: int | None = None) -> Any:
     state as read-only.
     """
     key = (run.id, run.last_seq, seq)
-    with _EVENTS_LOCK:
-        if key in _STATES:
-            _STATES.move_to_end(key)
-            return _STATES[key]
-    state = _fold_at(run, seq)
-    if run.finished:
-        with _EVENTS_LOCK:
-            _STATES[key] = state
-            while len(_STATES) > STATE_CACHE_SIZE:
-                _STATES.popitem(last=False)
+    state = _STATES.get(key)
+    if state is None:
+        state = _fold_at(run, seq)
+        if run.finished:
+            _STATES.put(key, state)
     return state
 
 
@@ -113,15 +130,8 @@ def _decode(text: str) -> Any:
 
 def clear_caches() -> None:
     """Forget every cached log and state (benchmarks measure cold renders with it)."""
-    with _EVENTS_LOCK:
-        _EVENTS.clear()
-        _STATES.clear()
-        _COMPARISONS.clear()
-        _DIFFS.clear()
-
-
-_COMPARISONS: OrderedDict[tuple[str, int, str, int], dict[str, Any]] = OrderedDict()
-_DIFFS: OrderedDict[tuple[str, int, str, int], Any] = OrderedDict()
+    for cache in (_EVENTS, _STATES, _COMPARISONS, _DIFFS):
+        cache.clear()
 
 
 def run_diff(base: Run, variant: Run) -> Any:
@@ -132,17 +142,12 @@ def run_diff(base: Run, variant: Run) -> Any:
     from forklab.engine.fork.diff import diff_runs
 
     key = (base.id, base.last_seq, variant.id, variant.last_seq)
-    with _EVENTS_LOCK:
-        if key in _DIFFS:
-            _DIFFS.move_to_end(key)
-            return _DIFFS[key]
-    changes = [parse_change(c).describe() for c in variant.fork_mutations or []]
-    diff = diff_runs(state_at(base), state_at(variant), changes=changes)
-    if base.finished and variant.finished:
-        with _EVENTS_LOCK:
-            _DIFFS[key] = diff
-            while len(_DIFFS) > STATE_CACHE_SIZE:
-                _DIFFS.popitem(last=False)
+    diff = _DIFFS.get(key)
+    if diff is None:
+        changes = [parse_change(c).describe() for c in variant.fork_mutations or []]
+        diff = diff_runs(state_at(base), state_at(variant), changes=changes)
+        if base.finished and variant.finished:
+            _DIFFS.put(key, diff)
     return diff
 
 
@@ -152,16 +157,11 @@ def compare_runs(base: Run, variant: Run) -> dict[str, Any]:
     (the dashboard's views, a resolved share link) have done it. Two finished runs' comparison
     is cached (LRU): treat it as read-only."""
     key = (base.id, base.last_seq, variant.id, variant.last_seq)
-    with _EVENTS_LOCK:
-        if key in _COMPARISONS:
-            _COMPARISONS.move_to_end(key)
-            return _COMPARISONS[key]
-    result = _compare(base, variant)
-    if base.finished and variant.finished:
-        with _EVENTS_LOCK:
-            _COMPARISONS[key] = result
-            while len(_COMPARISONS) > STATE_CACHE_SIZE:
-                _COMPARISONS.popitem(last=False)
+    result = _COMPARISONS.get(key)
+    if result is None:
+        result = _compare(base, variant)
+        if base.finished and variant.finished:
+            _COMPARISONS.put(key, result)
     return result
 
 
