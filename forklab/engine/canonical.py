@@ -11,6 +11,8 @@ import hashlib
 import json
 from typing import Any
 
+import orjson
+
 _LEAVES = frozenset({str, int, float, bool})
 """Types that serialise as they are: not recursed into (most values of a record are these)."""
 
@@ -31,6 +33,34 @@ def canonical_json(value: Any) -> str:
     return json.dumps(
         _strip_none(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
+
+
+def loads(text: str) -> Any:
+    """``json.loads``, several times faster for what orjson reads the same way (stored
+    events, states).
+
+    orjson refuses what the json module writes but strict JSON does not have (``NaN``,
+    ``Infinity``) and lone surrogates, and reads an integer wider than 64 bits as a float:
+    text with a run of 19 or more digits (any such integer; never a float's repr, which has
+    at most 17) and text orjson refuses go to ``json.loads``. So the result is always what
+    ``json.loads`` returns (floats parse to the same nearest double; key order is kept and,
+    as there, the last of duplicate keys wins).
+    """
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate
+        return json.loads(text)
+    if _LONG_RUN not in data.translate(_DIGITS_TO_ZERO):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
+# the digit-run check on bytes (translate + find) is ~8x cheaper than a regex
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 19
 
 
 def canonical_equals(a: Any, b: Any) -> bool:

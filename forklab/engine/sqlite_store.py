@@ -37,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from forklab.engine.canonical import canonical_equals
+from forklab.engine.canonical import canonical_equals, loads
 from forklab.engine.errors import GraphNotFound, RunNotFound, SeqConflictError, SourceMissing
 from forklab.engine.events import AnyEvent, Event, RunForked, from_wire
 from forklab.engine.graph import GraphSpec, parse_stored_graph
@@ -165,12 +165,11 @@ class SqliteStore:
         ).fetchall()
         events: list[AnyEvent] = []
         for at, body in rows:
-            data = json.loads(body)
+            data = loads(body)
             data["at"] = at
-            payload = data["payload"]
-            if data["type"] == RunForked.TYPE and "prefix_state" not in payload:
-                payload["prefix_state"] = self._referenced_prefix(run_id, payload["prefix_ref"])
-            events.append(from_wire(data))
+            if data["type"] == RunForked.TYPE:
+                self._restore_forked(run_id, data["payload"])
+            events.append(from_wire(data, owned=True))
         return events
 
     # -- fork prefixes by reference ----------------------------------------------------------
@@ -196,6 +195,12 @@ class SqliteStore:
                            "AND seq <= ?", (run_id, seq)).fetchone()
         return bool(row and row[0] == 1 and row[1] == seq and row[2] == seq)
 
+    def _restore_forked(self, run_id: str, payload: dict[str, object]) -> None:
+        """Put back what a stored ``run.forked`` keeps by reference."""
+        if "prefix_state" not in payload:
+            payload["prefix_state"] = self._referenced_prefix(
+                run_id, payload["prefix_ref"])  # type: ignore[arg-type]
+
     def _referenced_prefix(self, fork_id: str, ref: dict[str, object]) -> dict[str, object]:
         """Run ``ref["run_id"]``'s state at ``ref["seq"]`` in wire form (its log folded; a
         fresh object per call, so callers own it)."""
@@ -205,7 +210,7 @@ class SqliteStore:
             if text is not None:
                 self._prefixes.move_to_end(key)
         if text is not None:
-            decoded: dict[str, object] = json.loads(text)
+            decoded: dict[str, object] = loads(text)
             return decoded
         run_id, seq = key
         events = self.read(run_id, upto=seq)
