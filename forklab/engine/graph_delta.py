@@ -18,24 +18,36 @@ never deleted: the reference cannot go stale, whatever happens to the base run's
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+import orjson
 
 
 class StoredVersion:
-    """A stored graph version decoded once: its wire dict's top-level texts and node texts."""
+    """A stored graph version decoded once: its top-level fields and its nodes, each with
+    its order-sensitive text (:func:`_text`)."""
 
     __slots__ = ("fields", "keys", "nodes")
 
     def __init__(self, wire: dict[str, Any]) -> None:
         self.keys = list(wire)
-        self.fields = {k: _text(v) for k, v in wire.items() if k != "nodes"}
-        self.nodes = [_text(node) for node in wire.get("nodes") or ()]
+        self.fields = {k: (v, _text(v)) for k, v in wire.items() if k != "nodes"}
+        self.nodes = [(node, _text(node)) for node in wire.get("nodes") or ()]
 
 
-def _text(value: Any) -> str:
-    """Order-sensitive JSON text: equal texts mean the same keys in the same order."""
-    return json.dumps(value, ensure_ascii=False)
+def _text(value: Any) -> bytes | None:
+    """JSON text that keeps key order (None: orjson cannot write it, e.g. a set or an
+    integer wider than 64 bits — such a value always counts as changed)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return None
+
+
+def _same(value: Any, stored: tuple[Any, bytes | None]) -> bool:
+    """Equal and written alike: ``==`` tells NaN from null (NaN equals nothing) and the
+    text tells 1 from 1.0 and true and one key order from another."""
+    return stored[1] is not None and value == stored[0] and _text(value) == stored[1]
 
 
 def delta(graph: dict[str, Any], version: StoredVersion, *, graph_id: str,
@@ -47,10 +59,10 @@ def delta(graph: dict[str, Any], version: StoredVersion, *, graph_id: str,
             or len(nodes) != len(version.nodes):
         return None
     fields = {k: v for k, v in graph.items()
-              if k != "nodes" and _text(v) != version.fields[k]}
+              if k != "nodes" and not _same(v, version.fields[k])}
     changed = {str(i): node for i, (node, stored) in enumerate(zip(nodes, version.nodes,
                                                                    strict=True))
-               if _text(node) != stored}
+               if not _same(node, stored)}
     return {"graph_id": graph_id, "version": number, "nodes": changed, "fields": fields}
 
 

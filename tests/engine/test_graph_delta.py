@@ -57,3 +57,15 @@ def test_a_graph_of_another_shape_gets_no_delta() -> None:
     reordered = dict(reversed(list(stored.items())))
     assert _round_trip(fewer, stored) is None
     assert _round_trip(reordered, stored) is None
+
+
+def test_values_equal_in_python_but_written_differently_count_as_changed() -> None:
+    stored = _stored()
+    for old, new in ((1, 1.0), (1, True), (None, float("nan")), (2**70, 2**70)):
+        before = copy.deepcopy(stored)
+        before["nodes"][0]["config"] = {"x": old}
+        graph = copy.deepcopy(before)
+        graph["nodes"][0]["config"] = {"x": new}
+        change = delta(graph, StoredVersion(before), graph_id=stored["id"], number=1)
+        assert change is not None and "0" in change["nodes"], (old, new)
+        assert repr(apply_delta(copy.deepcopy(before), change)) == repr(graph)

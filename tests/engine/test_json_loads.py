@@ -43,3 +43,13 @@ def test_text_only_the_json_module_accepts_is_still_read() -> None:
                                                              "y": float("-inf")})
     assert loads('"\\ud800"') == "\ud800"  # a lone surrogate, escaped
     assert loads('{"a": 1, "a": 2}') == {"a": 2}  # the last duplicate wins, as in json
+
+
+def test_long_fractions_take_the_fast_path_and_read_the_same() -> None:
+    from forklab.engine.canonical import _may_hold_wide_int
+
+    text = json.dumps({"cost_usd": 0.00012000000000000002, "n": [1234567890123456.7]})
+    assert not _may_hold_wide_int(text.encode())
+    assert _same(loads(text), json.loads(text))
+    assert _may_hold_wide_int(json.dumps({"n": -(2**64)}).encode())
+    assert _may_hold_wide_int(json.dumps([2**70]).encode())
