@@ -53,3 +53,14 @@ def test_long_fractions_take_the_fast_path_and_read_the_same() -> None:
     assert _same(loads(text), json.loads(text))
     assert _may_hold_wide_int(json.dumps({"n": -(2**64)}).encode())
     assert _may_hold_wide_int(json.dumps([2**70]).encode())
+
+
+def test_digits_inside_a_hash_take_the_fast_path() -> None:
+    from forklab.engine.canonical import _may_hold_wide_int
+
+    text = json.dumps({"request_hash": "1d305837599068723118774c665410af", "n": 2**50})
+    assert not _may_hold_wide_int(text.encode())
+    assert _same(loads(text), json.loads(text))
+    for wide in ([2**64], {"a": -(2**64)}, [1, 2**65], {"a": 2**64}):
+        assert _may_hold_wide_int(json.dumps(wide).encode())
+        assert _may_hold_wide_int(json.dumps(wide, indent=2).encode())
