@@ -35,7 +35,7 @@ from pydantic import (
     field_validator,
 )
 
-from forklab.engine.canonical import canonical_json, fingerprint, hash_text
+from forklab.engine.canonical import canonical_json, fingerprint, hash_text, loads
 from forklab.engine.errors import GraphValidationError, UnboundedCycleError, UnknownNodeReference
 from forklab.engine.graph_index import GraphIndex
 
@@ -615,7 +615,7 @@ def parse_stored_graph(data: str | dict[str, Any]) -> GraphSpec:
         hit = _parsed.get(text)
     if hit is not None:
         return hit
-    graph = parse_graph(json.loads(text) if isinstance(data, str) else data)
+    graph = parse_graph(loads(text) if isinstance(data, str) else data)
     with _parsed_lock:
         _parsed[text] = graph
         while len(_parsed) > _PARSED_MAX:
