@@ -375,7 +375,7 @@ class SqliteStore:
         else:
             row = conn.execute("SELECT body FROM snapshots WHERE run_id = ? AND version = ?",
                                (run_id, version)).fetchone()
-        return None if row is None else RunState.from_wire(json.loads(row[0]))
+        return None if row is None else RunState.from_wire(loads(row[0]), owned=True)
 
     def snapshot_versions(self, run_id: str) -> list[int]:
         rows = self._conn().execute(
