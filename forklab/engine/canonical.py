@@ -11,6 +11,8 @@ import hashlib
 import json
 from typing import Any
 
+import orjson
+
 _LEAVES = frozenset({str, int, float, bool})
 """Types that serialise as they are: not recursed into (most values of a record are these)."""
 
@@ -31,6 +33,54 @@ def canonical_json(value: Any) -> str:
     return json.dumps(
         _strip_none(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
+
+
+def loads(text: str) -> Any:
+    """``json.loads``, several times faster for what orjson reads the same way (stored
+    events, states).
+
+    orjson refuses what the json module writes but strict JSON does not have (``NaN``,
+    ``Infinity``) and lone surrogates, and reads an integer wider than 64 bits as a float:
+    text orjson refuses and text that may hold such an integer (:func:`_may_hold_wide_int`)
+    go to ``json.loads``. So the result is always what ``json.loads`` returns (floats parse
+    to the same nearest double; key order is kept and, as there, the last of duplicate keys
+    wins).
+    """
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate
+        return json.loads(text)
+    if not _may_hold_wide_int(data):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
+def _may_hold_wide_int(data: bytes) -> bool:
+    """Whether ``data`` has a run of 19+ digits that may be a JSON integer: one right after
+    what can stand before a number (``:``, ``[``, ``,``, ``-``, whitespace, or nothing).
+    Every integer wider than 64 bits has such a run; a float's repr has at most 16 digits
+    before its point (it switches to an exponent at 1e16), and its fraction follows a ``.``;
+    a run after a letter (a hex hash) is inside a string. A string may still match (say
+    ``": 1234…"``): that only costs the slower decoder. Bytes ``translate`` + ``find`` is
+    ~8x cheaper than a regular expression here."""
+    marked = data.translate(_DIGITS_TO_ZERO)
+    start = marked.find(_LONG_RUN)
+    while start != -1:
+        if start == 0 or marked[start - 1] in _BEFORE_NUMBER:
+            return True
+        end = start + len(_LONG_RUN)
+        while marked[end:end + 1] == b"0":
+            end += 1
+        start = marked.find(_LONG_RUN, end)
+    return False
+
+
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 19
+_BEFORE_NUMBER = frozenset(b":[,- \t\n\r")
 
 
 def canonical_equals(a: Any, b: Any) -> bool:

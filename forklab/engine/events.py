@@ -356,12 +356,17 @@ def upcast(type_: str, version: int, payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-def from_wire(data: dict[str, Any], *, run_id: str | None = None) -> AnyEvent:
-    """Rebuild an event from its wire form; an unknown type raises EventGapError."""
+def from_wire(data: dict[str, Any], *, run_id: str | None = None,
+              owned: bool = False) -> AnyEvent:
+    """Rebuild an event from its wire form; an unknown type raises EventGapError.
+
+    ``owned=True``: ``data`` is the caller's to give away (freshly decoded JSON), so its
+    payload dict is used without a copy."""
     cls = EVENT_TYPES.get(data["type"])
     if cls is None:
         raise EventGapError(f"unknown event type {data['type']!r} at seq {data.get('seq')}")
-    payload = upcast(data["type"], int(data.get("v", 1)), dict(data.get("payload") or {}))
+    payload = data.get("payload") or {}
+    payload = upcast(data["type"], int(data.get("v", 1)), payload if owned else dict(payload))
     event = cls(
         run_id=run_id or data["run_id"],
         seq=int(data["seq"]),

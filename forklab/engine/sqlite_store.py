@@ -23,7 +23,12 @@ Invariants (on top of the protocol's, see :mod:`forklab.engine.store`):
   fork copied, canonically equal). So a fork stores its tail, not a second copy of its
   prefix's executions. Before ``archive`` or ``compact`` deletes events of a run, every fork
   that references it gets its prefix written into its own ``run.forked`` row, in the same
-  transaction: a fork never loses its prefix, and reads the same before and after.
+  transaction: a fork never loses its prefix, and reads the same before and after;
+- a fork's effective graph is stored by reference too: when the ``run.started`` appended
+  with its ``run.forked`` names a graph version stored in this file, the row keeps the
+  nodes and fields that differ from that version (:mod:`forklab.engine.graph_delta`)
+  instead of the whole graph, and ``read`` rebuilds it key for key. Graph versions are
+  never deleted, so archiving or compacting the base (or any run) leaves it readable.
 """
 
 from __future__ import annotations
@@ -37,16 +42,18 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from forklab.engine.canonical import canonical_equals
+from forklab.engine.canonical import canonical_equals, loads
 from forklab.engine.errors import GraphNotFound, RunNotFound, SeqConflictError, SourceMissing
-from forklab.engine.events import AnyEvent, Event, RunForked, from_wire
+from forklab.engine.events import AnyEvent, Event, RunForked, RunStarted, from_wire
 from forklab.engine.graph import GraphSpec, parse_stored_graph
+from forklab.engine.graph_delta import StoredVersion, apply_delta, delta
 from forklab.engine.reducers import fold
 from forklab.engine.state import RunState
 from forklab.engine.store import check_append, final_state_from_snapshots
 
 BUSY_TIMEOUT_S = 30.0
 PREFIX_CACHE_CHARS = 64 * 1024 * 1024  # JSON text of fork prefixes kept per store
+VERSION_CACHE_SIZE = 8  # stored graph versions kept decoded for fork graph deltas
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -88,6 +95,7 @@ class SqliteStore:
         # referenced prefix states as JSON text, newest last, at most PREFIX_CACHE_CHARS in all:
         # the state of run R at seq S never changes, so an entry never goes stale
         self._prefixes: OrderedDict[tuple[str, int], str] = OrderedDict()
+        self._versions: OrderedDict[tuple[str, int], StoredVersion] = OrderedDict()
         with self._write() as conn:  # not executescript: it would commit outside the lock
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 conn.execute(statement)
@@ -137,7 +145,7 @@ class SqliteStore:
             if not events:
                 return
             rows = [(run_id, e.seq, e.type, e.at,
-                     json.dumps(self._stored_wire(conn, e), ensure_ascii=False))
+                     json.dumps(self._stored_wire(conn, e, events), ensure_ascii=False))
                     for e in events]
             try:
                 conn.executemany(
@@ -165,29 +173,68 @@ class SqliteStore:
         ).fetchall()
         events: list[AnyEvent] = []
         for at, body in rows:
-            data = json.loads(body)
+            data = loads(body)
             data["at"] = at
-            payload = data["payload"]
-            if data["type"] == RunForked.TYPE and "prefix_state" not in payload:
-                payload["prefix_state"] = self._referenced_prefix(run_id, payload["prefix_ref"])
-            events.append(from_wire(data))
+            if data["type"] == RunForked.TYPE:
+                self._restore_forked(run_id, data["payload"])
+            events.append(from_wire(data, owned=True))
         return events
 
     # -- fork prefixes by reference ----------------------------------------------------------
-    def _stored_wire(self, conn: sqlite3.Connection, event: Event) -> dict[str, object]:
-        """The body stored for ``event``: its wire form, minus a fork's prefix state when
-        that state can be rebuilt from a whole log in this file (see the module invariants)."""
+    def _stored_wire(self, conn: sqlite3.Connection, event: Event,
+                     batch: Sequence[Event]) -> dict[str, object]:
+        """The body stored for ``event``: its wire form, minus what a fork's ``run.forked``
+        can keep by reference (see the module invariants): its prefix state when a whole log
+        in this file folds to it, its graph when a stored version plus a delta rebuilds it."""
         wire = event.to_wire()
-        if isinstance(event, RunForked) and event.prefix_ref:
-            ref_run, ref_seq = event.prefix_ref.get("run_id"), event.prefix_ref.get("seq")
-            prefix = event.prefix_state
-            if (isinstance(ref_run, str) and isinstance(ref_seq, int)
-                    and prefix.get("run_id") == ref_run and prefix.get("version") == ref_seq
-                    and self._whole_log_upto(conn, ref_run, ref_seq)):
-                payload = dict(wire["payload"])
-                del payload["prefix_state"]
-                wire["payload"] = payload
+        if not isinstance(event, RunForked):
+            return wire
+        payload = wire["payload"] = dict(wire["payload"])
+        ref_run, ref_seq = event.prefix_ref.get("run_id"), event.prefix_ref.get("seq")
+        prefix = event.prefix_state
+        if (isinstance(ref_run, str) and isinstance(ref_seq, int)
+                and prefix.get("run_id") == ref_run and prefix.get("version") == ref_seq
+                and self._whole_log_upto(conn, ref_run, ref_seq)):
+            del payload["prefix_state"]
+        graph_delta = self._graph_delta(conn, event.graph, batch)
+        if graph_delta is not None:
+            del payload["graph"]
+            payload["graph_delta"] = graph_delta
         return wire
+
+    def _graph_delta(self, conn: sqlite3.Connection, graph: dict[str, object],
+                     batch: Sequence[Event]) -> dict[str, object] | None:
+        """``graph`` as a delta against the stored version its run started on (named by the
+        ``run.started`` of the same append), or None: then the copy is kept."""
+        started = next((e for e in batch if isinstance(e, RunStarted)), None)
+        if started is None or graph.get("id") != started.graph_id:
+            return None
+        version = self._stored_version(conn, started.graph_id, started.graph_version)
+        if version is None:
+            return None
+        return delta(graph, version, graph_id=started.graph_id, number=started.graph_version)
+
+    def _stored_version(self, conn: sqlite3.Connection, graph_id: str,
+                        version: int) -> StoredVersion | None:
+        key = (graph_id, version)
+        with self._lock:
+            found = self._versions.get(key)
+        if found is None:
+            body = self._graph_body(conn, graph_id, version)
+            if body is None:
+                return None
+            found = StoredVersion(loads(body))
+            with self._lock:  # a stored version never changes: the entry never goes stale
+                self._versions[key] = found
+                while len(self._versions) > VERSION_CACHE_SIZE:
+                    self._versions.popitem(last=False)
+        return found
+
+    @staticmethod
+    def _graph_body(conn: sqlite3.Connection, graph_id: str, version: int) -> str | None:
+        row = conn.execute("SELECT body FROM graphs WHERE graph_id = ? AND version = ?",
+                           (graph_id, version)).fetchone()
+        return None if row is None else str(row[0])
 
     @staticmethod
     def _whole_log_upto(conn: sqlite3.Connection, run_id: str, seq: int) -> bool:
@@ -195,6 +242,22 @@ class SqliteStore:
         row = conn.execute("SELECT MIN(seq), MAX(seq), COUNT(*) FROM events WHERE run_id = ? "
                            "AND seq <= ?", (run_id, seq)).fetchone()
         return bool(row and row[0] == 1 and row[1] == seq and row[2] == seq)
+
+    def _restore_forked(self, run_id: str, payload: dict[str, object]) -> None:
+        """Put back what a stored ``run.forked`` keeps by reference."""
+        graph_delta = payload.pop("graph_delta", None)
+        if isinstance(graph_delta, dict):
+            body = self._graph_body(self._conn(), graph_delta["graph_id"],
+                                    graph_delta["version"])
+            if body is None:  # unreachable unless the file was edited by hand
+                raise SourceMissing(
+                    f"fork {run_id!r} stores its graph as a change of graph "
+                    f"{graph_delta['graph_id']!r} version {graph_delta['version']}, which is "
+                    f"not in {self.path}", run_id=run_id)
+            payload["graph"] = apply_delta(loads(body), graph_delta)
+        if "prefix_state" not in payload:
+            payload["prefix_state"] = self._referenced_prefix(
+                run_id, payload["prefix_ref"])  # type: ignore[arg-type]
 
     def _referenced_prefix(self, fork_id: str, ref: dict[str, object]) -> dict[str, object]:
         """Run ``ref["run_id"]``'s state at ``ref["seq"]`` in wire form (its log folded; a
@@ -205,7 +268,7 @@ class SqliteStore:
             if text is not None:
                 self._prefixes.move_to_end(key)
         if text is not None:
-            decoded: dict[str, object] = json.loads(text)
+            decoded: dict[str, object] = loads(text)
             return decoded
         run_id, seq = key
         events = self.read(run_id, upto=seq)
@@ -312,7 +375,7 @@ class SqliteStore:
         else:
             row = conn.execute("SELECT body FROM snapshots WHERE run_id = ? AND version = ?",
                                (run_id, version)).fetchone()
-        return None if row is None else RunState.from_wire(json.loads(row[0]))
+        return None if row is None else RunState.from_wire(loads(row[0]), owned=True)
 
     def snapshot_versions(self, run_id: str) -> list[int]:
         rows = self._conn().execute(

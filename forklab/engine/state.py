@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
+from forklab.engine.canonical import loads
 from forklab.engine.status import (
     ACTIVE_STATUSES,
     FINISHED_STATUSES,
@@ -32,8 +33,10 @@ __all__ = ["ACTIVE_STATUSES", "FINISHED_STATUSES"]  # re-exported for the state'
 
 
 def _private(data: Any) -> Any:
-    """A private copy of JSON data (a JSON round trip: several times faster than deepcopy)."""
-    return json.loads(json.dumps(data))
+    """A private copy of JSON data (a JSON round trip: several times faster than deepcopy;
+    decoded by :func:`~forklab.engine.canonical.loads`, which returns what ``json.loads``
+    would, in a fraction of its time)."""
+    return loads(json.dumps(data))
 
 
 class NodesSoFar(Sequence[str]):

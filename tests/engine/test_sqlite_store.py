@@ -142,3 +142,69 @@ class TestSqliteStore(StoreContract):
         assert sorted(outcomes) == ["conflict", "conflict", "conflict", "ok"]
         assert store.last_seq("r1") == 2
         assert canonical_equals(store.read("r1")[0].to_wire(), started().to_wire())
+
+
+class TestForkGraphByReference:
+    """A fork's ``run.forked`` row keeps its graph as a stored version plus what differs."""
+
+    def _fork(self, path: Path) -> tuple[SqliteStore, str, str, str]:
+        from forklab.engine import change, fork
+        from forklab.engine.recording import run_recorded
+        from forklab.engine.scenarios import SCENARIOS
+
+        store = SqliteStore(path)
+        recorded = run_recorded(SCENARIOS["research-write"].graph(),
+                                SCENARIOS["research-write"].input, store=store)
+        last = recorded.state.executions[-1].node
+        result = fork(recorded.run_id, store=store, at={"before_node": last},
+                      change=change.prompt(last, "Say it differently."))
+        return store, recorded.run_id, result.run_id, last
+
+    @staticmethod
+    def _stored_payload(path: Path, run_id: str) -> dict[str, object]:
+        with sqlite3.connect(path) as conn:
+            (body,) = conn.execute("SELECT body FROM events WHERE run_id = ? AND type = "
+                                   "'run.forked'", (run_id,)).fetchone()
+        payload: dict[str, object] = json.loads(body)["payload"]
+        return payload
+
+    def test_the_row_keeps_only_the_changed_node_and_reads_back_key_for_key(
+            self, tmp_path: Path) -> None:
+        from forklab.engine.fork.apply import effective_graph
+        from forklab.engine.fork.changes import parse_changes
+        from forklab.engine.fork.lineage import forked_event
+        from forklab.engine.reducers import fold
+
+        store, base_id, fork_id, last = self._fork(tmp_path / "f.sqlite3")
+        payload = self._stored_payload(tmp_path / "f.sqlite3", fork_id)
+        assert "graph" not in payload
+        graph_delta = payload["graph_delta"]
+        assert isinstance(graph_delta, dict) and graph_delta["fields"] == {}
+        base = fold(store.read(base_id))
+        stored = store.load_graph(base.graph_id, base.graph_version)
+        assert list(graph_delta["nodes"]) == [str(stored.index.position[last])]
+        forked = forked_event(store.read(fork_id))
+        assert forked is not None
+        expected = effective_graph(stored, parse_changes(forked.changes)).to_wire()
+        assert json.dumps(forked.graph) == json.dumps(expected)
+        store.close()
+
+    def test_the_graph_reads_the_same_after_the_base_is_archived(self, tmp_path: Path) -> None:
+        store, base_id, fork_id, _ = self._fork(tmp_path / "f.sqlite3")
+        before = [json.dumps(e.to_wire()) for e in store.read(fork_id)]
+        store.archive(base_id)
+        reopened = SqliteStore(tmp_path / "f.sqlite3")  # no cache: rebuilt from the file
+        assert [json.dumps(e.to_wire()) for e in reopened.read(fork_id)] == before
+        store.close()
+        reopened.close()
+
+    def test_a_fork_copied_into_a_file_without_the_graph_keeps_it_whole(
+            self, tmp_path: Path) -> None:
+        store, _, fork_id, _ = self._fork(tmp_path / "f.sqlite3")
+        events = store.read(fork_id)
+        other = SqliteStore(tmp_path / "other.sqlite3")
+        other.append(fork_id, events, expected_seq=0)
+        assert "graph" in self._stored_payload(tmp_path / "other.sqlite3", fork_id)
+        assert [e.to_wire() for e in other.read(fork_id)] == [e.to_wire() for e in events]
+        store.close()
+        other.close()

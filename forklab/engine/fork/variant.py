@@ -35,7 +35,7 @@ from forklab.engine.fork.tail import ForkOracle, Policy
 from forklab.engine.fork.wire import Budget
 from forklab.engine.graph import parse_stored_graph
 from forklab.engine.oracle import HumanAnswer, LiveOracle
-from forklab.engine.reducers import fold
+from forklab.engine.reducers import collector_paused, fold
 from forklab.engine.runner import CancelToken, Runner
 from forklab.engine.state import RunState
 from forklab.engine.status import RunKind
@@ -49,7 +49,19 @@ if TYPE_CHECKING:
 
 def begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
                   fork_group_id: str | None, ignore_budget: bool) -> None:
-    """Append the variant's opening events: identity, prefix, changes, memory writes."""
+    """Append the variant's opening events: identity, prefix, changes, memory writes.
+
+    Like a base load, this builds state as large as the prefix (the fold, its wire form
+    and the fork's own copy of it) that all stays alive, so the cyclic collector is paused
+    meanwhile (see :func:`~forklab.engine.reducers.collector_paused`).
+    """
+    with collector_paused():
+        _begin_variant(runner, plan, label=label, fork_group_id=fork_group_id,
+                       ignore_budget=ignore_budget)
+
+
+def _begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
+                   fork_group_id: str | None, ignore_budget: bool) -> None:
     base = plan.base
     runner.emit(RunStarted, graph_id=base.state.graph_id,
                 graph_version=base.state.graph_version, graph_hash=graph_hash(plan.graph),
