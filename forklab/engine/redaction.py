@@ -98,11 +98,16 @@ class Redactor:
     # secret_key's answers by key name: a pure function of the name and ``keys``, asked for
     # the same few names (role, content, params' keys) on every recorded call
     _secret: dict[str, bool] = field(init=False, repr=False, compare=False)
+    # every value pattern as one alternation: a string none of them matches (most strings)
+    # is searched once instead of substituted once per pattern; None when they cannot be
+    # joined (a pattern with groups, whose numbers would shift)
+    _any_value: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         words = tuple(w for w in (key_words(k) for k in self.keys) if w)
         object.__setattr__(self, "_key_words", words)
         object.__setattr__(self, "_secret", {})
+        object.__setattr__(self, "_any_value", _alternation(self.values))
 
     def with_keys(self, extra: Iterable[str]) -> Redactor:
         """This redactor with more secret key names (e.g. from settings)."""
@@ -127,25 +132,30 @@ class Redactor:
         return dict(self._value(fields, _Numbering()))
 
     def _value(self, value: Any, numbering: _Numbering) -> Any:
-        if isinstance(value, str):
+        kind = type(value)  # the exact JSON types first: an ABC isinstance check is slower
+        if kind is str or (kind is not dict and isinstance(value, str)):
             return self._string(value, numbering)
-        if isinstance(value, Mapping):
+        if kind is dict or (kind is not list and isinstance(value, Mapping)):
             return {k: self._entry(str(k), v, numbering) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
+        if kind is list or isinstance(value, (list, tuple)):
             return [self._value(v, numbering) for v in value]
         return value
 
     def _entry(self, key: str, value: Any, numbering: _Numbering) -> Any:
+        if not self.secret_key(key):  # most keys (a remembered answer)
+            return self._value(value, numbering)
         empty = value is None or isinstance(value, bool) or value in ("", [], {})
-        if empty or not self.secret_key(key) or _is_placeholder(value):
+        if empty or _is_placeholder(value):
             return self._value(value, numbering)
         return numbering.placeholder(value)
 
     def _string(self, text: str, numbering: _Numbering) -> str:
         if _is_placeholder(text):
             return text
-        for pattern in self.values:
-            text = pattern.sub(lambda m: _keep_placeholders(m.group(0), numbering), text)
+        # when no pattern matches the text, no substitution changes it (nor, then, the next)
+        if self._any_value is None or self._any_value.search(text) is not None:
+            for pattern in self.values:
+                text = pattern.sub(lambda m: _keep_placeholders(m.group(0), numbering), text)
         for mask in self.masks:
             try:
                 text = mask(text)
@@ -156,12 +166,36 @@ class Redactor:
         return text
 
 
+_GLOBAL_FLAGS = re.compile(r"\A\(\?[aiLmsux]+\)")
+_FLAG_LETTERS = ((re.IGNORECASE, "i"), (re.MULTILINE, "m"), (re.DOTALL, "s"),
+                 (re.VERBOSE, "x"), (re.ASCII, "a"))
+
+
+def _alternation(patterns: tuple[re.Pattern[str], ...]) -> re.Pattern[str] | None:
+    """One pattern that matches somewhere in a string exactly when one of ``patterns``
+    does (each keeps its own flags, scoped to its branch); None when that cannot be built."""
+    if not patterns or any(p.groups or not isinstance(p.pattern, str) for p in patterns):
+        return None
+    branches = []
+    for p in patterns:
+        letters = "".join(letter for flag, letter in _FLAG_LETTERS if p.flags & flag)
+        body = _GLOBAL_FLAGS.sub("", p.pattern)
+        if p.flags & re.VERBOSE:  # a trailing comment must not swallow the next branch
+            body += "\n"
+        branches.append(f"(?{letters}:{body})" if letters else f"(?:{body})")
+    try:
+        return re.compile("|".join(branches))
+    except re.error:
+        return None
+
+
 def _keep_placeholders(secret: str, numbering: _Numbering) -> str:
     return secret if PLACEHOLDER_PATTERN.fullmatch(secret) else numbering.placeholder(secret)
 
 
 def _is_placeholder(value: Any) -> bool:
-    return isinstance(value, str) and PLACEHOLDER_PATTERN.fullmatch(value) is not None
+    return isinstance(value, str) and value.startswith("[") \
+        and PLACEHOLDER_PATTERN.fullmatch(value) is not None
 
 
 def contains_placeholder(value: Any) -> bool:

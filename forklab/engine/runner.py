@@ -97,7 +97,7 @@ from forklab.engine.state import RunState
 from forklab.engine.status import RunKind
 from forklab.engine.store import Store, graph_hash
 from forklab.engine.subgraphs import execution_fingerprint
-from forklab.engine.telemetry import tracer
+from forklab.engine.telemetry import node_span, tracer
 
 log = logging.getLogger("forklab.engine.runner")
 
@@ -371,10 +371,7 @@ class Runner:
                 if flight is not None:
                     self._land(scheduler, flight)
                     continue
-                with tracer.start_as_current_span(
-                    f"node.execute.{self.graph.node(node_id).kind}",
-                    attributes={"node.id": node_id, "run.id": self.run_id},
-                ):
+                with node_span(self.graph.node(node_id).kind, node_id, self.run_id):
                     self._execute(node_id, scheduler)
         finally:
             scheduler.close()
