@@ -185,6 +185,10 @@ class Scheduler:
         if not self.enabled or self.stop.is_set():
             return
         state, limit = self.runner.state, self.runner.graph.max_iterations
+        if state.current is None and not self.flights and len(state.frontier) == 1:
+            # the head alone (a chain): nothing could run beside it, so it executes in place
+            # and computes its own call — walking here would only predict that call
+            return
         # nodes started in the walk's current iteration: the state's (while the walk is still
         # in it; asked through ran_this_iteration, not copied per node) and the walk's own
         iteration, in_state, seen = state.iteration, True, set[str]()
