@@ -282,7 +282,7 @@ class Runner:
         child = Runner(graph, store=self.store, run_id=child_id, env=self.env, oracle=oracle,
                        cancel=self.cancel, on_event=self.on_event)
         child.ancestry = (*self.ancestry, self.graph.id)
-        child.batch_limit = self.batch_limit
+        child.batch_limit, child.fast_call_s = self.batch_limit, self.fast_call_s
         return child.start(input, run_kind=RunKind.SUBGRAPH, parent_run_id=self.run_id,
                            tainted_input=tainted_input)
 
