@@ -28,11 +28,14 @@ def _strip_none(value: Any) -> Any:
     return value
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""``json.dumps`` with these options builds an encoder per call; this one is shared (its
+``encode`` keeps no state between calls, so it is safe from any thread)."""
+
+
 def canonical_json(value: Any) -> str:
     """Serialize ``value`` with sorted keys, no whitespace, and ``None``-valued keys dropped."""
-    return json.dumps(
-        _strip_none(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
+    return _CANONICAL.encode(_strip_none(value))
 
 
 def loads(text: str) -> Any:

@@ -20,6 +20,10 @@ Invariants:
   paid again on resume. A node running ahead of the head has no place in the log yet; its
   ``durable`` returns at once (its calls are made, but its events are stored only when it
   reaches the head — work a crash there loses is re-done on resume).
+  A model call (``before_call(model=True)``) may go through ``before_model_call`` instead:
+  the runner then stores at once only what a crash must not lose — the result of an earlier
+  paid call — and lets a fast model call's own start and request wait for the node's end
+  (see ``Runner._before_model_call``).
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ class NodeContext:
     cancelled: Callable[[], bool]
     durable: Callable[[], None]
     children: ChildRuns | None = None
+    before_model_call: Callable[[], None] | None = None
 
     def emit(self, cls: type[Event], **fields: Any) -> None:
         """Record an event of this execution (the envelope is added here)."""
@@ -79,9 +84,13 @@ class NodeContext:
         if self.cancelled():
             raise Cancelled()
 
-    def before_call(self) -> None:
-        """Right before an outside call: store what this execution emitted (see ``durable``)."""
-        self.durable()
+    def before_call(self, *, model: bool = False) -> None:
+        """Right before an outside call: store what this execution emitted (see ``durable``);
+        ``model``: the call is a model call, which ``before_model_call`` may let wait."""
+        if model and self.before_model_call is not None:
+            self.before_model_call()
+        else:
+            self.durable()
 
     def reads_tainted(self, untrusted: bool = False) -> bool:
         """Whether what this node writes is tainted: an untrusted tool, or a tainted read."""

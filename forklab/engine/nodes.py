@@ -101,7 +101,8 @@ def ask(ctx: NodeContext, agent: AgentSpec, messages: list[dict[str, Any]],
              request_hash=request_hash,
              **ctx.env.redactor.redact_fields(  # hash above: unredacted
                  system_prompt=request.system_prompt, messages=list(messages), params=params))
-    ctx.before_call()  # the request is stored before the call is made
+    ctx.before_call(model=True)  # the request is stored before the call (unless both it
+    # and the run's calls are fast: Runner._before_model_call)
     try:
         served = ctx.oracle.agent(call, request, role, index)
     except NodeFailure as failure:  # the call was made and failed: it is still a call

@@ -33,8 +33,15 @@ def next_node(state: RunState) -> str | None:
 def next_execution(state: RunState, node_id: str) -> tuple[int, int]:
     """(occurrence, iteration) the next execution of ``node_id`` will have."""
     occurrence = state.occurrences.get(node_id, 0) + 1
-    iteration = state.iteration + 1 if node_id in state.iteration_nodes else state.iteration
-    return occurrence, iteration
+    return occurrence, state.iteration + 1 if ran_this_iteration(state, node_id) \
+        else state.iteration
+
+
+def ran_this_iteration(state: RunState, node_id: str) -> bool:
+    """Whether ``node_id`` started in the current iteration. A node that never started
+    (``occurrences`` counts every start, an interrupted one taken back with the iteration's
+    nodes) is answered by a dict lookup: the list scan made a chain of N nodes cost N²."""
+    return node_id in state.occurrences and node_id in state.iteration_nodes
 
 
 def successors(

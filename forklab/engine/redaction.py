@@ -98,11 +98,17 @@ class Redactor:
     # secret_key's answers by key name: a pure function of the name and ``keys``, asked for
     # the same few names (role, content, params' keys) on every recorded call
     _secret: dict[str, bool] = field(init=False, repr=False, compare=False)
+    # with the default value patterns: a test every string they could match passes (most
+    # strings fail it, in well under a microsecond, and skip the 8 substitutions); None for
+    # other patterns (each is substituted)
+    _hints: Callable[[str], bool] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         words = tuple(w for w in (key_words(k) for k in self.keys) if w)
         object.__setattr__(self, "_key_words", words)
         object.__setattr__(self, "_secret", {})
+        object.__setattr__(self, "_hints", _default_hints
+                           if self.values == DEFAULT_VALUE_PATTERNS else None)
 
     def with_keys(self, extra: Iterable[str]) -> Redactor:
         """This redactor with more secret key names (e.g. from settings)."""
@@ -127,25 +133,30 @@ class Redactor:
         return dict(self._value(fields, _Numbering()))
 
     def _value(self, value: Any, numbering: _Numbering) -> Any:
-        if isinstance(value, str):
+        kind = type(value)  # the exact JSON types first: an ABC isinstance check is slower
+        if kind is str or (kind is not dict and isinstance(value, str)):
             return self._string(value, numbering)
-        if isinstance(value, Mapping):
+        if kind is dict or (kind is not list and isinstance(value, Mapping)):
             return {k: self._entry(str(k), v, numbering) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
+        if kind is list or isinstance(value, (list, tuple)):
             return [self._value(v, numbering) for v in value]
         return value
 
     def _entry(self, key: str, value: Any, numbering: _Numbering) -> Any:
+        if not self.secret_key(key):  # most keys (a remembered answer)
+            return self._value(value, numbering)
         empty = value is None or isinstance(value, bool) or value in ("", [], {})
-        if empty or not self.secret_key(key) or _is_placeholder(value):
+        if empty or _is_placeholder(value):
             return self._value(value, numbering)
         return numbering.placeholder(value)
 
     def _string(self, text: str, numbering: _Numbering) -> str:
         if _is_placeholder(text):
             return text
-        for pattern in self.values:
-            text = pattern.sub(lambda m: _keep_placeholders(m.group(0), numbering), text)
+        # when no pattern can match the text, no substitution changes it (nor, then, the next)
+        if self._hints is None or self._hints(text):
+            for pattern in self.values:
+                text = pattern.sub(lambda m: _keep_placeholders(m.group(0), numbering), text)
         for mask in self.masks:
             try:
                 text = mask(text)
@@ -156,12 +167,29 @@ class Redactor:
         return text
 
 
+_GITHUB_HINT = re.compile(r"gh[pousr]_")
+
+
+def _default_hints(text: str) -> bool:
+    """False only when no pattern of ``DEFAULT_VALUE_PATTERNS`` can match ``text``: each
+    needs its literal ("bearer" / "basic" in any case, "sk-", "AKIA", "gh?_", "xox", "eyJ",
+    "-----BEGIN "). Non-ASCII text always passes: case-insensitive matching folds some
+    non-ASCII letters onto ASCII ones (the long s, U+017F, matches ``s``), which ``lower`` does not."""
+    if not text.isascii():
+        return True
+    low = text.lower()
+    return ("bearer" in low or "basic" in low or "sk-" in text or "AKIA" in text
+            or "eyJ" in text or "xox" in text or "-----BEGIN " in text
+            or _GITHUB_HINT.search(text) is not None)
+
+
 def _keep_placeholders(secret: str, numbering: _Numbering) -> str:
     return secret if PLACEHOLDER_PATTERN.fullmatch(secret) else numbering.placeholder(secret)
 
 
 def _is_placeholder(value: Any) -> bool:
-    return isinstance(value, str) and PLACEHOLDER_PATTERN.fullmatch(value) is not None
+    return isinstance(value, str) and value.startswith("[") \
+        and PLACEHOLDER_PATTERN.fullmatch(value) is not None
 
 
 def contains_placeholder(value: Any) -> bool:

@@ -9,7 +9,15 @@ the open batch, and at every flush it equals the fold of the log.
 Flush points (what keeps crash semantics honest):
 - right before every outside call — a model, a tool, a human, a child run
   (``NodeContext.before_call``): what led to the call is stored before it is made, and the
-  result of every earlier call with it, so a resume never pays a stored call again;
+  result of every earlier call with it, so a resume never pays a stored call again.
+  One exception, for a model call at the head (``_before_model_call``): when the open batch
+  holds no result of an earlier call (only this node's start and request, and nodes that
+  called nothing), was opened less than ``FAST_CALL_S`` ago, and the run's previous model
+  or tool call returned within ``FAST_CALL_S``, the flush waits for the node's end — one
+  transaction per node instead of two when calls are fast (a local or scripted model). A
+  crash during such a call loses only its start and request: the call is made again on
+  resume, as it would be after a node.interrupted. A slow call (any real provider) is
+  flushed before as always, so a viewer sees a running node's request during its call;
 - at the end of a node that called out (its result and ``node.completed`` are stored before
   the next node starts), and when the run stops (end, pause, failure, cancellation);
 - at a node boundary once the batch holds ``batch_limit`` events (``BATCH_MAX``).
@@ -19,8 +27,8 @@ and the durable log still ends at a node boundary. ``batch_limit = 1`` appends e
 as it is made (the fold-invariant test watches the live state after each one).
 
 A crash loses only the open batch: whole nodes that called nothing (a resume serves or
-re-derives them) and, of a node that called out, at most what it emitted after its last
-call returned — its result, if the process dies in the microseconds between the call
+re-derives them), the start and request of a fast model call in flight (above) and, of a
+node that called out, at most what it emitted after its last call returned — its result, if the process dies in the microseconds between the call
 returning and the node's end; that call is paid again on resume, as it would be if the
 process died during the call.
 Node failures become ``node.failed`` + ``run.failed``
@@ -89,7 +97,7 @@ from forklab.engine.state import RunState
 from forklab.engine.status import RunKind
 from forklab.engine.store import Store, graph_hash
 from forklab.engine.subgraphs import execution_fingerprint
-from forklab.engine.telemetry import tracer
+from forklab.engine.telemetry import node_span, tracer
 
 log = logging.getLogger("forklab.engine.runner")
 
@@ -98,6 +106,11 @@ CANCEL_POLL_S = 0.25
 
 BATCH_MAX = 1000
 """Events an open batch may hold before it is appended (checked at node boundaries)."""
+
+FAST_CALL_S = 0.005
+"""A model call's start and request may wait for the node's end (one transaction per node)
+when the run's previous call returned within this and the open batch is younger; a viewer
+then sees a running node at most about this late. 0 stores every request before its call."""
 
 
 class CancelToken:
@@ -140,8 +153,12 @@ class Runner:
         self.graph_version = graph_version
         self.state = RunState()
         self.batch_limit = BATCH_MAX  # 1: append every event as it is made
+        self.fast_call_s = FAST_CALL_S  # 0: flush before every model call too
         self._batch: list[Event] = []  # events folded but not yet appended, in seq order
+        self._batch_opened = 0.0  # time.monotonic() when the open batch got its first event
         self._called_out = False  # the node at the head made an outside call: flush at its end
+        self._call_began: float | None = None  # monotonic start of the call in flight
+        self._last_call_s: float | None = None  # how long the run's previous call took
         self.ancestry: tuple[str, ...] = ()  # graphs of the runs this child run nests in
 
     # -- the log -------------------------------------------------------------------------
@@ -153,6 +170,11 @@ class Runner:
         at = round(self.env.clock(), 6) if at is None else at
         event = cls(run_id=self.run_id, seq=self.state.version + 1, at=at, **fields)
         evolve(self.state, event)  # type: ignore[arg-type]
+        if self._call_began is not None:  # the first event after a call: it has returned
+            self._last_call_s = time.monotonic() - self._call_began
+            self._call_began = None
+        if not self._batch:
+            self._batch_opened = time.monotonic()
         self._batch.append(event)
         if self.batch_limit <= 1:
             self.flush()
@@ -174,6 +196,20 @@ class Runner:
         """The head node is about to call out: store everything so far (a flush point)."""
         self._called_out = True
         self.flush()
+        self._call_began = time.monotonic()
+
+    def _before_model_call(self) -> None:
+        """The head node is about to call a model: store everything so far, unless nothing
+        in the batch is a paid result, the batch is young and the run's calls are fast —
+        then the node's end stores its start, request and result in one transaction."""
+        now = time.monotonic()
+        fast = self._last_call_s is not None and self._last_call_s < self.fast_call_s
+        if (self._called_out or not fast or self.batch_limit <= 1
+                or now - self._batch_opened >= self.fast_call_s):
+            self._before_call()
+            return
+        self._called_out = True  # its result is paid: stored at the node's end at the latest
+        self._call_began = now
 
     def _boundary(self) -> None:
         """A node is about to start: flush a batch that has grown to ``batch_limit``."""
@@ -216,7 +252,9 @@ class Runner:
                            sink=sink or self._append_fields,
                            cancelled=cancelled or (lambda: self.cancel.cancelled),
                            durable=durable or self._before_call,
-                           children=self if sink is None else None)
+                           children=self if sink is None else None,
+                           before_model_call=self._before_model_call if durable is None
+                           else None)
 
     def _append_fields(self, cls: type[Event], fields: dict[str, Any]) -> None:
         self.emit(cls, **fields)
@@ -244,7 +282,7 @@ class Runner:
         child = Runner(graph, store=self.store, run_id=child_id, env=self.env, oracle=oracle,
                        cancel=self.cancel, on_event=self.on_event)
         child.ancestry = (*self.ancestry, self.graph.id)
-        child.batch_limit = self.batch_limit
+        child.batch_limit, child.fast_call_s = self.batch_limit, self.fast_call_s
         return child.start(input, run_kind=RunKind.SUBGRAPH, parent_run_id=self.run_id,
                            tainted_input=tainted_input)
 
@@ -333,10 +371,7 @@ class Runner:
                 if flight is not None:
                     self._land(scheduler, flight)
                     continue
-                with tracer.start_as_current_span(
-                    f"node.execute.{self.graph.node(node_id).kind}",
-                    attributes={"node.id": node_id, "run.id": self.run_id},
-                ):
+                with node_span(self.graph.node(node_id).kind, node_id, self.run_id):
                     self._execute(node_id, scheduler)
         finally:
             scheduler.close()

@@ -49,7 +49,7 @@ from opentelemetry import context as otel_context
 from forklab.engine.context import Cancelled
 from forklab.engine.graph import AgentNode, ApprovalNode, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import NodeCall
-from forklab.engine.planner import read_slice
+from forklab.engine.planner import ran_this_iteration, read_slice
 from forklab.engine.subgraphs import execution_fingerprint
 from forklab.engine.telemetry import tracer
 
@@ -185,7 +185,13 @@ class Scheduler:
         if not self.enabled or self.stop.is_set():
             return
         state, limit = self.runner.state, self.runner.graph.max_iterations
-        iteration, seen = state.iteration, set(state.iteration_nodes)
+        if state.current is None and not self.flights and len(state.frontier) == 1:
+            # the head alone (a chain): nothing could run beside it, so it executes in place
+            # and computes its own call — walking here would only predict that call
+            return
+        # nodes started in the walk's current iteration: the state's (while the walk is still
+        # in it; asked through ran_this_iteration, not copied per node) and the walk's own
+        iteration, in_state, seen = state.iteration, True, set[str]()
         unsettled: set[str] = set()
         pending_calls: int | None = 0
         pending_usd: float | None = 0.0
@@ -208,8 +214,8 @@ class Scheduler:
             if len(self.flights) >= self.width and node_id not in self.flights:
                 break
             # the iteration this node starts in follows from the starts before it
-            if node_id in seen:
-                iteration, seen = iteration + 1, set()
+            if node_id in seen or (in_state and ran_this_iteration(state, node_id)):
+                iteration, in_state, seen = iteration + 1, False, set()
             seen.add(node_id)
             if limit is not None and iteration > limit:
                 break

@@ -51,6 +51,10 @@ from forklab.engine.reducers import fold
 from forklab.engine.state import RunState
 from forklab.engine.store import check_append, final_state_from_snapshots
 
+_BODY = json.JSONEncoder(ensure_ascii=False)
+"""An event body's JSON: ``json.dumps(wire, ensure_ascii=False)`` without building an
+encoder per event (``encode`` keeps no state between calls)."""
+
 BUSY_TIMEOUT_S = 30.0
 PREFIX_CACHE_CHARS = 64 * 1024 * 1024  # JSON text of fork prefixes kept per store
 VERSION_CACHE_SIZE = 8  # stored graph versions kept decoded for fork graph deltas
@@ -144,8 +148,8 @@ class SqliteStore:
             check_append(run_id, events, expected_seq, self._last_seq(conn, run_id))
             if not events:
                 return
-            rows = [(run_id, e.seq, e.type, e.at,
-                     json.dumps(self._stored_wire(conn, e, events), ensure_ascii=False))
+            encode = _BODY.encode
+            rows = [(run_id, e.seq, e.TYPE, e.at, encode(self._stored_wire(conn, e, events)))
                     for e in events]
             try:
                 conn.executemany(

@@ -58,6 +58,30 @@ def test_node_fingerprint_equals_the_hash_of_the_whole_record(path: Path) -> Non
                     == fingerprint_reference(graph, node.id, reads, **args))
 
 
+def test_a_node_with_an_inline_agent_has_the_parts_of_the_general_path() -> None:
+    from forklab.engine.canonical import canonical_json
+    from forklab.engine.graph import node_agents
+
+    graph = parse_graph({
+        "id": "inline", "start": "a", "agents": {"named": {"system_prompt": "n"}},
+        "nodes": [
+            {"id": "a", "kind": "agent", "reads": ["x"], "writes": ["a"], "prompt": "{x}",
+             "agent": {"system_prompt": "é", "params": {"k": None, "j": [None, 1]}},
+             "description": "not hashed", "choices": ["y", "n"]},
+            {"id": "b", "kind": "agent", "reads": ["a"], "writes": ["b"], "agent": "named"},
+            {"id": "c", "kind": "router", "reads": ["a"], "agent": {"system_prompt": "r"},
+             "choices": {"y": "b", "n": "b"}},
+            {"id": "d", "kind": "router", "reads": ["a"], "default": "b",
+             "rules": [{"when": [{"key": "a", "op": "eq", "value": "y"}], "to": "b"}]},
+        ],
+        "edges": [{"from": "a", "to": "c"}, {"from": "a", "to": "d"}],
+    })
+    for node in graph.nodes:
+        config = canonical_json(node.model_dump(mode="json", exclude={"description"}))
+        agents = canonical_json(node_agents(graph, node))
+        assert tuple(graph.fingerprint_parts(node.id)) == (config, agents), node.id
+
+
 def test_swapping_a_node_in_equals_parsing_the_changed_graph() -> None:
     graph = _graph()
     data = graph.to_wire()

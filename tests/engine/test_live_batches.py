@@ -6,7 +6,9 @@
   starts; nodes that call nothing are only folded and queued;
 - at every flush the stored log folds to exactly the runner's live state, for every
   scenario (``test_fold_invariant`` checks every single event with a batch of one);
-- a chain of agent nodes costs two appends per node, not one per event.
+- a chain of agent nodes costs two appends per node, not one per event — one when its model
+  calls are fast (``Runner.fast_call_s``): a fast call's start and request then wait for the
+  node's end, while every earlier paid result is still stored before the next call.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ def test_a_chain_stores_each_request_before_its_call_in_two_appends_per_node(
     env = Environment(clock=FixedClock(), ids=counter_ids("run"))
     env.providers.register(provider)
     runner = Runner(chain(5, max_concurrency), store=store, run_id="run-chain", env=env)
+    runner.fast_call_s = 0  # no call counts as fast: every request is stored before its call
     store.runner = runner
     runner.start({"task": "count"})
 
@@ -112,6 +115,62 @@ def test_a_chain_stores_each_request_before_its_call_in_two_appends_per_node(
     assert store.appends[2] == ["node.started", "agent.requested"]
     assert store.appends[-1] == ["run.completed"]
     assert len(store.appends) == 2 * 5 + 1
+
+
+@pytest.mark.parametrize("max_concurrency", [1, 4])
+def test_a_chain_of_fast_calls_stores_each_node_in_one_append(max_concurrency: int) -> None:
+    store = FlushCheckingStore()
+    provider = LogWatchingProvider(store, "run-fast")
+    env = Environment(clock=FixedClock(), ids=counter_ids("run"))
+    env.providers.register(provider)
+    runner = Runner(chain(5, max_concurrency), store=store, run_id="run-fast", env=env)
+    runner.fast_call_s = 3600.0  # every call counts as fast, whatever the machine's load
+    store.runner = runner
+    runner.start({"task": "count"})
+
+    assert runner.state.status == "completed"
+    # the first call has no previous one to judge by: its request is stored first
+    assert store.appends[0] == ["run.started", "node.started", "agent.requested"]
+    assert store.appends[1] == ["agent.responded", "memory.written", "node.completed"]
+    node = ["node.started", "agent.requested", "agent.responded", "memory.written",
+            "node.completed"]
+    assert store.appends[2:] == [node, node, node, node, ["run.completed"]]
+    # each later call saw its own request unstored, and every earlier node stored whole
+    assert provider.seen == [("agent.requested", "n0")] + [
+        ("node.completed", f"n{i - 1}") for i in range(1, 5)]
+    assert store.last_seq("run-fast") == runner.state.version
+
+
+def test_a_second_call_of_one_node_waits_for_the_first_ones_result_to_be_stored() -> None:
+    """Deferring a fast call's request never defers a paid result past the next call."""
+    store = FlushCheckingStore()
+    provider = LogWatchingProvider(store, "run-roles")
+    env = Environment(clock=FixedClock(), ids=counter_ids("run"))
+    env.providers.register(provider)
+    graph = parse_graph({
+        "id": "roles", "start": "first",
+        "nodes": [
+            {"id": "first", "kind": "agent", "agent": {"system_prompt": "first"},
+             "reads": ["task"], "writes": ["first"], "prompt": "{task}"},
+            {"id": "panel", "kind": "agent", "reads": ["first"], "writes": ["a", "b"],
+             "prompt": "{first}",
+             "roles": {"a": {"agent": {"system_prompt": "panel a"}, "writes": "a"},
+                       "b": {"agent": {"system_prompt": "panel b"}, "writes": "b"}}},
+        ],
+        "edges": [{"from": "first", "to": "panel"}],
+    })
+    runner = Runner(graph, store=store, run_id="run-roles", env=env)
+    runner.fast_call_s = 3600.0
+    store.runner = runner
+    runner.start({"task": "decide"})
+
+    assert runner.state.status == "completed"
+    # first's call (stored before), panel's role a (fast: deferred), then role b: a's
+    # result is stored (with b's request) before b is called
+    assert provider.seen == [("agent.requested", "first"), ("node.completed", "first"),
+                             ("agent.requested", "panel")]
+    assert store.appends[2] == ["node.started", "agent.requested", "agent.responded",
+                                "memory.written", "agent.requested"]
 
 
 def test_a_batch_of_one_appends_every_event_as_it_is_made() -> None:

@@ -4,6 +4,7 @@ and that matching (request and args hashes) never sees a placeholder."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -120,6 +121,38 @@ def test_redaction_leaks_no_known_secret_and_is_pure_and_idempotent(value: Any) 
     assert redactor.redact(value) == once  # deterministic
     assert redactor.redact(once) == once  # idempotent
     assert NO_REDACTION.redact(value) == value
+
+
+def _one_pattern_at_a_time(redactor: Redactor) -> Redactor:
+    """The same redactor without its precheck: every pattern substituted in turn."""
+    object.__setattr__(redactor, "_hints", None)
+    return redactor
+
+
+SHAPED_TEXTS = [
+    *SECRETS, *(f"Bearer {s}" for s in SECRETS), "Bearer abcdefghijkl", "BEARER abcdefghijkl",
+    "bEaReR abcdefghijkl", "basic dXNlcjpwYXNzd29yZA==", "Basic dXNlcjpwYXNzd29yZA==",
+    "ba\u017fic dXNlcjpwYXNzd29yZA==", "beareR\tabcdefghijkl", "plain text", "", "é",
+    "x-42 then -----BEGIN RSA PRIVATE KEY-----\nkey\n-----END RSA PRIVATE KEY-----",
+    "[REDACTED]#1 after sk-abcdefghijklmnopqrst", "no sk- key here sk-short",
+    "ghs_" + "b2" * 16, "xoxp-" + "9" * 12, "AKIA" + "Z" * 16, "eyJ" + "a" * 8,
+]
+
+
+def test_the_default_patterns_precheck_redacts_exactly_like_each_pattern_in_turn() -> None:
+    checked, each = Redactor(), _one_pattern_at_a_time(Redactor())
+    assert checked._hints is not None
+    for text in SHAPED_TEXTS:
+        value = {"text": text, "list": [text, "x " + text + " y"]}
+        assert checked.redact(value) == each.redact(value), text
+    assert checked.redact("ba\u017fic dXNlcjpwYXNzd29yZA==") != "ba\u017fic dXNlcjpwYXNzd29yZA=="
+    assert Redactor(values=(re.compile("secret-[a-z]{4}"),))._hints is None  # custom: no test
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values)
+def test_the_default_patterns_precheck_agrees_on_any_value(value: Any) -> None:
+    assert Redactor().redact(value) == _one_pattern_at_a_time(Redactor()).redact(value)
 
 
 @settings(max_examples=200, deadline=None)
