@@ -56,6 +56,7 @@ from forklab.engine.events import (
     NodeCompleted,
     NodeFailed,
     NodeInterrupted,
+    NodeReused,
     NodeStarted,
     RunBlocked,
     RunCancelled,
@@ -65,7 +66,7 @@ from forklab.engine.events import (
 )
 from forklab.engine.graph import END, GraphSpec
 from forklab.engine.inputs import check_json_value
-from forklab.engine.memoized import replay_memo
+from forklab.engine.memoized import replay_memo, reused_payload, served_route
 from forklab.engine.nodes import Paused
 from forklab.engine.oracle import (
     Blocked,
@@ -143,6 +144,11 @@ class Runner:
         self._batch: list[Event] = []  # events folded but not yet appended, in seq order
         self._called_out = False  # the node at the head made an outside call: flush at its end
         self.ancestry: tuple[str, ...] = ()  # graphs of the runs this child run nests in
+
+    one_event_reuse = True
+    """Serve a completed memo hit as one ``node.reused`` event; False writes the multi-event
+    form (``node.started``, the re-emitted actions, writes, ``node.completed``) that logs
+    recorded before it hold — kept so tests can compare the two folds."""
 
     # -- the log -------------------------------------------------------------------------
     def emit(self, cls: type[Event], *, at: float | None = None, **fields: Any) -> Event:
@@ -333,18 +339,26 @@ class Runner:
                 if flight is not None:
                     self._land(scheduler, flight)
                     continue
+                call = self._head_call(node_id, scheduler)
+                if call is None:  # beyond max_iterations: the run failed
+                    continue
+                substitute = self.oracle.output(call)  # both are lookups: nothing runs yet
+                memo = None if substitute is not None else self.oracle.memo(call)
+                if memo is not None and memo.status == "completed" and self.one_event_reuse:
+                    self._reuse(call, memo)  # no span, no context: one event
+                    continue
                 with tracer.start_as_current_span(
-                    f"node.execute.{self.graph.node(node_id).kind}",
+                    f"node.execute.{call.kind}",
                     attributes={"node.id": node_id, "run.id": self.run_id},
                 ):
-                    self._execute(node_id, scheduler)
+                    self._execute(call, substitute, memo)
         finally:
             scheduler.close()
         return self.state
 
-    def _execute(self, node_id: str, scheduler: Scheduler) -> None:
-        """Execute the head node in place, its events queued as they happen (see flush points)."""
-        node = self.graph.node(node_id)
+    def _head_call(self, node_id: str, scheduler: Scheduler) -> NodeCall | None:
+        """The execution of the head node (from the scheduler's prediction when it made one),
+        or None after failing the run when it would start beyond ``max_iterations``."""
         occurrence, iteration = next_execution(self.state, node_id)
         limit = self.graph.max_iterations
         if limit is not None and iteration > limit:
@@ -353,21 +367,39 @@ class Runner:
                 "message": f"node {node_id!r} would start iteration {iteration}, beyond "
                            f"max_iterations={limit}",
             })
-            return
+            return None
         predicted = scheduler.predictions.get(node_id)
         scheduler.forget(node_id)
-        call = predicted.call if predicted is not None else None
-        if call is None:
-            reads = read_slice(node.reads, self.state.memory)
-            fp = execution_fingerprint(self.graph, self.store, node_id, reads,
-                                       occurrence=occurrence, iteration=iteration)
-            call = NodeCall(node=node_id, kind=node.kind, occurrence=occurrence,
-                            iteration=iteration, fingerprint=fp, reads=reads)
-        substitute = self.oracle.output(call)  # both are lookups: nothing runs yet
-        memo = None if substitute is not None else self.oracle.memo(call)
+        if predicted is not None and predicted.call is not None:
+            return predicted.call
+        node = self.graph.node(node_id)
+        reads = read_slice(node.reads, self.state.memory)
+        fp = execution_fingerprint(self.graph, self.store, node_id, reads,
+                                   occurrence=occurrence, iteration=iteration)
+        return NodeCall(node=node_id, kind=node.kind, occurrence=occurrence,
+                        iteration=iteration, fingerprint=fp, reads=reads)
+
+    def _reuse(self, call: NodeCall, recorded: Any) -> None:
+        """Serve the head node its completed recorded execution as one ``node.reused`` event
+        (see docs/forking.md#served-nodes): a lookup and an appended event, nothing run."""
+        node = self.graph.node(call.node)
         self._boundary()
-        self.emit(NodeStarted, node=node_id, occurrence=occurrence, iteration=iteration,
-                  kind=node.kind, fingerprint=call.fingerprint, reads=call.reads)
+        tainted = not self.state.taint.isdisjoint(call.reads)
+        ready, waiting = successors(self.graph, self.state, call.node,
+                                    served_route(node, recorded))
+        self._settle(call)
+        self.emit(NodeReused, node=call.node, occurrence=call.occurrence,
+                  iteration=call.iteration, kind=call.kind, fingerprint=call.fingerprint,
+                  reads=call.reads, next=ready, waiting=waiting,
+                  **reused_payload(node, tainted, recorded))
+
+    def _execute(self, call: NodeCall, substitute: dict[str, Any] | None, memo: Any) -> None:
+        """Execute the head node in place, its events queued as they happen (see flush points)."""
+        node = self.graph.node(call.node)
+        self._boundary()
+        self.emit(NodeStarted, node=call.node, occurrence=call.occurrence,
+                  iteration=call.iteration, kind=node.kind, fingerprint=call.fingerprint,
+                  reads=call.reads)
         ctx = self.context(call, frozenset(k for k in call.reads if k in self.state.taint))
         try:
             route = self.handle(ctx, node, substitute, memo)
