@@ -27,6 +27,8 @@ def _action_payload(action: dict[str, Any]) -> dict[str, Any]:
     payload = {k: v for k, v in action.items() if k not in ("type", "seq")}
     if action["type"] == "tool_result":
         payload["latency_ms"] = 0.0
+    elif action["type"] == "tool":  # the node's declared effect is in the graph, not here
+        payload["effect"] = ""
     elif action["type"] == "human":
         payload["answered_by"] = ""
     return payload
