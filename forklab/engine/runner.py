@@ -359,7 +359,7 @@ class Runner:
     def _head_call(self, node_id: str, scheduler: Scheduler) -> NodeCall | None:
         """The execution of the head node (from the scheduler's prediction when it made one),
         or None after failing the run when it would start beyond ``max_iterations``."""
-        occurrence, iteration = next_execution(self.state, node_id)
+        occurrence, iteration = next_execution(self.state, node_id, scheduler.seen)
         limit = self.graph.max_iterations
         if limit is not None and iteration > limit:
             self.emit(RunFailed, error={
@@ -414,7 +414,7 @@ class Runner:
         waits to call out), then record how it ended, exactly as for a node executed in
         place."""
         call = flight.call
-        occurrence, iteration = next_execution(self.state, call.node)
+        occurrence, iteration = next_execution(self.state, call.node, scheduler.seen)
         if (occurrence, iteration) != (call.occurrence, call.iteration) or \
                 read_slice(flight.node.reads, self.state.memory) != call.reads:
             raise AssertionError(f"node {call.node!r} ran ahead on a prediction the log no "

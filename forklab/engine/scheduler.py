@@ -49,7 +49,7 @@ from opentelemetry import context as otel_context
 from forklab.engine.context import Cancelled
 from forklab.engine.graph import AgentNode, ApprovalNode, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import NodeCall
-from forklab.engine.planner import read_slice
+from forklab.engine.planner import IterationSeen, read_slice
 from forklab.engine.subgraphs import execution_fingerprint
 from forklab.engine.telemetry import tracer
 
@@ -154,6 +154,7 @@ class Scheduler:
         self.width = width
         self.enabled = width > 1 and bool(getattr(runner.oracle, "overlaps_calls", False))
         self.flights: dict[str, Flight] = {}
+        self.seen = IterationSeen()  # the runner's loop shares it (next_execution)
         self.predictions: dict[str, Prediction] = {}
         self.nodes = {node.id: node for node in runner.graph.nodes}
         self.cond = threading.Condition()
@@ -185,7 +186,10 @@ class Scheduler:
         if not self.enabled or self.stop.is_set():
             return
         state, limit = self.runner.state, self.runner.graph.max_iterations
-        iteration, seen = state.iteration, set(state.iteration_nodes)
+        # the iteration each node starts in: a node already started in it (``ran``, not
+        # copied: a fan-out's iteration holds N nodes) or walked past opens the next one
+        iteration, ran, fresh = state.iteration, self.seen(state), False
+        walked: set[str] = set()
         unsettled: set[str] = set()
         pending_calls: int | None = 0
         pending_usd: float | None = 0.0
@@ -208,9 +212,9 @@ class Scheduler:
             if len(self.flights) >= self.width and node_id not in self.flights:
                 break
             # the iteration this node starts in follows from the starts before it
-            if node_id in seen:
-                iteration, seen = iteration + 1, set()
-            seen.add(node_id)
+            if node_id in walked or (not fresh and node_id in ran):
+                iteration, walked, fresh = iteration + 1, set(), True
+            walked.add(node_id)
             if limit is not None and iteration > limit:
                 break
             p = self._predict(node_id, iteration, unsettled)
