@@ -137,8 +137,6 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
             _start_node(state, event)
         case NodeCompleted():
             _complete_node(state, event)
-        case NodeReused():
-            _reuse_node(state, event)
         case AgentRequested():
             _current(state, event).actions.append(
                 {"type": "agent", "seq": event.seq, "request_hash": event.request_hash,
@@ -166,6 +164,8 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
             current.route = event.to
             current.actions.append({"type": "route", "seq": event.seq, "to": event.to,
                                     "reason": event.reason, "label": event.label})
+        case NodeReused():  # a fork tail's served node (rare in a primary run's log: after)
+            _reuse_node(state, event)
         case RunStarted():
             state.run_id = event.run_id
             state.status = RunStatus.RUNNING
