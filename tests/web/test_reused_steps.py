@@ -102,3 +102,15 @@ def test_the_api_lists_a_served_node_as_stored(matrix: MatrixWorld) -> None:
     body = response.json()
     listed = body["results"] if isinstance(body, dict) and "results" in body else body
     assert any(e["seq"] == event.seq and e["type"] == "node.reused" for e in listed)
+
+
+def test_the_memo_and_reused_filters_keep_served_nodes(matrix: MatrixWorld) -> None:
+    from forklab.web.timeline_filters import Filters, load_labels, select
+
+    run = Run.objects.get(pk=matrix.memo_fork)
+    bars = timeline.executions(run.id)
+    load_labels(run.id, bars)
+    served_at = {e.seq for e in served(run.id)}
+    for label in ("memo", "reused"):
+        kept = {b.start_seq for b in select(run.id, bars, Filters(label=label))}
+        assert served_at <= kept, label
