@@ -7,6 +7,7 @@
   and strict replay re-drives it without divergence;
 - the events a reader expands a ``node.reused`` into (``forklab.engine.reused_form``) fold
   like the multi-event form too;
+- a fork log of either form (every scenario) strictly replays in its own form;
 - fingerprints are recomputed, never read from the base's log: an execution whose recorded
   fingerprint was edited is never served whole (a null fork executes it).
 """
@@ -18,17 +19,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from forklab.engine import fork, fork_points
 from forklab.engine.canonical import canonical_json
-from forklab.engine.events import NodeReused, NodeStarted, from_wire
+from forklab.engine.events import NodeCompleted, NodeReused, NodeStarted, from_wire
 from forklab.engine.fork.replay import replay
+from forklab.engine.recording import run_recorded
 from forklab.engine.reducers import fold
 from forklab.engine.reused_form import expand_all
 from forklab.engine.runner import Runner
+from forklab.engine.scenarios import SCENARIOS
 from forklab.engine.state import RunState
+from tests.engine.golden_tool import deterministic_env, scenario_hitl
 from tests.engine.properties.changes import changes
 from tests.engine.properties.graphs import graph_cases
 from tests.engine.properties.profiles import examples
@@ -149,3 +154,22 @@ def test_an_execution_whose_recorded_fingerprint_was_edited_is_never_served_whol
     assert key not in served
     assert not any((e.node, e.occurrence) == key and e.memo
                    for e in tampered.state.executions)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_a_fork_log_of_either_form_strictly_replays_in_its_own_form(name: str) -> None:
+    scenario = SCENARIOS[name]
+    base = run_recorded(scenario.graph(), scenario.input, env=deterministic_env(),
+                        hitl=scenario_hitl(scenario))
+    run = {"at": "start", "policy": {"memoize": True}, "ignore_budget": True,
+           "hitl": scenario_hitl(scenario)}
+    one = fork(base, **run)
+    with multi_event_reuse():
+        multi = fork(base, **run)
+    assert comparable(one.state) == comparable(multi.state)
+    served = _served(base.store, one.run_id)
+    memo_ends = [e for e in base.store.read(multi.run_id)
+                 if isinstance(e, NodeCompleted) and e.memo]
+    assert len(served) == len(memo_ends) > 0
+    for forked in (one, multi):  # strict: a re-served memo hit in another form diverges
+        assert comparable(replay(forked.run_id, store=base.store)) == comparable(forked.state)
