@@ -173,7 +173,8 @@ class NodeCompleted(Event):
 class NodeReused(Event):
     """A node of a fork tail served whole from the base's recording (a memo hit), in one
     event: what ``node.started``, the re-emitted action events, ``memory.written`` and
-    ``node.completed`` of the same execution carried (docs/forking.md#served-nodes).
+    ``node.completed`` of the same execution carried
+    (docs/forking.md#served-nodes-one-nodereused-event).
 
     ``actions`` are the execution's action records without ``seq`` (the fold gives each the
     event's seq), labelled as served (``reused``); ``tainted`` names the written keys that are

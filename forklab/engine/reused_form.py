@@ -1,6 +1,7 @@
 """``node.reused`` read as the events it stands for, for readers that show events.
 
-A served node is one ``node.reused`` event in the log (docs/forking.md#served-nodes). Readers
+A served node is one ``node.reused`` event in the log
+(docs/forking.md#served-nodes-one-nodereused-event). Readers
 that walk events one by one — the step drawer, the timeline's per-call details, the usage
 projection — expand it here into the wire forms of the multi-event form it replaces:
 ``node.started``, one event per action record (``agent.responded``, ``tool.called``,

@@ -381,7 +381,8 @@ class Runner:
 
     def _reuse(self, call: NodeCall, recorded: Any) -> None:
         """Serve the head node its completed recorded execution as one ``node.reused`` event
-        (see docs/forking.md#served-nodes): a lookup and an appended event, nothing run."""
+        (docs/forking.md#served-nodes-one-nodereused-event): a lookup and an appended
+        event, nothing run."""
         node = self.graph.node(call.node)
         self._boundary()
         tainted = not self.state.taint.isdisjoint(call.reads)

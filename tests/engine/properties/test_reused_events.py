@@ -1,4 +1,5 @@
-"""A served node is one ``node.reused`` event (issue 11; docs/forking.md#served-nodes).
+"""A served node is one ``node.reused`` event (issue 11;
+docs/forking.md#served-nodes-one-nodereused-event).
 
 - the one-event form folds to the state the multi-event form (``node.started``, the served
   action events, ``memory.written``, ``node.completed``) folds to, seq numbers and clock
