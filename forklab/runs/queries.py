@@ -88,8 +88,8 @@ def get_project(slug: str) -> Project:
 # page shows. A finished run's log never changes, so its events are cached per process (LRU).
 
 # ``node.reused`` (a served node, docs/forking.md#served-nodes-one-nodereused-event) is a
-# start and an end at once,
-# and carries its calls: readers expand it with ``forklab.engine.reused_form``
+# start and an end at once and carries its calls: readers expand it with
+# ``forklab.engine.reused_form``
 NODE_LIFECYCLE = ("node.started", "node.completed", "node.failed", "node.interrupted",
                   "node.reused")
 ACTION_RESULTS = ("agent.responded", "tool.returned", "human.answered", "route.decided",
