@@ -45,6 +45,12 @@
       seen[seq] = true;
       var type = row.getAttribute("data-type");
       if (type === "node.completed") sums.nodes += 1;
+      if (type === "node.reused") {  // a served node: completed, its calls reused (not paid)
+        sums.nodes += 1;
+        sums.calls += parseInt(row.getAttribute("data-calls") || "0", 10);
+        sums.tokens += parseInt(row.getAttribute("data-tokens") || "0", 10);
+        return;
+      }
       if (type !== "agent.responded") return;
       var label = row.getAttribute("data-label");
       sums.calls += 1;

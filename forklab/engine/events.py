@@ -170,6 +170,30 @@ class NodeCompleted(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class NodeReused(Event):
+    """A node of a fork tail served whole from the base's recording (a memo hit), in one
+    event: what ``node.started``, the re-emitted action events, ``memory.written`` and
+    ``node.completed`` of the same execution carried
+    (docs/forking.md#served-nodes-one-nodereused-event).
+
+    ``actions`` are the execution's action records without ``seq`` (the fold gives each the
+    event's seq), labelled as served (``reused``); ``tainted`` names the written keys that are
+    tainted; ``next``/``waiting`` are the planner's answer, as in ``node.completed``.
+    Folds to exactly the state of the multi-event form, seq numbers aside."""
+
+    TYPE: ClassVar[str] = "node.reused"
+    kind: str
+    fingerprint: str
+    reads: dict[str, Any]
+    actions: list[dict[str, Any]]
+    writes: dict[str, Any]
+    deletes: list[str]
+    tainted: list[str]
+    next: list[str]
+    waiting: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class NodeFailed(Event):
     TYPE: ClassVar[str] = "node.failed"
     error: dict[str, Any]
@@ -322,7 +346,7 @@ class ReflectionDiscarded(Event):
 
 AnyEvent = (
     RunStarted | RunForked | ChangeApplied | RunCompleted | RunFailed | RunBlocked
-    | RunCancelled | NodeStarted | NodeCompleted | NodeFailed | NodeInterrupted
+    | RunCancelled | NodeStarted | NodeCompleted | NodeReused | NodeFailed | NodeInterrupted
     | AgentRequested | AgentResponded | ToolCalled | ToolReturned | CallFailed
     | HumanRequested | HumanAnswered | RouteDecided | MemoryWritten | EffectSuppressed
     | SubgraphStarted | SubgraphCompleted | ReflectionDiscarded
@@ -332,7 +356,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.TYPE: cls
     for cls in (
         RunStarted, RunForked, ChangeApplied, RunCompleted, RunFailed, RunBlocked,
-        RunCancelled, NodeStarted, NodeCompleted, NodeFailed, NodeInterrupted,
+        RunCancelled, NodeStarted, NodeCompleted, NodeReused, NodeFailed, NodeInterrupted,
         AgentRequested, AgentResponded, ToolCalled, ToolReturned, CallFailed,
         HumanRequested, HumanAnswered, RouteDecided, MemoryWritten, EffectSuppressed,
         SubgraphStarted, SubgraphCompleted, ReflectionDiscarded,

@@ -61,10 +61,15 @@ def _emit_action(ctx: NodeContext, action: dict[str, Any]) -> None:
 
 def _write_taint(ctx: NodeContext, recorded: Execution) -> dict[str, bool]:
     """Whether each recorded write is tainted, as the node kind would decide it live."""
-    node = ctx.graph.node(ctx.call.node)
+    return write_taint(ctx.graph.node(ctx.call.node), bool(ctx.tainted), recorded)
+
+
+def write_taint(node: Any, reads_tainted: bool, recorded: Execution) -> dict[str, bool]:
+    """Whether each recorded write of ``node`` is tainted, as the node kind would decide it
+    live (``reads_tainted``: the execution reads a tainted key)."""
     if isinstance(node, ApprovalNode):
         return dict.fromkeys(recorded.writes, False)
-    read_taint = ctx.reads_tainted(untrusted=isinstance(node, ToolNode) and not node.trusted)
+    read_taint = reads_tainted or (isinstance(node, ToolNode) and not node.trusted)
     if isinstance(node, SubgraphNode):
         child = set()
         for action in recorded.actions:
@@ -73,6 +78,62 @@ def _write_taint(ctx: NodeContext, recorded: Execution) -> dict[str, bool]:
         fed = {key: node.output.get(key) in child for key in recorded.writes}
         return {key: read_taint or fed[key] for key in recorded.writes}
     return dict.fromkeys(recorded.writes, read_taint)
+
+
+def served_route(node: Any, recorded: Execution) -> str | None:
+    """The route a served execution takes: the recorded one, or an approval's rejection."""
+    if recorded.route is not None:
+        return recorded.route
+    decisions = [a["decision"] for a in recorded.actions if a["type"] == "human"]
+    if isinstance(node, ApprovalNode) and decisions and decisions[-1] == "rejected":
+        return node.on_reject
+    return None
+
+
+def reused_actions(recorded: Execution) -> list[dict[str, Any]]:
+    """The action records serving ``recorded`` makes, without their ``seq``: exactly what
+    :func:`replay_memo`'s events fold to (requests and child starts are not re-emitted, the
+    route is ``memoized``, every call is labelled ``reused`` with no latency)."""
+    actions: list[dict[str, Any]] = []
+    for a in recorded.actions:
+        kind = a["type"]
+        if kind == "agent_result":
+            actions.append({
+                "type": kind, "request_hash": a["request_hash"], "text": a["text"],
+                "role": a["role"], "index": a["index"], "model": a["model"],
+                "input_tokens": a["input_tokens"], "output_tokens": a["output_tokens"],
+                "cost_usd": a["cost_usd"], "latency_ms": 0.0, "label": "reused"})
+        elif kind == "tool":
+            actions.append({"type": kind, "args_hash": a["args_hash"], "args": a["args"],
+                            "tool": a["tool"]})
+        elif kind == "tool_result":
+            actions.append({"type": kind, "result": a["result"], "label": "reused"})
+        elif kind == "call_failed":
+            actions.append({"type": kind, "kind": a["kind"], "role": a["role"],
+                            "index": a["index"], "model": a["model"], "label": "reused",
+                            "error": a["error"], "request_hash": a["request_hash"]})
+        elif kind == "human":
+            actions.append({"type": kind, "decision": a["decision"], "data": a["data"],
+                            "memory_updates": a["memory_updates"], "label": "reused"})
+        elif kind == "subgraph_result":
+            actions.append({
+                "type": kind, "child_run_id": a["child_run_id"], "status": a["status"],
+                "output": a["output"], "label": "reused", "cost_usd": a["cost_usd"],
+                "input_tokens": a["input_tokens"], "output_tokens": a["output_tokens"],
+                "tainted": list(a.get("tainted") or [])})
+    if recorded.route is not None:
+        actions.append({"type": "route", "to": recorded.route, "reason": "memoized",
+                        "label": "reused"})
+    return actions
+
+
+def reused_payload(node: Any, reads_tainted: bool, recorded: Execution) -> dict[str, Any]:
+    """The ``node.reused`` payload fields that come from the recording (a completed
+    execution): actions, writes, deletes and the written keys that are tainted."""
+    taint = write_taint(node, reads_tainted, recorded)
+    return {"actions": reused_actions(recorded), "writes": dict(recorded.writes),
+            "deletes": list(recorded.deletes),
+            "tainted": [key for key, tainted in taint.items() if tainted]}
 
 
 def replay_memo(ctx: NodeContext, recorded: Execution) -> str | None:
@@ -94,9 +155,4 @@ def replay_memo(ctx: NodeContext, recorded: Execution) -> str | None:
     if recorded.route is not None:
         ctx.emit(RouteDecided, to=recorded.route, reason="memoized",
                               label="reused")
-        return recorded.route
-    node = ctx.graph.node(ctx.call.node)
-    decisions = [a["decision"] for a in recorded.actions if a["type"] == "human"]
-    if isinstance(node, ApprovalNode) and decisions and decisions[-1] == "rejected":
-        return node.on_reject
-    return None
+    return served_route(ctx.graph.node(ctx.call.node), recorded)

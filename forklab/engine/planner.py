@@ -30,18 +30,40 @@ def next_node(state: RunState) -> str | None:
     return state.frontier[0] if state.frontier else None
 
 
-def next_execution(state: RunState, node_id: str) -> tuple[int, int]:
-    """(occurrence, iteration) the next execution of ``node_id`` will have."""
+def next_execution(state: RunState, node_id: str,
+                   seen: IterationSeen | None = None) -> tuple[int, int]:
+    """(occurrence, iteration) the next execution of ``node_id`` will have (``seen``: the
+    caller's :class:`IterationSeen`, else the iteration's node list is scanned)."""
     occurrence = state.occurrences.get(node_id, 0) + 1
-    return occurrence, state.iteration + 1 if ran_this_iteration(state, node_id) \
-        else state.iteration
+    ran = node_id in (state.iteration_nodes if seen is None else seen(state))
+    return occurrence, state.iteration + 1 if ran else state.iteration
 
 
-def ran_this_iteration(state: RunState, node_id: str) -> bool:
-    """Whether ``node_id`` started in the current iteration. A node that never started
-    (``occurrences`` counts every start, an interrupted one taken back with the iteration's
-    nodes) is answered by a dict lookup: the list scan made a chain of N nodes cost N²."""
-    return node_id in state.occurrences and node_id in state.iteration_nodes
+class IterationSeen:
+    """The nodes started in a state's current iteration, as a set kept up to date as it grows.
+
+    A run loop asks "has this node run in this iteration?" before every node; scanning the
+    list made a long iteration (a fan-out of N, a chain) cost N² in all. Sound because the
+    reducers only append to ``RunState.iteration_nodes`` or replace it (see ``NodesSoFar``):
+    a different list, or a shorter one, starts the set again. One instance per run loop
+    (not thread-safe); the set returned must not be changed.
+    """
+
+    __slots__ = ("_list", "_n", "_set")
+
+    def __init__(self) -> None:
+        self._list: list[str] | None = None
+        self._n = 0
+        self._set: set[str] = set()
+
+    def __call__(self, state: RunState) -> set[str]:
+        nodes = state.iteration_nodes
+        if nodes is not self._list or len(nodes) < self._n:
+            self._list, self._n, self._set = nodes, 0, set()
+        if len(nodes) > self._n:
+            self._set.update(nodes[self._n:])
+            self._n = len(nodes)
+        return self._set
 
 
 def successors(

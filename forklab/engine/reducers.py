@@ -32,6 +32,7 @@ from forklab.engine.events import (
     NodeCompleted,
     NodeFailed,
     NodeInterrupted,
+    NodeReused,
     NodeStarted,
     ReflectionDiscarded,
     RouteDecided,
@@ -163,6 +164,8 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
             current.route = event.to
             current.actions.append({"type": "route", "seq": event.seq, "to": event.to,
                                     "reason": event.reason, "label": event.label})
+        case NodeReused():  # a fork tail's served node (rare in a primary run's log: after)
+            _reuse_node(state, event)
         case RunStarted():
             state.run_id = event.run_id
             state.status = RunStatus.RUNNING
@@ -280,7 +283,7 @@ def _apply_fork(state: RunState, event: RunForked) -> None:
     state.changes = list(event.changes)
 
 
-def _start_node(state: RunState, event: NodeStarted) -> None:
+def _start_node(state: RunState, event: NodeStarted | NodeReused) -> None:
     node = event.node or ""
     iteration = event.iteration or 1
     execution = Execution(
@@ -376,7 +379,86 @@ def _subgraph_completed(state: RunState, event: SubgraphCompleted) -> None:
 
 
 def _complete_node(state: RunState, event: NodeCompleted) -> None:
-    current = _current(state, event)
+    _close_node(state, _current(state, event), event.seq, event.at, event.next, event.waiting,
+                memo=event.memo)
+
+
+def _reuse_node(state: RunState, event: NodeReused) -> None:
+    """``node.reused``: the node's start, its served action records, its writes and its
+    completion, applied as the multi-event form would apply them one by one."""
+    _start_node(state, event)
+    current = state.current
+    assert current is not None
+    seq = event.seq
+    for action in event.actions:
+        current.actions.append({"seq": seq, **action})
+        _served_action(state, current, action, seq)
+    deletes = list(event.deletes)
+    state.pending_deletes = deletes
+    state.pending_writes = dict(event.writes)
+    taint = dict.fromkeys(deletes, False)
+    tainted = event.tainted
+    for key in event.writes:
+        taint[key] = key in tainted
+    state.pending_taint = taint
+    _close_node(state, current, seq, event.at, event.next, event.waiting, memo=True)
+
+
+def _served_action(state: RunState, current: Execution, action: dict[str, Any],
+                   seq: int) -> None:
+    """What folding the event an action record came from adds beyond the record itself:
+    its label, its call, the totals (one branch per recorded action type)."""
+    kind = action["type"]
+    if kind == "route":
+        current.route = action["to"]
+        return
+    if kind not in _CALL_ACTIONS:
+        return
+    label = action["label"]
+    current.labels.append(label)
+    node, occurrence = current.node, current.occurrence
+    if kind == "agent_result":
+        cost, tokens_in, tokens_out = action["cost_usd"], action["input_tokens"], \
+            action["output_tokens"]
+        state.calls.append(Call(seq=seq, node=node, occurrence=occurrence, kind="agent",
+                                label=label, role=action["role"], index=action["index"],
+                                model=action["model"], input_tokens=tokens_in,
+                                output_tokens=tokens_out, cost_usd=cost))
+        current.input_tokens += tokens_in
+        current.output_tokens += tokens_out
+        state.input_tokens += tokens_in
+        state.output_tokens += tokens_out
+        if cost is None:
+            state.unpriced_calls += 1
+        else:
+            current.cost_usd += cost
+            state.cost_usd += cost
+    elif kind == "call_failed":
+        state.calls.append(Call(seq=seq, node=node, occurrence=occurrence, kind=action["kind"],
+                                label=label, role=action["role"], index=action["index"],
+                                model=action["model"], cost_usd=0.0))
+    elif kind == "subgraph_result":
+        state.calls.append(Call(seq=seq, node=node, occurrence=occurrence, kind="subgraph",
+                                label=label, input_tokens=action["input_tokens"],
+                                output_tokens=action["output_tokens"],
+                                cost_usd=action["cost_usd"]))
+        state.input_tokens += action["input_tokens"]
+        state.output_tokens += action["output_tokens"]
+        state.cost_usd += action["cost_usd"]
+    else:  # tool_result, human
+        state.calls.append(Call(seq=seq, node=node, occurrence=occurrence,
+                                kind="tool" if kind == "tool_result" else "human",
+                                label=label, cost_usd=0.0))
+
+
+# recorded action types that are calls (labelled, listed in ``calls``)
+_CALL_ACTIONS = frozenset({"agent_result", "tool_result", "call_failed", "human",
+                           "subgraph_result"})
+
+
+def _close_node(state: RunState, current: Execution, seq: int, at: float,
+                next_nodes: list[str], waiting_for: list[str], *, memo: bool) -> None:
+    """Commit the node's buffered writes and complete it (``node.completed``)."""
     for key in state.pending_deletes:
         state.memory.pop(key, None)
         state.taint.discard(key)
@@ -388,8 +470,8 @@ def _complete_node(state: RunState, event: NodeCompleted) -> None:
     current.writes = state.pending_writes
     current.deletes = state.pending_deletes
     state.pending_writes, state.pending_deletes, state.pending_taint = {}, [], {}
-    current.status, current.end_seq, current.finished_at = "completed", event.seq, event.at
-    current.next, current.memo = list(event.next), event.memo
+    current.status, current.end_seq, current.finished_at = "completed", seq, at
+    current.next, current.memo = list(next_nodes), memo
     # Only a running execution needs the iteration bookkeeping it would restore if
     # interrupted; kept on finished ones it made states, snapshots and a fork's copied
     # prefix grow with the square of a run's length (issue 11).
@@ -399,15 +481,15 @@ def _complete_node(state: RunState, event: NodeCompleted) -> None:
     frontier = state.frontier
     # a fan-out start names N successors: checked against a set of the frontier, not by a
     # scan of the growing list per successor (N² for a fan-out of N)
-    queued = set(frontier) if len(event.next) > 4 else None
-    for successor in event.next:
+    queued = set(frontier) if len(next_nodes) > 4 else None
+    for successor in next_nodes:
         if successor in state.arrivals:
             del state.arrivals[successor]
         if successor not in (frontier if queued is None else queued):
             frontier.append(successor)
             if queued is not None:
                 queued.add(successor)
-    for waiting in event.waiting:
+    for waiting in waiting_for:
         arrived = state.arrivals.setdefault(waiting, [])
         # A first execution (occurrence 1) cannot have arrived before: arrivals are appended
         # only here, when a node completes, and its occurrence counts its completions' starts.

@@ -64,6 +64,7 @@ from forklab.engine.events import (
     NodeCompleted,
     NodeFailed,
     NodeInterrupted,
+    NodeReused,
     NodeStarted,
     RunBlocked,
     RunCancelled,
@@ -73,7 +74,7 @@ from forklab.engine.events import (
 )
 from forklab.engine.graph import END, GraphSpec
 from forklab.engine.inputs import check_json_value
-from forklab.engine.memoized import replay_memo
+from forklab.engine.memoized import replay_memo, reused_payload, served_route
 from forklab.engine.nodes import Paused
 from forklab.engine.oracle import (
     Blocked,
@@ -160,6 +161,11 @@ class Runner:
         self._call_began: float | None = None  # monotonic start of the call in flight
         self._last_call_s: float | None = None  # how long the run's previous call took
         self.ancestry: tuple[str, ...] = ()  # graphs of the runs this child run nests in
+
+    one_event_reuse = True
+    """Serve a completed memo hit as one ``node.reused`` event; False writes the multi-event
+    form (``node.started``, the re-emitted actions, writes, ``node.completed``) that logs
+    recorded before it hold — kept so tests can compare the two folds."""
 
     # -- the log -------------------------------------------------------------------------
     def emit(self, cls: type[Event], *, at: float | None = None, **fields: Any) -> Event:
@@ -371,16 +377,24 @@ class Runner:
                 if flight is not None:
                     self._land(scheduler, flight)
                     continue
-                with node_span(self.graph.node(node_id).kind, node_id, self.run_id):
-                    self._execute(node_id, scheduler)
+                call = self._head_call(node_id, scheduler)
+                if call is None:  # beyond max_iterations: the run failed
+                    continue
+                substitute = self.oracle.output(call)  # both are lookups: nothing runs yet
+                memo = None if substitute is not None else self.oracle.memo(call)
+                if memo is not None and memo.status == "completed" and self.one_event_reuse:
+                    self._reuse(call, memo)  # no span, no context: one event
+                    continue
+                with node_span(call.kind, node_id, self.run_id):
+                    self._execute(call, substitute, memo)
         finally:
             scheduler.close()
         return self.state
 
-    def _execute(self, node_id: str, scheduler: Scheduler) -> None:
-        """Execute the head node in place, its events queued as they happen (see flush points)."""
-        node = self.graph.node(node_id)
-        occurrence, iteration = next_execution(self.state, node_id)
+    def _head_call(self, node_id: str, scheduler: Scheduler) -> NodeCall | None:
+        """The execution of the head node (from the scheduler's prediction when it made one),
+        or None after failing the run when it would start beyond ``max_iterations``."""
+        occurrence, iteration = next_execution(self.state, node_id, scheduler.seen)
         limit = self.graph.max_iterations
         if limit is not None and iteration > limit:
             self.emit(RunFailed, error={
@@ -388,21 +402,40 @@ class Runner:
                 "message": f"node {node_id!r} would start iteration {iteration}, beyond "
                            f"max_iterations={limit}",
             })
-            return
+            return None
         predicted = scheduler.predictions.get(node_id)
         scheduler.forget(node_id)
-        call = predicted.call if predicted is not None else None
-        if call is None:
-            reads = read_slice(node.reads, self.state.memory)
-            fp = execution_fingerprint(self.graph, self.store, node_id, reads,
-                                       occurrence=occurrence, iteration=iteration)
-            call = NodeCall(node=node_id, kind=node.kind, occurrence=occurrence,
-                            iteration=iteration, fingerprint=fp, reads=reads)
-        substitute = self.oracle.output(call)  # both are lookups: nothing runs yet
-        memo = None if substitute is not None else self.oracle.memo(call)
+        if predicted is not None and predicted.call is not None:
+            return predicted.call
+        node = self.graph.node(node_id)
+        reads = read_slice(node.reads, self.state.memory)
+        fp = execution_fingerprint(self.graph, self.store, node_id, reads,
+                                   occurrence=occurrence, iteration=iteration)
+        return NodeCall(node=node_id, kind=node.kind, occurrence=occurrence,
+                        iteration=iteration, fingerprint=fp, reads=reads)
+
+    def _reuse(self, call: NodeCall, recorded: Any) -> None:
+        """Serve the head node its completed recorded execution as one ``node.reused`` event
+        (docs/forking.md#served-nodes-one-nodereused-event): a lookup and an appended
+        event, nothing run."""
+        node = self.graph.node(call.node)
         self._boundary()
-        self.emit(NodeStarted, node=node_id, occurrence=occurrence, iteration=iteration,
-                  kind=node.kind, fingerprint=call.fingerprint, reads=call.reads)
+        tainted = not self.state.taint.isdisjoint(call.reads)
+        ready, waiting = successors(self.graph, self.state, call.node,
+                                    served_route(node, recorded))
+        self._settle(call)
+        self.emit(NodeReused, node=call.node, occurrence=call.occurrence,
+                  iteration=call.iteration, kind=call.kind, fingerprint=call.fingerprint,
+                  reads=call.reads, next=ready, waiting=waiting,
+                  **reused_payload(node, tainted, recorded))
+
+    def _execute(self, call: NodeCall, substitute: dict[str, Any] | None, memo: Any) -> None:
+        """Execute the head node in place, its events queued as they happen (see flush points)."""
+        node = self.graph.node(call.node)
+        self._boundary()
+        self.emit(NodeStarted, node=call.node, occurrence=call.occurrence,
+                  iteration=call.iteration, kind=node.kind, fingerprint=call.fingerprint,
+                  reads=call.reads)
         ctx = self.context(call, frozenset(k for k in call.reads if k in self.state.taint))
         try:
             route = self.handle(ctx, node, substitute, memo)
@@ -417,7 +450,7 @@ class Runner:
         waits to call out), then record how it ended, exactly as for a node executed in
         place."""
         call = flight.call
-        occurrence, iteration = next_execution(self.state, call.node)
+        occurrence, iteration = next_execution(self.state, call.node, scheduler.seen)
         if (occurrence, iteration) != (call.occurrence, call.iteration) or \
                 read_slice(flight.node.reads, self.state.memory) != call.reads:
             raise AssertionError(f"node {call.node!r} ran ahead on a prediction the log no "

@@ -49,7 +49,7 @@ from opentelemetry import context as otel_context
 from forklab.engine.context import Cancelled
 from forklab.engine.graph import AgentNode, ApprovalNode, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import NodeCall
-from forklab.engine.planner import ran_this_iteration, read_slice
+from forklab.engine.planner import IterationSeen, read_slice
 from forklab.engine.subgraphs import execution_fingerprint
 from forklab.engine.telemetry import tracer
 
@@ -154,6 +154,7 @@ class Scheduler:
         self.width = width
         self.enabled = width > 1 and bool(getattr(runner.oracle, "overlaps_calls", False))
         self.flights: dict[str, Flight] = {}
+        self.seen = IterationSeen()  # the runner's loop shares it (next_execution)
         self.predictions: dict[str, Prediction] = {}
         self.nodes = {node.id: node for node in runner.graph.nodes}
         self.cond = threading.Condition()
@@ -189,9 +190,10 @@ class Scheduler:
             # the head alone (a chain): nothing could run beside it, so it executes in place
             # and computes its own call — walking here would only predict that call
             return
-        # nodes started in the walk's current iteration: the state's (while the walk is still
-        # in it; asked through ran_this_iteration, not copied per node) and the walk's own
-        iteration, in_state, seen = state.iteration, True, set[str]()
+        # the iteration each node starts in: a node already started in it (``ran``, not
+        # copied: a fan-out's iteration holds N nodes) or walked past opens the next one
+        iteration, ran, fresh = state.iteration, self.seen(state), False
+        walked: set[str] = set()
         unsettled: set[str] = set()
         pending_calls: int | None = 0
         pending_usd: float | None = 0.0
@@ -214,9 +216,9 @@ class Scheduler:
             if len(self.flights) >= self.width and node_id not in self.flights:
                 break
             # the iteration this node starts in follows from the starts before it
-            if node_id in seen or (in_state and ran_this_iteration(state, node_id)):
-                iteration, in_state, seen = iteration + 1, False, set()
-            seen.add(node_id)
+            if node_id in walked or (not fresh and node_id in ran):
+                iteration, walked, fresh = iteration + 1, set(), True
+            walked.add(node_id)
             if limit is not None and iteration > limit:
                 break
             p = self._predict(node_id, iteration, unsettled)

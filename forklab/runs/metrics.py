@@ -31,6 +31,7 @@ from forklab.engine.events import (
     Event,
     NodeCompleted,
     NodeFailed,
+    NodeReused,
     RunBlocked,
     RunCancelled,
     RunCompleted,
@@ -96,11 +97,29 @@ def _observe_one(event: Event, kind: str, state: RunState) -> list[Observation]:
             seconds = event.duration_ms / 1000
             return [NODES.labels(kind, node_kind, status).inc,
                     lambda: NODE_SECONDS.labels(kind, node_kind).observe(seconds)]
+        case NodeReused():  # a served node: completed, its calls reused (no latency)
+            return _reused(event, kind)
         case AgentResponded():
             return _model_call(event, kind)
         case ToolReturned():
             return [TOOL_CALLS.labels(kind, event.label).inc]
     return []
+
+
+def _reused(event: NodeReused, kind: str) -> list[Observation]:
+    found: list[Observation] = [NODES.labels(kind, event.kind, "completed").inc,
+                                lambda: NODE_SECONDS.labels(kind, event.kind).observe(0.0)]
+    for action in event.actions:
+        if action["type"] == "agent_result":
+            found.extend(_model_call(AgentResponded(
+                run_id=event.run_id, seq=event.seq, at=event.at, node=event.node,
+                role=action["role"], index=action["index"], model=action["model"], text="",
+                input_tokens=action["input_tokens"], output_tokens=action["output_tokens"],
+                cost_usd=action["cost_usd"], latency_ms=0.0, label=action["label"],
+                request_hash=action["request_hash"]), kind))
+        elif action["type"] == "tool_result":
+            found.append(TOOL_CALLS.labels(kind, action["label"]).inc)
+    return found
 
 
 def _model_call(event: AgentResponded, kind: str) -> list[Observation]:

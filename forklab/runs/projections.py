@@ -37,7 +37,14 @@ from django.db.models.functions import Cast
 from pydantic import ValidationError
 
 from forklab.engine.errors import ForklabError
-from forklab.engine.events import TERMINAL_TYPES, AgentResponded, Event, RunForked, RunStarted
+from forklab.engine.events import (
+    TERMINAL_TYPES,
+    AgentResponded,
+    Event,
+    NodeReused,
+    RunForked,
+    RunStarted,
+)
 from forklab.engine.fork.diff import incurred_usd
 from forklab.engine.fork.wire import StoredForkResult
 from forklab.engine.state import RunState
@@ -115,7 +122,9 @@ class RunRowProjection:
 
 
 class UsageProjection:
-    """One ``UsageRecord`` per model response (``agent.responded``), for usage reports."""
+    """One ``UsageRecord`` per model response (``agent.responded``), for usage reports; a
+    served node (``node.reused``) gets one record for its reused responses together (the
+    record is keyed by seq, and its responses share the event's)."""
 
     @staticmethod
     def apply(batch: Appended) -> None:
@@ -129,8 +138,24 @@ class UsageProjection:
             )
             for e in batch.events if isinstance(e, AgentResponded)
         ]
+        usage.extend(_reused_usage(batch.run_id, e) for e in batch.events
+                     if isinstance(e, NodeReused)
+                     and any(a["type"] == "agent_result" for a in e.actions))
         if usage:
             m.UsageRecord.objects.using(batch.using).bulk_create(usage)
+
+
+def _reused_usage(run_id: str, event: NodeReused) -> Any:
+    answers = [a for a in event.actions if a["type"] == "agent_result"]
+    roles = [a["role"] if a["index"] is None else f"{a['role']}[{a['index']}]"
+             for a in answers if a["role"] is not None]
+    costs = [a["cost_usd"] for a in answers]
+    return m.UsageRecord(
+        run_id=run_id, seq=event.seq, node=event.node or "", role=",".join(roles)[:100],
+        model=answers[0]["model"], label="reused",
+        input_tokens=sum(a["input_tokens"] for a in answers),
+        output_tokens=sum(a["output_tokens"] for a in answers),
+        cost_usd=None if None in costs else _usd(sum(costs)), created_at=_when(event.at))
 
 
 class FinalStateProjection:

@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import Max, QuerySet
 
 from forklab.engine.graph import GraphSpec
+from forklab.engine.reused_form import expand
 from forklab.runs.access import User
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Case, Event, Graph, Project, Run, RunKind, RunStatus
@@ -86,9 +87,14 @@ def get_project(slug: str) -> Project:
 # Runs can hold tens of thousands of events: these page in SQL and select only the columns a
 # page shows. A finished run's log never changes, so its events are cached per process (LRU).
 
-NODE_LIFECYCLE = ("node.started", "node.completed", "node.failed", "node.interrupted")
+# ``node.reused`` (a served node, docs/forking.md#served-nodes-one-nodereused-event) is a
+# start and an end at once and carries its calls: readers expand it with
+# ``forklab.engine.reused_form``
+NODE_LIFECYCLE = ("node.started", "node.completed", "node.failed", "node.interrupted",
+                  "node.reused")
 ACTION_RESULTS = ("agent.responded", "tool.returned", "human.answered", "route.decided",
-                  "subgraph.completed", "effect.suppressed", "node.completed", "node.failed")
+                  "subgraph.completed", "effect.suppressed", "node.completed", "node.failed",
+                  "node.reused")
 
 
 def search_runs(user: User, *, q: str = "",
@@ -159,7 +165,7 @@ def action_results(run_id: str, first: int, last: int) -> list[tuple[int, str, s
 
 
 LABELLED = ("agent.responded", "tool.returned", "human.answered", "route.decided",
-            "subgraph.completed", "node.completed", "effect.suppressed")
+            "subgraph.completed", "node.completed", "effect.suppressed", "node.reused")
 
 
 def label_rows(run_id: str) -> list[tuple[int, str, Any, Any]]:
@@ -169,7 +175,9 @@ def label_rows(run_id: str) -> list[tuple[int, str, Any, Any]]:
 
     rows = (Event.objects.filter(run_id=run_id, type__in=LABELLED).order_by("seq")
             .values_list("seq", "type", KT("payload__label"), KT("payload__memo")))
-    return [(seq, type_, label, memo in (1, "1", True, "true")) for seq, type_, label, memo
+    # a served node (``node.reused``) is a memo hit whose calls are all ``reused``
+    return [(seq, type_, "reused", True) if type_ == "node.reused" else
+            (seq, type_, label, memo in (1, "1", True, "true")) for seq, type_, label, memo
             in rows]
 
 
@@ -202,9 +210,17 @@ def action_results_in(run_id: str, ranges: list[tuple[int, int]]
 
 
 def _actions(events: QuerySet[Event]) -> list[tuple[int, str, str, dict[str, Any]]]:
-    # calls and node ends always name their node
-    return [(seq, type_, node or "", payload) for seq, type_, node, payload
-            in events.order_by("seq").values_list("seq", "type", "node", "payload")]
+    # calls and node ends always name their node; a served node reads as its calls and end
+    rows: list[tuple[int, str, str, dict[str, Any]]] = []
+    for seq, type_, node, payload in events.order_by("seq").values_list("seq", "type", "node",
+                                                                         "payload"):
+        if type_ == "node.reused":
+            rows.extend((seq, e["type"], node or "", e["payload"]) for e in expand(
+                {"type": type_, "seq": seq, "node": node, "payload": payload})
+                if e["type"] in ACTION_RESULTS)
+        else:
+            rows.append((seq, type_, node or "", payload))
+    return rows
 
 
 def execution_outputs(run_id: str, first: int, last: int) -> tuple[dict[str, Any], list[Any]]:
@@ -213,9 +229,12 @@ def execution_outputs(run_id: str, first: int, last: int) -> tuple[dict[str, Any
     writes: dict[str, Any] = {}
     results: list[Any] = []
     rows = (Event.objects.filter(run_id=run_id, seq__gte=first, seq__lte=last,
-                                 type__in=("memory.written", "tool.returned"))
+                                 type__in=("memory.written", "tool.returned", "node.reused"))
             .order_by("seq").values_list("type", "payload"))
-    for type_, payload in rows:
+    for type_, payload in [(e["type"], e["payload"]) for t, p in rows
+                           for e in expand({"type": t, "payload": p})]:
+        if type_ not in ("memory.written", "tool.returned"):
+            continue
         if type_ == "tool.returned":
             results.append(payload.get("result"))
         elif payload.get("deleted"):

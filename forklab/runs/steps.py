@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from forklab.engine.reused_form import expand_all
 from forklab.runs.models import Event, Run
 from forklab.runs.serializers_json import iso
 
 ENDS = ("node.completed", "node.failed", "node.interrupted")
+STARTS = ("node.started", "node.reused")  # a served node starts and ends in one event
 FIELDS = ("seq", "type", "node", "occurrence", "iteration", "payload", "at")
 MAX_LINEAGE = 50
 
@@ -45,11 +47,13 @@ def locate(run: Run, node: str, occurrence: int) -> StepLocation | None:
     for _ in range(MAX_LINEAGE):
         if current is None:
             return None
-        first = (Event.objects.filter(run_id=current.id, type="node.started", node=node,
+        found = (Event.objects.filter(run_id=current.id, type__in=STARTS, node=node,
                                       occurrence=occurrence)
-                 .order_by("-seq").values_list("seq", flat=True).first())
-        if first is not None:
-            last, finished = _ends_at(current, node, first)
+                 .order_by("-seq").values_list("seq", "type").first())
+        if found is not None:
+            first = found[0]
+            last, finished = (first, True) if found[1] == "node.reused" \
+                else _ends_at(current, node, first)
             return StepLocation(run_id=current.id, first=int(first), last=last,
                                 finished=finished,
                                 inherited_from=None if current.id == run.id else current.id)
@@ -61,17 +65,19 @@ def locate(run: Run, node: str, occurrence: int) -> StepLocation | None:
 
 def at_seq(run: Run, seq: int) -> StepLocation | None:
     """The execution of ``run``'s own log that started at ``seq`` (a ``node.started``)."""
-    row = (Event.objects.filter(run_id=run.id, seq=seq, type="node.started")
-           .values_list("node", flat=True).first())
+    row = (Event.objects.filter(run_id=run.id, seq=seq, type__in=STARTS)
+           .values_list("node", "type").first())
     if row is None:
         return None
-    last, finished = _ends_at(run, row, seq)
+    last, finished = (seq, True) if row[1] == "node.reused" \
+        else _ends_at(run, row[0] or "", seq)
     return StepLocation(run_id=run.id, first=seq, last=last, finished=finished,
                         inherited_from=None)
 
 
 def events(location: StepLocation) -> list[dict[str, Any]]:
-    """The step's events in the Event JSON shape, by seq."""
+    """The step's events in the Event JSON shape, by seq (a ``node.reused`` read as the
+    events it stands for: ``forklab.engine.reused_form``)."""
     rows = (Event.objects.filter(run_id=location.run_id, seq__gte=location.first,
                                  seq__lte=location.last)
             .order_by("seq").values_list(*FIELDS))
@@ -80,4 +86,4 @@ def events(location: StepLocation) -> list[dict[str, Any]]:
         event = dict(zip(FIELDS, row, strict=True))
         event["at"] = iso(event["at"])
         out.append(event)
-    return out
+    return expand_all(out)

@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from forklab.engine.reused_form import expand_all
 from forklab.engine.status import ExecutionStatus
 
 LONG_CHARS = 600
@@ -157,7 +158,9 @@ def reason(label: str, node: str, context: Context) -> str:
 
 def build(events: list[dict[str, Any]], *, run_id: str, context: Context,
           inherited_from: str | None = None) -> Step:
-    """The step made of ``events`` (the first one is its ``node.started``)."""
+    """The step made of ``events`` (the first one is its ``node.started``; a ``node.reused``
+    is read as the events it stands for)."""
+    events = expand_all(events)
     start = events[0]
     step = Step(run_id=run_id, node=start["node"] or "", occurrence=start["occurrence"] or 1,
                 iteration=start["iteration"] or 1, kind=start["payload"].get("kind", ""),
@@ -235,7 +238,8 @@ def _agent_responded(step: Step, event: dict[str, Any], p: dict[str, Any],
 
 def _tool_called(step: Step, event: dict[str, Any], p: dict[str, Any],
                  pending: list[Exchange], context: Context) -> None:
-    pending.append(Exchange(kind="tool", title=f"tool {p.get('tool', '')} ({p.get('effect')})",
+    effect = f" ({p['effect']})" if p.get("effect") else ""  # a served call does not say
+    pending.append(Exchange(kind="tool", title=f"tool {p.get('tool', '')}{effect}",
                             sent=[value("arguments", p.get("args", {}))], seq=event["seq"]))
 
 

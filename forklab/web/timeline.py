@@ -73,11 +73,14 @@ def executions(run_id: str) -> list[Bar]:
     bars: list[Bar] = []
     open_: dict[str, Bar] = {}
     for seq, type_, node, occurrence, iteration, ts in queries.node_lifecycle(run_id):
-        if type_ == "node.started":
+        if type_ in ("node.started", "node.reused"):
             bar = Bar(node=node or "", occurrence=occurrence or 1, iteration=iteration or 1,
                       start_seq=seq, started=ts)
             bars.append(bar)
-            open_[bar.node] = bar
+            if type_ == "node.reused":  # a served node starts and ends in one event
+                bar.end_seq, bar.ended, bar.status = seq, ts, "completed"
+            else:
+                open_[bar.node] = bar
             continue
         ended = open_.pop(node or "", None)
         if ended is not None:
@@ -178,7 +181,8 @@ def _details(run: Run, bars: list[Bar]) -> None:
             else queries.action_results_in(run.id, ranges))
     index = 0
     for seq, type_, _node, payload in rows:
-        while index + 1 < len(by_seq) and by_seq[index + 1].start_seq < seq:
+        # ``<=``: a served node's calls share its ``node.reused`` seq (its start)
+        while index + 1 < len(by_seq) and by_seq[index + 1].start_seq <= seq:
             index += 1
         _apply(by_seq[index], type_, payload)
 

@@ -77,6 +77,9 @@ def load_labels(run_id: str, bars: list[Bar]) -> None:
         bar = owner
         if type_ == "node.completed":
             bar.memo = bool(memo)
+        elif type_ == "node.reused":  # a served node: a memo hit, its calls reused
+            bar.memo = True
+            bar.labels.append(str(label))
         elif type_ == "effect.suppressed":
             bar.blocked = True
         elif label:

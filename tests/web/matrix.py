@@ -197,6 +197,8 @@ def labels_recorded(run_ids: list[str]) -> set[str]:
             labels.add(payload["label"])
         if type_ == "node.completed" and payload.get("memo"):
             labels.add("memo")
+        if type_ == "node.reused":  # a served node: a memo hit whose calls are reused
+            labels |= {"memo", *(a["label"] for a in payload["actions"] if a.get("label"))}
         if type_ == "effect.suppressed":
             labels.add("blocked")
     return labels

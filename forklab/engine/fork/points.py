@@ -30,6 +30,7 @@ from forklab.engine.events import (
     NodeCompleted,
     NodeFailed,
     NodeInterrupted,
+    NodeReused,
     NodeStarted,
     RunForked,
 )
@@ -128,6 +129,13 @@ def _scan(events: Sequence[AnyEvent]) -> tuple[list[_Exec], int | None]:
                        start=started.seq, reads=tuple(started.reads))
             execs.append(ex)
             open_[ex.node] = ex
+        elif cls is NodeReused:  # a served node: started and completed in one event
+            reused = cast(NodeReused, event)
+            execs.append(_Exec(node=reused.node or "", kind=reused.kind,
+                               occurrence=reused.occurrence or 1,
+                               iteration=reused.iteration or 1, start=reused.seq,
+                               end=reused.seq, outcome="completed", reads=tuple(reused.reads),
+                               writes={*reused.writes, *reused.deletes}))
         elif cls is MemoryWritten:
             if event.node in open_:
                 open_[event.node].writes.add(cast(MemoryWritten, event).key)

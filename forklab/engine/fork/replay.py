@@ -17,7 +17,14 @@ from typing import Any
 from forklab.engine.canonical import canonical_json
 from forklab.engine.environment import Environment
 from forklab.engine.errors import ReplayDivergence
-from forklab.engine.events import AnyEvent, Event, HumanAnswered, NodeStarted
+from forklab.engine.events import (
+    AnyEvent,
+    Event,
+    HumanAnswered,
+    NodeCompleted,
+    NodeReused,
+    NodeStarted,
+)
 from forklab.engine.fork.base import graph_of as _graph_of
 from forklab.engine.graph import ApprovalNode, GraphSpec, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import (
@@ -221,9 +228,12 @@ def replay_events(events: Sequence[AnyEvent], graph: GraphSpec, *, strict: bool 
     store = _ComparingStore(events, strict, graphs)
     runner = Runner(graph, store=store, run_id=recorded.run_id, env=env or Environment(),
                     oracle=RecordedOracle(recorded, strict=strict, events=events))
+    # a memo hit is re-served in the form the recording holds it (logs written before
+    # ``node.reused`` hold the multi-event form; a log holds one form or the other)
+    runner.one_event_reuse = not any(type(e) is NodeCompleted and e.memo for e in events)
     opening = []
     for event in events:
-        if isinstance(event, NodeStarted):
+        if isinstance(event, (NodeStarted, NodeReused)):
             break
         opening.append(event)
     store.append(recorded.run_id, opening, expected_seq=0)

@@ -91,6 +91,9 @@ def _recording(base: BaseRun) -> Recording:
     return Recording.of(base.state, lineage=ancestors, load_run=base.load_run)
 
 
+_COMPLETES = frozenset({"node.completed", "node.reused"})
+
+
 def run_plan(
     plan: ForkPlan, *, run_id: str | None = None, label: str = "",
     fork_group_id: str | None = None, ignore_budget: bool = False,
@@ -112,7 +115,7 @@ def run_plan(
         routes_used=plan.routes_used)
 
     def observe(event: Event) -> None:
-        if (shared_memo is not None and event.type == "node.completed"
+        if (shared_memo is not None and event.type in _COMPLETES
                 and event.run_id == runner.run_id):
             # events arrive once stored, in batches: the state may be nodes ahead by now
             shared_memo.add(next(ex for ex in reversed(runner.state.executions)

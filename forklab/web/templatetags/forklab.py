@@ -146,3 +146,13 @@ def pair_url(context: Any, base: Any, variant: Any, index: int) -> str:
     if share is not None:
         return reverse("shared-compare-step", args=[share.token, base.id, variant.id, index])
     return reverse("compare-step", args=[base.id, variant.id, index])
+
+
+@register.filter
+def served_calls(payload: dict[str, Any] | None) -> dict[str, int]:
+    """A ``node.reused`` payload's model calls and their tokens (the live tail's sums)."""
+    answers = [a for a in (payload or {}).get("actions") or () if a.get("type") ==
+               "agent_result"]
+    return {"calls": len(answers),
+            "tokens": sum(int(a.get("input_tokens") or 0) + int(a.get("output_tokens") or 0)
+                          for a in answers)}

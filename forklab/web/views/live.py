@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from forklab.engine.errors import ForklabError
+from forklab.engine.reused_form import expand_all
 from forklab.runs import forking, queries
 from forklab.runs.models import Event, Run
 from forklab.runs.serializers_json import event_to_json
@@ -69,6 +70,7 @@ def _context(request: HttpRequest, run: Run, *, backlog: bool = False,
 def tail_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Nodes finished, model calls, tokens and incurred cost of the events shown; the page's
     script keeps the same sums as rows stream in (``static/forklab.js``)."""
+    events = expand_all(events)  # a served node counts as its calls and its completion
     calls = [e["payload"] for e in events if e["type"] == "agent.responded"]
     return {
         "nodes": sum(1 for e in events if e["type"] == "node.completed"),
