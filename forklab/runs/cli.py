@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from forklab.engine import inputs
 from forklab.engine.errors import ForklabError, InvalidInput
 from forklab.engine.fork.changes import Change, change, parse_changes, wire
 from forklab.engine.fork.resolve import parse_point
+from forklab.engine.fork.wire import AllowList
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Run
 from forklab.runs.store import DjangoStore
@@ -101,17 +102,21 @@ def variant_changes(name: str, data: Any) -> list[Change]:
         raise
 
 
-def side_effects(text: str | None) -> Any:
-    if text is None or text in ("replay", "block"):
-        return text or "replay"
+def side_effects(text: str | None) -> Literal["replay", "block"] | AllowList:
+    """``--side-effects`` as the policy's typed value."""
+    if text is None or text == "replay":
+        return "replay"
+    if text == "block":
+        return "block"
     if text.startswith("allow:"):
         names = [n for n in text[len("allow:"):].split(",") if n]
-        return {"allow": True} if names == ["*"] else {"allow": names}
+        return AllowList(allow=True if names == ["*"] else names)
     raise InvalidArgument(f"--side-effects takes replay, block or allow:A,B (allow:* for all); "
                           f"got {text!r}")
 
 
-def point(text: str | None) -> Any:
+def point(text: str | None) -> dict[str, Any] | str | None:
+    """``--at`` in the point's JSON form (a ForkSpec's ``at``)."""
     return None if text is None else parse_point(text)
 
 
