@@ -32,7 +32,7 @@ from forklab.engine.fork.wire import (
     SweepWire,
 )
 from forklab.engine.status import ForkState
-from forklab.runs import queries, readcache, tasks
+from forklab.runs import bases, queries, readcache, tasks
 from forklab.runs.access import (
     User,
     account,
@@ -46,7 +46,7 @@ from forklab.runs.control import cancel as cancel
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import IdempotencyConflict, NotFound
 from forklab.runs.models import Case, ForkRequest, Project, Role, Run, RunKind, RunStatus
-from forklab.runs.planning import plan_for
+from forklab.runs.planning import plan_for, sweep_plan
 from forklab.runs.projections import ForkResultProjection
 from forklab.runs.specs import CaseSpec, ForkSpec, InvalidRequest, SweepSpec
 from forklab.runs.store import DjangoStore
@@ -168,24 +168,23 @@ def estimate_sweep(*, user: User, spec: SweepSpec) -> SweepEstimateWire:
     _check_fork_rights(user, base.project, spec)
     _require_finished(base)
     return SweepEstimateWire.from_wire(engine_estimate_sweep(
-        base.id, at=spec.at, variants=spec.variants, policy=spec.policy, budget=spec.budget,
-        store=DjangoStore(base.project), env=build_environment()))
+        bases.loaded(base, build_environment()), at=spec.at, variants=spec.variants,
+        policy=spec.policy, budget=spec.budget))
 
 
 def start_sweep(*, user: User, spec: SweepSpec) -> str:
-    """Validate every variant, record one queued run each, enqueue the sweep; returns the group."""
+    """Validate every variant (the sweep planned once), record one queued run each holding
+    its plan's inputs, enqueue the sweep; returns the group."""
     base = _base_run(user, spec.base_run)
     _check_fork_rights(user, base.project, spec)
     _require_finished(base)
     group = uuid.uuid4().hex
-    plans = {}
-    for name in spec.variants:
-        one = spec.variant(name)
-        plans[name] = (one, plan_for(one, base.project, base))
+    planned = sweep_plan(spec, base)
     run_ids = {}
     with transaction.atomic():
-        for name, (one, plan) in plans.items():
-            run = _queued_fork(uuid.uuid4().hex, base, plan, one, user, fork_group_id=group)
+        for name, plan in planned.plans.items():
+            run = _queued_fork(uuid.uuid4().hex, base, plan, spec.variant(name), user,
+                               fork_group_id=group)
             run_ids[name] = run.id
         transaction.on_commit(lambda: tasks.enqueue_sweep(group, spec, run_ids))
     return group
