@@ -24,7 +24,7 @@ EVENT_CACHE_RUNS = 8
 STATE_CACHE_SIZE = 6
 
 
-class _Lru[K, V]:
+class Lru[K, V]:
     """A small thread-safe LRU map: what each of this module's caches is."""
 
     def __init__(self, size: int) -> None:
@@ -51,10 +51,13 @@ class _Lru[K, V]:
             self._items.clear()
 
 
-_EVENTS: _Lru[tuple[str, int], list[Any]] = _Lru(EVENT_CACHE_RUNS)
-_STATES: _Lru[tuple[str, int, int | None], Any] = _Lru(STATE_CACHE_SIZE)
-_COMPARISONS: _Lru[tuple[str, int, str, int], dict[str, Any]] = _Lru(STATE_CACHE_SIZE)
-_DIFFS: _Lru[tuple[str, int, str, int], Any] = _Lru(STATE_CACHE_SIZE)
+_EVENTS: Lru[tuple[str, int], list[Any]] = Lru(EVENT_CACHE_RUNS)
+_STATES: Lru[tuple[str, int, int | None], Any] = Lru(STATE_CACHE_SIZE)
+_COMPARISONS: Lru[tuple[str, int, str, int], dict[str, Any]] = Lru(STATE_CACHE_SIZE)
+_DIFFS: Lru[tuple[str, int, str, int], Any] = Lru(STATE_CACHE_SIZE)
+VIEW_CACHE_SIZE = 32
+#: the read model's views of finished runs (``forklab.runs.readmodel``), emptied with the rest
+VIEWS: Lru[tuple[Any, ...], Any] = Lru(VIEW_CACHE_SIZE)
 
 
 def run_events(run: Run, *, upto: int | None = None) -> list[Any]:
@@ -129,8 +132,8 @@ def _decode(text: str) -> Any:
 
 
 def clear_caches() -> None:
-    """Forget every cached log and state (benchmarks measure cold renders with it)."""
-    for cache in (_EVENTS, _STATES, _COMPARISONS, _DIFFS):
+    """Forget every cached log, state and view (benchmarks measure cold renders with it)."""
+    for cache in (_EVENTS, _STATES, _COMPARISONS, _DIFFS, VIEWS):
         cache.clear()
 
 

@@ -18,7 +18,7 @@ from forklab.api.serializers import (
 )
 from forklab.api.views.cases import case_json
 from forklab.engine.fork.wire import PreflightWire
-from forklab.runs import forking
+from forklab.runs import forking, readmodel
 from forklab.runs.specs import AnswerSpec, CaseSpec, ForkSpec
 
 FORK_ID = path_id("run_id", "the fork's run id")
@@ -64,7 +64,9 @@ def forks(request: Request) -> Response:
     responses=responses({200: ForkSerializer}, *READ))
 @api_view(["GET"])
 def fork_detail(request: Request, run_id: str) -> Response:
-    return Response(ForkSerializer(forking.fork_detail(user=request.user, run_id=run_id)).data)
+    # the read model's view; a finished fork's serialized body is kept with it
+    view = readmodel.view(forking.get_fork(user=request.user, run_id=run_id))
+    return Response(view.rendered("api.fork", lambda: ForkSerializer(view.fork_json()).data))
 
 
 @extend_schema(

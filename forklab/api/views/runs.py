@@ -21,7 +21,7 @@ from forklab.api.serializers import (
     RunSerializer,
 )
 from forklab.engine.fork import fork_points as engine_fork_points
-from forklab.runs import queries, services
+from forklab.runs import queries, readmodel, services
 from forklab.runs.models import Run
 from forklab.runs.serializers_json import readable_payload, run_to_json
 from forklab.runs.specs import RunSpec
@@ -71,8 +71,8 @@ def run_detail(request: Request, run_id: str) -> Response:
     if request.method == "DELETE":
         services.delete_run(user=request.user, run_id=run_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
-    run = queries.get_run(run_id, user=request.user)
-    return Response(RunSerializer(run_to_json(run)).data)
+    view = readmodel.view(queries.get_run(run_id, user=request.user))
+    return Response(view.rendered("api.run", lambda: RunSerializer(view.run_json).data))
 
 
 @extend_schema(

@@ -461,6 +461,7 @@ class StoredForkResult(OutModel):
     diff: RunDiffWire | None
     explain: str
     warnings: list[str]
+    point: ForkPointWire  # where it forked (the dashboard's headers): no event read for it
 
     @classmethod
     def of(cls, result: ForkResultWire) -> StoredForkResult:
