@@ -13,6 +13,7 @@ from forklab.runs.models import Case, Event, Graph, Project, Run, RunKind, RunSt
 
 # the cached reads, read through queries (re-exported)
 from forklab.runs.readcache import clear_caches as clear_caches
+from forklab.runs.readcache import compare_explain as compare_explain
 from forklab.runs.readcache import compare_runs as compare_runs
 from forklab.runs.readcache import forked_event as forked_event
 from forklab.runs.readcache import run_events as run_events

@@ -156,9 +156,10 @@ def run_diff(base: Run, variant: Run) -> Any:
 
 def compare_runs(base: Run, variant: Run) -> dict[str, Any]:
     """The RunDiff of two runs plus what the diff page shows with it: the variant's tail
-    calls with their provenance labels and the ``explain()`` block. No access check: callers
-    (the dashboard's views, a resolved share link) have done it. Two finished runs' comparison
-    is cached (LRU): treat it as read-only."""
+    calls with their provenance labels and both final states. No access check: callers
+    (the dashboard's views, a resolved share link) have done it. Two finished runs'
+    comparison is cached (LRU): treat it as read-only. (A finished fork's ``explain()`` and
+    calls are its stored result: ``forklab.runs.readmodel``.)"""
     key = (base.id, base.last_seq, variant.id, variant.last_seq)
     result = _COMPARISONS.get(key)
     if result is None:
@@ -169,11 +170,21 @@ def compare_runs(base: Run, variant: Run) -> dict[str, Any]:
 
 
 def _compare(base: Run, variant: Run) -> dict[str, Any]:
-    from forklab.engine.fork.diff import format_run_diff
-
     base_state, variant_state = state_at(base), state_at(variant)
     diff = run_diff(base, variant)
     fork = variant_state.fork or {}
+    calls = [c.to_wire() for c in variant_state.calls[fork.get("tail_from_call", 0):]]
+    return {"diff": diff.wire(), "calls": calls,
+            "inherited_executions": fork.get("prefix_executions", 0),
+            "base_state": base_state, "variant_state": variant_state}
+
+
+def compare_explain(base: Run, variant: Run) -> str:
+    """The ``explain()`` block of two runs' RunDiff, headed by how they relate (a fork
+    of the base at its point, or two runs compared)."""
+    from forklab.engine.fork.diff import format_run_diff
+
+    fork = state_at(variant).fork or {}
     if fork.get("base_run_id") == base.id:
         point = (_point_of(variant.id) or {}).get("point") or {}
         where = point.get("label") or f"seq {variant.fork_sequence_id}"
@@ -181,10 +192,7 @@ def _compare(base: Run, variant: Run) -> dict[str, Any]:
                   f"({where})")
     else:
         header = f"compare {variant.id} with {base.id}"
-    calls = [c.to_wire() for c in variant_state.calls[fork.get("tail_from_call", 0):]]
-    return {"diff": diff.wire(), "explain": format_run_diff(diff, header), "calls": calls,
-            "inherited_executions": fork.get("prefix_executions", 0),
-            "base_state": base_state, "variant_state": variant_state}
+    return format_run_diff(run_diff(base, variant), header)
 
 
 def _point_of(run_id: str) -> dict[str, Any] | None:
