@@ -20,6 +20,10 @@ Rows (figures are printed, never asserted; timings belong here, not in tests):
   shape with its result (diff, calls, explain…) — served from the stored ``ForkResult``
   row where this checkout has one (``forklab.runs.projections``), else rebuilt from both
   logs on every request.
+- ``GET /forks/{id}/ cold``: the same with this process's caches of finished runs emptied
+  before each request (the read model's view is rebuilt from the run row and the stored
+  result row).
+- ``GET /runs/{id}/ (the same fork)``: the Run shape of that fork.
 - ``GET events, first page``: ``?limit=500`` from the start of the 10k run.
 - ``GET events, deep page``: ``?after=9000&limit=500`` (a keyset page near the end).
 - ``GET events, type filter``: ``?type=node.completed&after=5000&limit=500``.
@@ -157,6 +161,15 @@ def rows(world: dict[str, Any], repeat: int, only: list[str] | None = None) -> l
         assert response.status_code == 200, response.json()
         assert response.json()["diff"] is not None
 
+    def fork_detail_cold(i: int) -> Any:
+        try:  # the per-process caches of finished runs (the read model's views among them)
+            from forklab.runs.readcache import clear_caches
+        except ImportError:
+            pass
+        else:
+            clear_caches()
+        fork_detail(i)
+
     def run_detail(_: int) -> Any:
         response = client.get(f"/api/v1/runs/{world['fork']}/")
         assert response.status_code == 200, response.json()
@@ -168,6 +181,7 @@ def rows(world: dict[str, Any], repeat: int, only: list[str] | None = None) -> l
         ("POST /forks/ again (same client_request_id)",
          fork(world["diamond"], "start", key="bench-key"), 0),
         (f"GET /forks/{{id}}/ (finished {world['fork_events']:,}-event fork)", fork_detail, 0),
+        ("GET /forks/{id}/ cold (process caches emptied first)", fork_detail_cold, 0),
         ("GET /runs/{id}/ (the same fork)", run_detail, 0),
         ("GET events, first page (limit=500)", events("limit=500", 500), 500),
         ("GET events, deep page (after=9000)", events("after=9000&limit=500", 500), 500),
