@@ -13,15 +13,39 @@ from typing import Any, Literal
 
 from forklab.engine import inputs
 from forklab.engine.errors import ForklabError, InvalidInput
-from forklab.engine.fork.changes import Change, change, parse_changes, wire
+from forklab.engine.fork.changes import (
+    AGENT_CHANGES,
+    Change,
+    change,
+    parse_change,
+    parse_changes,
+    wire,
+)
 from forklab.engine.fork.resolve import parse_point
 from forklab.engine.fork.wire import AllowList
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Run
 from forklab.runs.store import DjangoStore
 
-CHANGE_FLAGS = ("prompt", "model", "temperature", "set", "delete", "config", "route", "output",
-                "tool", "human", "input_patch", "changes")
+CHANGE_FLAGS = (*AGENT_CHANGES, "set", "delete", "config", "route", "output", "tool", "human",
+                "input_patch", "changes")
+
+
+def agent_flag(kind: str) -> str:
+    """The flag of an agent-setting kind: ``--model``, ``--max-tokens`` …"""
+    return "--" + kind.replace("_", "-")
+
+
+def agent_change(kind: str, text: str) -> Change:
+    """``TARGET=VALUE`` of an agent-setting flag as that kind's change (the engine's
+    validation: a bad value is ``invalid_change``; a float setting must be finite)."""
+    cls = AGENT_CHANGES[kind]
+    flag = agent_flag(kind)
+    target, value = split_pair(text, flag[2:], f"write={cls.agent_field.upper()}")
+    typed: Any = value
+    if cls.model_fields[cls.agent_field].annotation is float:
+        typed = finite(value, f"{flag} {target}")
+    return parse_change({"kind": kind, "target": target, cls.agent_field: typed})
 
 
 def load_json(text: str, what: str) -> Any:
@@ -55,14 +79,8 @@ def split_pair(text: str, flag: str, example: str) -> tuple[str, str]:
 def changes_from_options(options: dict[str, Any]) -> list[Change]:
     """The changes the ``fork`` command's flags name, built by the engine's builders (a bad
     value is ``invalid_change``, as from the API); ``--changes FILE`` takes any kind."""
-    changes: list[Change] = []
-    for text in options.get("prompt") or []:
-        changes.append(change.prompt(*split_pair(text, "prompt", "write='Three bullets.'")))
-    for text in options.get("model") or []:
-        changes.append(change.model(*split_pair(text, "model", "write=scripted-large")))
-    for text in options.get("temperature") or []:
-        target, value = split_pair(text, "temperature", "write=0.9")
-        changes.append(change.temperature(target, finite(value, f"--temperature {target}")))
+    changes: list[Change] = [agent_change(kind, text) for kind in AGENT_CHANGES
+                             for text in options.get(kind) or []]
     memory_set = {k: load_json(v, f"--set {k}") for k, v in
                   (split_pair(t, "set", 'draft=\'"hi"\'') for t in options.get("set") or [])}
     if memory_set or options.get("delete"):

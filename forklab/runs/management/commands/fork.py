@@ -5,6 +5,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from forklab.engine.fork import fork
+from forklab.engine.fork.changes import AGENT_CHANGES
 from forklab.engine.fork.wire import Budget, ForkSpec, Policy, build
 from forklab.runs import cli, leases
 from forklab.runs.engine_env import build_environment
@@ -14,9 +15,10 @@ from forklab.runs.serializers_json import run_to_json
 
 def add_change_flags(parser: CommandParser) -> None:
     add = parser.add_argument
-    add("--prompt", action="append", metavar="T=TEXT", help="replace T's system prompt")
-    add("--model", action="append", metavar="T=MODEL", help="swap T's model")
-    add("--temperature", action="append", metavar="T=X", help="resample T at temperature X")
+    for kind, cls in AGENT_CHANGES.items():  # one flag per agent-setting kind of the engine
+        add(cli.agent_flag(kind), action="append", dest=kind,
+            metavar=f"T={cls.agent_field.upper()}",
+            help=f"{(cls.__doc__ or kind).splitlines()[0].rstrip('.')} (T: node or role)")
     add("--set", action="append", metavar="KEY=JSON", help="set a memory key before the tail")
     add("--delete", action="append", metavar="KEY", help="delete a memory key before the tail")
     add("--config", action="append", metavar="NODE=JSON", help="patch a node's config")
