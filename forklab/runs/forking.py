@@ -147,7 +147,7 @@ def _queued_fork(run_id: str, base: Run, plan: ForkPlan, spec: ForkSpec, user: U
     form, its changes normalised) and its plan's inputs (resolved points, estimate), from
     which the worker builds the tail without planning again and lost work is redone."""
     return Run.objects.create(
-        work={"task": "fork", "spec": spec.wire(), "plan": plan.inputs()}, task_id=task_id,
+        work={"task": "fork", "spec": spec.wire(), "plan": plan.inputs().wire()}, task_id=task_id,
         id=run_id, project=base.project, graph_version_id=base.graph_version_id,
         graph_slug=base.graph_slug, graph_version_number=base.graph_version_number,
         run_kind=RunKind.COUNTERFACTUAL, status=RunStatus.QUEUED, label=spec.label,

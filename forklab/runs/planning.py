@@ -14,6 +14,7 @@ from typing import Any
 
 from forklab.engine.fork import ForkPlan, prepare_fork
 from forklab.engine.fork.core import plan_from_inputs
+from forklab.engine.fork.plan import PlanInputs
 from forklab.engine.fork.sweep import SweepPlan, plan_sweep
 from forklab.runs import bases
 from forklab.runs.engine_env import build_environment
@@ -36,8 +37,15 @@ def plan_for(spec: ForkSpec, project: Project, base: Run | None = None) -> ForkP
         store=DjangoStore(project), env=env, graph_version=spec.graph_version)
 
 
+def stored_inputs(work: dict[str, Any] | None) -> PlanInputs | None:
+    """The plan inputs a queued fork row holds (``Run.work["plan"]``), typed; None for a
+    row queued without them."""
+    data = (work or {}).get("plan")
+    return None if data is None else PlanInputs.model_validate(data)
+
+
 def planned(spec: ForkSpec, project: Project, base: Run | None,
-            inputs: dict[str, Any] | None) -> ForkPlan:
+            inputs: PlanInputs | None) -> ForkPlan:
     """The plan the request path made, for the worker: rebuilt from its stored ``inputs``
     (nothing resolved or estimated again; the base from the per-process cache). A row queued
     without them (before they were stored) is planned again from its request."""
@@ -58,7 +66,7 @@ def sweep_plan(spec: SweepSpec, base: Run) -> SweepPlan:
     return planned
 
 
-def planned_sweep(spec: SweepSpec, base: Run, inputs: dict[str, dict[str, Any] | None]
+def planned_sweep(spec: SweepSpec, base: Run, inputs: dict[str, PlanInputs | None]
                   ) -> SweepPlan:
     """The plans the request path made for a sweep's variants (``inputs``: each variant's
     stored plan inputs, in variant order), rebuilt for its worker: nothing resolved or

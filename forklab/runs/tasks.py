@@ -124,7 +124,7 @@ def execute_sweep(group: str, spec: dict[str, JsonValue], run_ids: dict[str, str
     variant whose worker dies is recovered on its own like any fork. ``spec`` is the
     validated SweepSpec's JSON form (task arguments cross the queue as JSON)."""
     from forklab.engine.fork.sweep import run_sweep
-    from forklab.runs.planning import planned_sweep
+    from forklab.runs.planning import planned_sweep, stored_inputs
 
     sweep = SweepSpec.model_validate(spec)
     base = Run.objects.select_related("project").get(pk=sweep.base_run)
@@ -133,7 +133,7 @@ def execute_sweep(group: str, spec: dict[str, JsonValue], run_ids: dict[str, str
     works = dict(Run.objects.filter(pk__in=list(live.values())).values_list("id", "work"))
     try:
         # the plans the request made, rebuilt (one prefix fold per effective point)
-        planned = planned_sweep(sweep, base, {n: (works.get(i) or {}).get("plan")
+        planned = planned_sweep(sweep, base, {n: stored_inputs(works.get(i))
                                               for n, i in live.items()})
         result = run_sweep(
             planned, concurrency=sweep.concurrency, ignore_budget=sweep.ignore_budget,

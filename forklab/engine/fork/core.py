@@ -27,8 +27,8 @@ from forklab.engine.fork.apply import config_targets, effective_graph
 from forklab.engine.fork.base import BaseRun, load_base
 from forklab.engine.fork.changes import Change, RouteChange, parse_changes, wire
 from forklab.engine.fork.effective import apply_at
-from forklab.engine.fork.estimate import Estimate, estimate_tail
-from forklab.engine.fork.plan import ForkPlan
+from forklab.engine.fork.estimate import estimate_tail
+from forklab.engine.fork.plan import ForkPlan, PlanInputs
 from forklab.engine.fork.points import ForkPoint
 from forklab.engine.fork.resolve import parse_point, point_number, resolve_point
 from forklab.engine.fork.tail import Policy
@@ -219,12 +219,13 @@ def plan_at(
 
 
 def plan_from_inputs(
-    base: BaseRun, inputs: dict[str, Any], *, policy: Policy | dict[str, Any] | None = None,
+    base: BaseRun, inputs: PlanInputs | dict[str, Any], *,
+    policy: Policy | dict[str, Any] | None = None,
     budget: Budget | dict[str, Any] | None = None, graph_version: int | None = None,
     prefixes: SharedPrefixes | None = None,
 ) -> ForkPlan:
-    """The plan :func:`prepare_fork` made, rebuilt from its :meth:`ForkPlan.inputs`
-    (a sweep's plans pass one ``prefixes``: one fold per effective point).
+    """The plan :func:`prepare_fork` made, rebuilt from its :meth:`ForkPlan.inputs` (or
+    their JSON form); a sweep's plans pass one ``prefixes``: one fold per effective point.
 
     Nothing is resolved, validated or estimated again: the effective point is taken as
     given (applying the changes there finds no reader, as it did when the point was
@@ -232,10 +233,10 @@ def plan_from_inputs(
     is what the tail needs and the inputs cannot carry cheaply: the effective graph, the
     application at the point and the prefix state.
     """
+    given = inputs if isinstance(inputs, PlanInputs) else PlanInputs.model_validate(inputs)
     policy, budget = Policy.parse(policy), Budget.parse(budget)
-    point = ForkPoint(**_point_fields(inputs["point"]))
-    effective = ForkPoint(**_point_fields(inputs["effective"]))
-    changes = parse_changes(inputs["changes"])
+    point, effective = given.point.point(), given.effective.point()
+    changes = list(given.changes)
     graph = base.graph
     if graph_version is not None:
         from forklab.engine.fork.lifecycle import rebase_graph
@@ -245,7 +246,7 @@ def plan_from_inputs(
     application = replace(apply_at(base, effective, changes), requested=point)
     prefix_ref: dict[str, Any] = {}
     prefix: RunState | Callable[[], RunState]
-    if inputs["source"] == "snapshot" and not inputs["moved"]:
+    if given.source == "snapshot" and not given.moved:
         prefix = _snapshot_point(base, point.seq)[1]
     else:
         prefix = _folder(base, effective, prefixes)
@@ -253,15 +254,10 @@ def plan_from_inputs(
     return ForkPlan(base=base, point=point, effective=effective, changes=changes, graph=graph,
                     prefix=prefix, new_input=application.new_input,
                     changed_inputs=application.written_inputs, policy=policy, budget=budget,
-                    memoize=bool(inputs["memoize"]), estimate=Estimate(**inputs["estimate"]),
-                    application=application, warnings=list(inputs["warnings"]),
-                    source=str(inputs["source"]), routes_used=list(inputs["routes_used"]),
-                    prefix_ref=prefix_ref, point_notes=list(inputs["point_notes"]))
-
-
-def _point_fields(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: data[k] for k in ("seq", "node", "occurrence", "iteration", "kind", "run_id",
-                                 "position")}
+                    memoize=given.memoize, estimate=given.estimate.estimate(),
+                    application=application, warnings=list(given.warnings),
+                    source=given.source, routes_used=list(given.routes_used),
+                    prefix_ref=prefix_ref, point_notes=list(given.point_notes))
 
 
 def _unreached_targets(changes: Sequence[Change], tail: Sequence[Execution]) -> list[str]:
