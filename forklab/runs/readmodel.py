@@ -126,7 +126,7 @@ def forked(run: Run) -> dict[str, Any] | None:
     if not run.parent_run_id:
         return None
     result = fork_result(run)
-    if result is not None:
+    if result is not None and result.point is not None:
         return {"seq": result.point.seq, "point": result.point.to_wire()}
     return forked_event(run.id)
 

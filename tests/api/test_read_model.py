@@ -134,3 +134,24 @@ def test_a_run_that_changes_status_is_read_again(long: Long) -> None:
         Run.objects.filter(pk=run.pk).update(status=RunStatus.COMPLETED)
     done = readmodel.view(Run.objects.select_related("project").get(pk=run.pk))
     assert done.fork_json() == finished.fork_json()
+
+
+def test_a_result_stored_before_it_kept_its_point_is_served_as_stored(long: Long) -> None:
+    """A row an older version stored has no ``point``: it is served (its base may be gone,
+    so it is not rebuilt) and the dashboard reads the point from the fork's event."""
+    from forklab.runs.models import ForkResult
+
+    row = ForkResult.objects.get(run_id=long.fork.id)
+    original = dict(row.result)
+    older = {k: v for k, v in original.items() if k != "point"}
+    ForkResult.objects.filter(pk=row.pk).update(result=older)
+    readmodel.forget()
+    try:
+        body = long.client().get(f"{API}/forks/{long.fork.id}/").json()
+        assert body["diff"] is not None and body["explain"] == original["explain"]
+        assert "point" not in ForkResult.objects.get(pk=row.pk).result  # not rebuilt
+        forked = readmodel.forked(Run.objects.select_related("project").get(pk=long.fork.id))
+        assert forked is not None and forked["point"]["label"] == original["point"]["label"]
+    finally:
+        ForkResult.objects.filter(pk=row.pk).update(result=original)
+        readmodel.forget()

@@ -461,7 +461,9 @@ class StoredForkResult(OutModel):
     diff: RunDiffWire | None
     explain: str
     warnings: list[str]
-    point: ForkPointWire  # where it forked (the dashboard's headers): no event read for it
+    # where it forked (the dashboard's headers read it, not the run.forked event); None in
+    # a row stored before it was kept (still served: its base may be gone, so no rebuild)
+    point: ForkPointWire | None = None
 
     @classmethod
     def of(cls, result: ForkResultWire) -> StoredForkResult:
