@@ -20,6 +20,10 @@ Rows (figures are printed, never asserted; timings belong here, not in tests):
   shape with its result (diff, calls, explain…) — served from the stored ``ForkResult``
   row where this checkout has one (``forklab.runs.projections``), else rebuilt from both
   logs on every request.
+- ``GET /forks/{id}/ cold``: the same with this process's caches of finished runs emptied
+  before each request (the read model's view is rebuilt from the run row and the stored
+  result row).
+- ``GET /runs/{id}/ (the same fork)``: the Run shape of that fork.
 - ``GET events, first page``: ``?limit=500`` from the start of the 10k run.
 - ``GET events, deep page``: ``?after=9000&limit=500`` (a keyset page near the end).
 - ``GET events, type filter``: ``?type=node.completed&after=5000&limit=500``.
@@ -112,15 +116,17 @@ def seed_fork(recorded: Any, store: Any) -> dict[str, Any]:
     return {"fork": variant.run_id, "fork_events": len(log)}
 
 
-def measure(fn: Callable[[int], Any], repeat: int) -> list[float]:
-    """Milliseconds of ``repeat`` calls (after one warm-up call)."""
+def measure(fn: Callable[[int], Any], repeat: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU milliseconds (``time.process_time``: this process, user + sys) of
+    ``repeat`` calls, after one warm-up call."""
     fn(-1)
-    times = []
+    wall, cpu = [], []
     for i in range(repeat):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         fn(i)
-        times.append((time.perf_counter() - started) * 1000)
-    return times
+        wall.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.process_time() - started_cpu) * 1000)
+    return wall, cpu
 
 
 def p95(times: list[float]) -> float:
@@ -128,7 +134,7 @@ def p95(times: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
-def rows(world: dict[str, Any], repeat: int) -> list[Row]:
+def rows(world: dict[str, Any], repeat: int, only: list[str] | None = None) -> list[Row]:
     from django.test import Client
 
     client = Client(headers={"Authorization": f"Token {world['token']}"})
@@ -155,6 +161,19 @@ def rows(world: dict[str, Any], repeat: int) -> list[Row]:
         assert response.status_code == 200, response.json()
         assert response.json()["diff"] is not None
 
+    def fork_detail_cold(i: int) -> Any:
+        try:  # the per-process caches of finished runs (the read model's views among them)
+            from forklab.runs.readcache import clear_caches
+        except ImportError:
+            pass
+        else:
+            clear_caches()
+        fork_detail(i)
+
+    def run_detail(_: int) -> Any:
+        response = client.get(f"/api/v1/runs/{world['fork']}/")
+        assert response.status_code == 200, response.json()
+
     last = {"before_node": "a", "occurrence": "last"}
     cases: list[tuple[str, Callable[[int], Any], int]] = [
         (f"POST /forks/ ({total:,}-event run, at end)", fork(long, last), 0),
@@ -162,6 +181,8 @@ def rows(world: dict[str, Any], repeat: int) -> list[Row]:
         ("POST /forks/ again (same client_request_id)",
          fork(world["diamond"], "start", key="bench-key"), 0),
         (f"GET /forks/{{id}}/ (finished {world['fork_events']:,}-event fork)", fork_detail, 0),
+        ("GET /forks/{id}/ cold (process caches emptied first)", fork_detail_cold, 0),
+        ("GET /runs/{id}/ (the same fork)", run_detail, 0),
         ("GET events, first page (limit=500)", events("limit=500", 500), 500),
         ("GET events, deep page (after=9000)", events("after=9000&limit=500", 500), 500),
         ("GET events, type=node.completed", events(
@@ -170,14 +191,17 @@ def rows(world: dict[str, Any], repeat: int) -> list[Row]:
     ]
     table = []
     for name, fn, page in cases:
-        times = measure(fn, repeat)
-        table.append([name, str(len(times)), f"{statistics.median(times):.1f}",
-                      f"{p95(times):.1f}", str(page) if page else "—"])
+        if only and not any(word in name for word in only):
+            continue
+        wall, cpu = measure(fn, repeat)
+        table.append([name, str(len(wall)), f"{statistics.median(wall):.1f}",
+                      f"{p95(wall):.1f}", f"{statistics.median(cpu):.1f}",
+                      f"{p95(cpu):.1f}", str(page) if page else "—"])
     return table
 
 
 def print_table(table: list[Row]) -> None:
-    header = ["request", "n", "median ms", "p95 ms", "events/page"]
+    header = ["request", "n", "median ms", "p95 ms", "cpu median", "cpu p95", "events/page"]
     widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
     for line in [header, ["-" * w for w in widths], *table]:
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
@@ -206,6 +230,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=10_000, help="approximate run length")
     parser.add_argument("--repeat", type=int, default=30, help="requests timed per row")
     parser.add_argument("--postgres", metavar="URL", help="run against PostgreSQL at URL")
+    parser.add_argument("--only", nargs="+", metavar="TEXT",
+                        help="time only the rows whose name contains one of these")
     args = parser.parse_args(argv)
     drop: Callable[[], None] = lambda: None  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp:
@@ -220,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
 
             print(f"python {sys.version.split()[0]}; {connection.vendor}; run of "
                   f"{world['events']:,} events; {args.repeat} requests per row (+1 warm-up)")
-            print_table(rows(world, args.repeat))
+            print_table(rows(world, args.repeat, args.only))
         finally:
             drop()
 

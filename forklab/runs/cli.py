@@ -9,18 +9,43 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from forklab.engine import inputs
 from forklab.engine.errors import ForklabError, InvalidInput
-from forklab.engine.fork.changes import Change, change, parse_changes, wire
+from forklab.engine.fork.changes import (
+    AGENT_CHANGES,
+    Change,
+    change,
+    parse_change,
+    parse_changes,
+    wire,
+)
 from forklab.engine.fork.resolve import parse_point
+from forklab.engine.fork.wire import AllowList
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Run
 from forklab.runs.store import DjangoStore
 
-CHANGE_FLAGS = ("prompt", "model", "temperature", "set", "delete", "config", "route", "output",
-                "tool", "human", "input_patch", "changes")
+CHANGE_FLAGS = (*AGENT_CHANGES, "set", "delete", "config", "route", "output", "tool", "human",
+                "input_patch", "changes")
+
+
+def agent_flag(kind: str) -> str:
+    """The flag of an agent-setting kind: ``--model``, ``--max-tokens`` …"""
+    return "--" + kind.replace("_", "-")
+
+
+def agent_change(kind: str, text: str) -> Change:
+    """``TARGET=VALUE`` of an agent-setting flag as that kind's change (the engine's
+    validation: a bad value is ``invalid_change``; a float setting must be finite)."""
+    cls = AGENT_CHANGES[kind]
+    flag = agent_flag(kind)
+    target, value = split_pair(text, flag[2:], f"write={cls.agent_field.upper()}")
+    typed: Any = value
+    if cls.model_fields[cls.agent_field].annotation is float:
+        typed = finite(value, f"{flag} {target}")
+    return parse_change({"kind": kind, "target": target, cls.agent_field: typed})
 
 
 def load_json(text: str, what: str) -> Any:
@@ -54,14 +79,8 @@ def split_pair(text: str, flag: str, example: str) -> tuple[str, str]:
 def changes_from_options(options: dict[str, Any]) -> list[Change]:
     """The changes the ``fork`` command's flags name, built by the engine's builders (a bad
     value is ``invalid_change``, as from the API); ``--changes FILE`` takes any kind."""
-    changes: list[Change] = []
-    for text in options.get("prompt") or []:
-        changes.append(change.prompt(*split_pair(text, "prompt", "write='Three bullets.'")))
-    for text in options.get("model") or []:
-        changes.append(change.model(*split_pair(text, "model", "write=scripted-large")))
-    for text in options.get("temperature") or []:
-        target, value = split_pair(text, "temperature", "write=0.9")
-        changes.append(change.temperature(target, finite(value, f"--temperature {target}")))
+    changes: list[Change] = [agent_change(kind, text) for kind in AGENT_CHANGES
+                             for text in options.get(kind) or []]
     memory_set = {k: load_json(v, f"--set {k}") for k, v in
                   (split_pair(t, "set", 'draft=\'"hi"\'') for t in options.get("set") or [])}
     if memory_set or options.get("delete"):
@@ -101,17 +120,21 @@ def variant_changes(name: str, data: Any) -> list[Change]:
         raise
 
 
-def side_effects(text: str | None) -> Any:
-    if text is None or text in ("replay", "block"):
-        return text or "replay"
+def side_effects(text: str | None) -> Literal["replay", "block"] | AllowList:
+    """``--side-effects`` as the policy's typed value."""
+    if text is None or text == "replay":
+        return "replay"
+    if text == "block":
+        return "block"
     if text.startswith("allow:"):
         names = [n for n in text[len("allow:"):].split(",") if n]
-        return {"allow": True} if names == ["*"] else {"allow": names}
+        return AllowList(allow=True if names == ["*"] else names)
     raise InvalidArgument(f"--side-effects takes replay, block or allow:A,B (allow:* for all); "
                           f"got {text!r}")
 
 
-def point(text: str | None) -> Any:
+def point(text: str | None) -> dict[str, Any] | str | None:
+    """``--at`` in the point's JSON form (a ForkSpec's ``at``)."""
     return None if text is None else parse_point(text)
 
 

@@ -40,7 +40,7 @@ from forklab.runs import broadcast
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import LeaseLost
 from forklab.runs.models import Run, RunKind, RunStatus
-from forklab.runs.planning import planned
+from forklab.runs.planning import planned, stored_inputs
 from forklab.runs.store import DjangoStore
 
 log = logging.getLogger("forklab.runs.execution")
@@ -135,7 +135,7 @@ def _start(run: Run, store: DjangoStore) -> str:
 
         spec = ForkSpec.model_validate(work["spec"])
         base = Run.objects.select_related("project").filter(pk=spec.base_run).first()
-        plan = planned(spec, run.project, base, work.get("plan"))
+        plan = planned(spec, run.project, base, stored_inputs(work))
         kwargs = _runner_kwargs(run)
         del kwargs["env"]
         runner = run_plan(plan, run_id=run.id, label=spec.label, store=store,

@@ -13,8 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
-from django.db.models import Field
+from django.db import IntegrityError, transaction
 
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import ForklabError, RunInProgress
@@ -26,13 +25,11 @@ from forklab.engine.fork.wire import (
     DiffSummaryWire,
     PreflightWire,
     RunDiffWire,
-    StoredForkResult,
     SweepEstimateWire,
     SweepVariantWire,
     SweepWire,
 )
-from forklab.engine.status import ForkState
-from forklab.runs import queries, readcache, tasks
+from forklab.runs import bases, queries, readcache, readmodel, tasks
 from forklab.runs.access import (
     User,
     account,
@@ -46,8 +43,8 @@ from forklab.runs.control import cancel as cancel
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import IdempotencyConflict, NotFound
 from forklab.runs.models import Case, ForkRequest, Project, Role, Run, RunKind, RunStatus
-from forklab.runs.planning import plan_for
-from forklab.runs.projections import ForkResultProjection
+from forklab.runs.planning import plan_for, sweep_plan
+from forklab.runs.readmodel import fork_state
 from forklab.runs.specs import CaseSpec, ForkSpec, InvalidRequest, SweepSpec
 from forklab.runs.store import DjangoStore
 
@@ -150,7 +147,7 @@ def _queued_fork(run_id: str, base: Run, plan: ForkPlan, spec: ForkSpec, user: U
     form, its changes normalised) and its plan's inputs (resolved points, estimate), from
     which the worker builds the tail without planning again and lost work is redone."""
     return Run.objects.create(
-        work={"task": "fork", "spec": spec.wire(), "plan": plan.inputs()}, task_id=task_id,
+        work={"task": "fork", "spec": spec.wire(), "plan": plan.inputs().wire()}, task_id=task_id,
         id=run_id, project=base.project, graph_version_id=base.graph_version_id,
         graph_slug=base.graph_slug, graph_version_number=base.graph_version_number,
         run_kind=RunKind.COUNTERFACTUAL, status=RunStatus.QUEUED, label=spec.label,
@@ -168,24 +165,23 @@ def estimate_sweep(*, user: User, spec: SweepSpec) -> SweepEstimateWire:
     _check_fork_rights(user, base.project, spec)
     _require_finished(base)
     return SweepEstimateWire.from_wire(engine_estimate_sweep(
-        base.id, at=spec.at, variants=spec.variants, policy=spec.policy, budget=spec.budget,
-        store=DjangoStore(base.project), env=build_environment()))
+        bases.loaded(base, build_environment()), at=spec.at, variants=spec.variants,
+        policy=spec.policy, budget=spec.budget))
 
 
 def start_sweep(*, user: User, spec: SweepSpec) -> str:
-    """Validate every variant, record one queued run each, enqueue the sweep; returns the group."""
+    """Validate every variant (the sweep planned once), record one queued run each holding
+    its plan's inputs, enqueue the sweep; returns the group."""
     base = _base_run(user, spec.base_run)
     _check_fork_rights(user, base.project, spec)
     _require_finished(base)
     group = uuid.uuid4().hex
-    plans = {}
-    for name in spec.variants:
-        one = spec.variant(name)
-        plans[name] = (one, plan_for(one, base.project, base))
+    planned = sweep_plan(spec, base)
     run_ids = {}
     with transaction.atomic():
-        for name, (one, plan) in plans.items():
-            run = _queued_fork(uuid.uuid4().hex, base, plan, one, user, fork_group_id=group)
+        for name, plan in planned.plans.items():
+            run = _queued_fork(uuid.uuid4().hex, base, plan, spec.variant(name), user,
+                               fork_group_id=group)
             run_ids[name] = run.id
         transaction.on_commit(lambda: tasks.enqueue_sweep(group, spec, run_ids))
     return group
@@ -261,70 +257,11 @@ def run_cases(*, user: User, project: str | None = None) -> list[dict[str, Any]]
 
 # -- the API's fork and sweep bodies -----------------------------------------------------------
 
-# null until the fork finished; ``changes`` is always there (the request's, from the row)
-_RESULT_FIELDS = tuple(f for f in StoredForkResult.model_fields if f != "changes")
-
-
-def fork_state(run: Run) -> tuple[ForkState, str | None]:
-    """``(state, not_run_reason)``: the run status in the fork vocabulary of SPEC §4.3.
-
-    ``completed`` reads ``complete``; a fork that failed before writing any event (its
-    request no longer fitted the base when the task ran) is ``not_run`` with the error code.
-    """
-    error = run.error or {}
-    if run.status == RunStatus.FAILED and error.get("not_run"):
-        return ForkState.NOT_RUN, str(error.get("code") or "not_run")
-    if run.status == RunStatus.COMPLETED:
-        return ForkState.COMPLETE, None
-    return ForkState(run.status), None
-
 
 def fork_body(run: Run) -> dict[str, Any]:
     """The Fork shape: Run fields, state, and the Fork result fields once it finished
-    (null until then)."""
-    from forklab.runs.serializers_json import run_to_json
-
-    state, reason = fork_state(run)
-    body = {**run_to_json(run), "state": state, "not_run_reason": reason,
-            "cancel_requested": run.cancel_requested,
-            "queue_position": queue_position(run), "base_run_id": run.parent_run_id,
-            "changes": run.fork_mutations, **dict.fromkeys(_RESULT_FIELDS)}
-    if ForkResultProjection.applies_to(run):
-        try:  # one stored row (runs.projections): neither run's log is read
-            body.update(ForkResultProjection.read(run, DjangoStore(run.project)).to_wire())
-        except ForklabError as exc:  # e.g. its base run was deleted before it was stored
-            body["warnings"] = [f"the result cannot be rebuilt: {exc.code}: {exc.message}"]
-    return body
-
-
-def queue_position(run: Run) -> int | None:
-    """Where a queued run waits: 1 + the queued work nobody has taken yet that was queued
-    before it (the deployment's one queue, all projects). None once it is not queued."""
-    if run.status != RunStatus.QUEUED:
-        return None
-    if run.lease_owner:
-        return 0 if run.last_seq == 0 else None  # taken: starting now
-    return 1 + _untaken_before(run)
-
-
-def _untaken_before(run: Run) -> int:
-    """How many queued runs nobody has taken were created before ``run``.
-
-    Every accepted fork answers this, so it is one plain SQL statement: building the same
-    ``COUNT`` through the ORM (``Run.objects.filter(...).count()``) cost about five times
-    the CPU of running it — ~1.5 ms of a ~10 ms accept. Column names come from the model.
-    """
-    meta, quote = Run._meta, connection.ops.quote_name
-    column = {name: quote(field.column) for name in ("status", "lease_owner", "created_at")
-              if isinstance(field := meta.get_field(name), Field) and field.column}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT COUNT(*) FROM {quote(meta.db_table)} WHERE {column['status']} = %s "
-            f"AND {column['lease_owner']} = %s AND {column['created_at']} < %s",
-            [RunStatus.QUEUED.value, "",
-             connection.ops.adapt_datetimefield_value(run.created_at)])
-        (count,) = cursor.fetchone()
-    return int(count)
+    (null until then) — the read model's view of the fork (``runs.readmodel``)."""
+    return readmodel.view(run).fork_json()
 
 
 def get_fork(*, user: User, run_id: str) -> Run:

@@ -14,10 +14,13 @@ from forklab.runs.models import Case, Event, Graph, Project, Run, RunKind, RunSt
 
 # the cached reads, read through queries (re-exported)
 from forklab.runs.readcache import clear_caches as clear_caches
+from forklab.runs.readcache import compare_explain as compare_explain
 from forklab.runs.readcache import compare_runs as compare_runs
 from forklab.runs.readcache import forked_event as forked_event
 from forklab.runs.readcache import run_events as run_events
 from forklab.runs.readcache import state_at as state_at
+from forklab.runs.readmodel import fork_result as fork_result
+from forklab.runs.readmodel import forked as forked
 
 
 def _check_choice(name: str, value: str | None, choices: list[str]) -> None:

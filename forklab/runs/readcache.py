@@ -24,7 +24,7 @@ EVENT_CACHE_RUNS = 8
 STATE_CACHE_SIZE = 6
 
 
-class _Lru[K, V]:
+class Lru[K, V]:
     """A small thread-safe LRU map: what each of this module's caches is."""
 
     def __init__(self, size: int) -> None:
@@ -51,10 +51,13 @@ class _Lru[K, V]:
             self._items.clear()
 
 
-_EVENTS: _Lru[tuple[str, int], list[Any]] = _Lru(EVENT_CACHE_RUNS)
-_STATES: _Lru[tuple[str, int, int | None], Any] = _Lru(STATE_CACHE_SIZE)
-_COMPARISONS: _Lru[tuple[str, int, str, int], dict[str, Any]] = _Lru(STATE_CACHE_SIZE)
-_DIFFS: _Lru[tuple[str, int, str, int], Any] = _Lru(STATE_CACHE_SIZE)
+_EVENTS: Lru[tuple[str, int], list[Any]] = Lru(EVENT_CACHE_RUNS)
+_STATES: Lru[tuple[str, int, int | None], Any] = Lru(STATE_CACHE_SIZE)
+_COMPARISONS: Lru[tuple[str, int, str, int], dict[str, Any]] = Lru(STATE_CACHE_SIZE)
+_DIFFS: Lru[tuple[str, int, str, int], Any] = Lru(STATE_CACHE_SIZE)
+VIEW_CACHE_SIZE = 32
+#: the read model's views of finished runs (``forklab.runs.readmodel``), emptied with the rest
+VIEWS: Lru[tuple[Any, ...], Any] = Lru(VIEW_CACHE_SIZE)
 
 
 def run_events(run: Run, *, upto: int | None = None) -> list[Any]:
@@ -129,8 +132,8 @@ def _decode(text: str) -> Any:
 
 
 def clear_caches() -> None:
-    """Forget every cached log and state (benchmarks measure cold renders with it)."""
-    for cache in (_EVENTS, _STATES, _COMPARISONS, _DIFFS):
+    """Forget every cached log, state and view (benchmarks measure cold renders with it)."""
+    for cache in (_EVENTS, _STATES, _COMPARISONS, _DIFFS, VIEWS):
         cache.clear()
 
 
@@ -153,9 +156,10 @@ def run_diff(base: Run, variant: Run) -> Any:
 
 def compare_runs(base: Run, variant: Run) -> dict[str, Any]:
     """The RunDiff of two runs plus what the diff page shows with it: the variant's tail
-    calls with their provenance labels and the ``explain()`` block. No access check: callers
-    (the dashboard's views, a resolved share link) have done it. Two finished runs' comparison
-    is cached (LRU): treat it as read-only."""
+    calls with their provenance labels and both final states. No access check: callers
+    (the dashboard's views, a resolved share link) have done it. Two finished runs'
+    comparison is cached (LRU): treat it as read-only. (A finished fork's ``explain()`` and
+    calls are its stored result: ``forklab.runs.readmodel``.)"""
     key = (base.id, base.last_seq, variant.id, variant.last_seq)
     result = _COMPARISONS.get(key)
     if result is None:
@@ -166,11 +170,21 @@ def compare_runs(base: Run, variant: Run) -> dict[str, Any]:
 
 
 def _compare(base: Run, variant: Run) -> dict[str, Any]:
-    from forklab.engine.fork.diff import format_run_diff
-
     base_state, variant_state = state_at(base), state_at(variant)
     diff = run_diff(base, variant)
     fork = variant_state.fork or {}
+    calls = [c.to_wire() for c in variant_state.calls[fork.get("tail_from_call", 0):]]
+    return {"diff": diff.wire(), "calls": calls,
+            "inherited_executions": fork.get("prefix_executions", 0),
+            "base_state": base_state, "variant_state": variant_state}
+
+
+def compare_explain(base: Run, variant: Run) -> str:
+    """The ``explain()`` block of two runs' RunDiff, headed by how they relate (a fork
+    of the base at its point, or two runs compared)."""
+    from forklab.engine.fork.diff import format_run_diff
+
+    fork = state_at(variant).fork or {}
     if fork.get("base_run_id") == base.id:
         point = (_point_of(variant.id) or {}).get("point") or {}
         where = point.get("label") or f"seq {variant.fork_sequence_id}"
@@ -178,10 +192,7 @@ def _compare(base: Run, variant: Run) -> dict[str, Any]:
                   f"({where})")
     else:
         header = f"compare {variant.id} with {base.id}"
-    calls = [c.to_wire() for c in variant_state.calls[fork.get("tail_from_call", 0):]]
-    return {"diff": diff.wire(), "explain": format_run_diff(diff, header), "calls": calls,
-            "inherited_executions": fork.get("prefix_executions", 0),
-            "base_state": base_state, "variant_state": variant_state}
+    return format_run_diff(run_diff(base, variant), header)
 
 
 def _point_of(run_id: str) -> dict[str, Any] | None:

@@ -24,7 +24,6 @@ from pydantic import JsonValue
 
 from forklab.engine.errors import ForklabError
 from forklab.runs import execution, leases
-from forklab.runs.engine_env import build_environment
 from forklab.runs.models import Run, RunStatus
 from forklab.runs.projections import ForkResultProjection
 from forklab.runs.specs import SweepSpec
@@ -124,18 +123,21 @@ def execute_sweep(group: str, spec: dict[str, JsonValue], run_ids: dict[str, str
     """Run a sweep's variants together (one shared memo); each variant is leased, so a
     variant whose worker dies is recovered on its own like any fork. ``spec`` is the
     validated SweepSpec's JSON form (task arguments cross the queue as JSON)."""
-    from forklab.engine.fork.sweep import fork_each
+    from forklab.engine.fork.sweep import run_sweep
+    from forklab.runs.planning import planned_sweep, stored_inputs
 
     sweep = SweepSpec.model_validate(spec)
     base = Run.objects.select_related("project").get(pk=sweep.base_run)
     owner = leases.new_owner("sweep")
     live = {n: i for n, i in run_ids.items() if leases.claim(i, owner=owner)}
+    works = dict(Run.objects.filter(pk__in=list(live.values())).values_list("id", "work"))
     try:
-        result = fork_each(
-            base.id, at=sweep.at, variants={n: sweep.variants[n] for n in live},
-            concurrency=sweep.concurrency, policy=sweep.policy,
-            budget=sweep.budget, ignore_budget=sweep.ignore_budget, fork_group_id=group,
-            store=DjangoStore(base.project, lease=owner), env=build_environment(),
+        # the plans the request made, rebuilt (one prefix fold per effective point)
+        planned = planned_sweep(sweep, base, {n: stored_inputs(works.get(i))
+                                              for n, i in live.items()})
+        result = run_sweep(
+            planned, concurrency=sweep.concurrency, ignore_budget=sweep.ignore_budget,
+            fork_group_id=group, store=DjangoStore(base.project, lease=owner),
             on_event=lambda _name, event: execution.on_event(event), run_ids=live)
         for name, error in result.errors.items():
             run = Run.objects.select_related("project").get(pk=live[name])

@@ -1,7 +1,9 @@
 """Read the composer's POST into a fork request, and put errors back next to their fields.
 
-``read_fork_form`` returns the ForkSpec body (``spec()`` validates it) plus ``origins``
-(which field produced each change, built by the engine's change builders) and field errors for what could not even be parsed (bad JSON, a non-number).
+``read_fork_form`` returns what the form says (``spec()`` builds the engine's ForkSpec from
+it, typed values in, no JSON body in between) plus ``origins`` (which field produced each
+change, built by the engine's change builders) and field errors for what could not even be
+parsed (bad JSON, a non-number).
 ``field_for`` maps a ForklabError raised by the engine or the use cases (``code`` plus its
 context: kind, target, field, key, reasons …) to the form field that caused it.
 """
@@ -11,24 +13,41 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from django.http import QueryDict
 
 from forklab.engine.errors import ForklabError
-from forklab.engine.fork.changes import Change, change, parse_change, wire
-from forklab.engine.fork.wire import DEFAULT_MAX_COST_USD, DEFAULT_MAX_LIVE_CALLS
-from forklab.runs.specs import ForkSpec, parse
+from forklab.engine.fork.changes import Change, change, parse_change
+from forklab.engine.fork.wire import (
+    DEFAULT_MAX_COST_USD,
+    DEFAULT_MAX_LIVE_CALLS,
+    AllowList,
+    Budget,
+    ForkSpec,
+    Policy,
+    build,
+)
 from forklab.web.composer import HUMAN_DECISIONS, Composer, same
+
+SideEffects = Literal["replay", "block"] | AllowList
 
 
 @dataclass
 class ForkForm:
-    """A submitted composer: the request body it describes (``spec()`` validates it into
-    the engine's ForkSpec, as the API does), each change with the field it came from, and
-    the errors of fields that could not even be read."""
+    """A submitted composer: the fork request it describes (``spec()`` builds the engine's
+    ForkSpec, validated as the API validates a body), each change with the field it came
+    from, and the errors of fields that could not even be read."""
 
-    body: dict[str, Any]
+    base_run: str = ""
+    seq: int = 0
+    label: str = ""
+    client_request_id: str | None = None
+    side_effects: SideEffects = "replay"
+    memoize: bool = False
+    max_live_calls: int | None = DEFAULT_MAX_LIVE_CALLS
+    max_cost_usd: float | None = DEFAULT_MAX_COST_USD
+    ignore_budget: bool = False
     origins: list[tuple[Change, str]] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -44,7 +63,14 @@ class ForkForm:
             self.errors[origin] = exc.message
 
     def spec(self) -> ForkSpec:
-        return parse(ForkSpec, self.body)
+        return build(
+            ForkSpec, base_run=self.base_run, at={"sequence": self.seq},
+            changes=self.changes, label=self.label, client_request_id=self.client_request_id,
+            ignore_budget=self.ignore_budget,
+            policy=build(Policy, under=("policy",), side_effects=self.side_effects,
+                         memoize=self.memoize),
+            budget=build(Budget, under=("budget",), max_live_calls=self.max_live_calls,
+                         max_cost_usd=self.max_cost_usd))
 
 
 def _json(form: ForkForm, data: QueryDict, name: str, *,
@@ -123,33 +149,27 @@ def _state_changes(form: ForkForm, composer: Composer, data: QueryDict) -> None:
         form.add("extra_changes", parse_change, extra)
 
 
-def _policy_budget(form: ForkForm, data: QueryDict) -> dict[str, Any]:
+def _policy_budget(form: ForkForm, data: QueryDict) -> None:
     side = data.get("side_effects", "replay")
-    side_effects: Any = side if side in ("replay", "block") else "replay"
     if side == "allow":
         nodes = [n.strip() for n in data.get("allow_nodes", "").split(",") if n.strip()]
-        side_effects = {"allow": nodes or True}
-    return {
-        "policy": {"side_effects": side_effects, "memoize": data.get("memoize") == "on"},
-        "budget": {
-            "max_live_calls": _number(form, data, "max_live_calls", int, DEFAULT_MAX_LIVE_CALLS),
-            "max_cost_usd": _number(form, data, "max_cost_usd", float, DEFAULT_MAX_COST_USD),
-        },
-        "ignore_budget": data.get("ignore_budget") == "on",
-    }
+        form.side_effects = AllowList(allow=nodes or True)
+    elif side == "block":
+        form.side_effects = "block"
+    form.memoize = data.get("memoize") == "on"
+    form.max_live_calls = _number(form, data, "max_live_calls", int, DEFAULT_MAX_LIVE_CALLS)
+    form.max_cost_usd = _number(form, data, "max_cost_usd", float, DEFAULT_MAX_COST_USD)
+    form.ignore_budget = data.get("ignore_budget") == "on"
 
 
 def read_fork_form(composer: Composer, data: QueryDict) -> ForkForm:
     """The fork request a submitted composer describes."""
-    form = ForkForm(body={})
+    form = ForkForm(base_run=composer.run.id, seq=composer.seq,
+                    label=data.get("label", "").strip(),
+                    client_request_id=data.get("client_request_id") or None)
     _agent_changes(form, composer, data)
     _state_changes(form, composer, data)
-    form.body = {
-        "base_run": composer.run.id, "at": {"sequence": composer.seq},
-        "changes": wire(form.changes), "label": data.get("label", "").strip(),
-        "client_request_id": data.get("client_request_id") or None,
-        **_policy_budget(form, data),
-    }
+    _policy_budget(form, data)
     return form
 
 
@@ -181,7 +201,7 @@ def field_for(error: ForklabError, form: ForkForm) -> str:
         return _origin_of(form, lambda c: getattr(c, "model", None) in models) or "max_cost_usd"
     if code == "live_budget_exceeded":
         estimate = ctx.get("estimate") or {}
-        calls = form.body.get("budget", {}).get("max_live_calls")
+        calls = form.max_live_calls
         over_calls = calls is not None and estimate.get("live_calls", 0) > calls
         return "max_live_calls" if over_calls else "max_cost_usd"
     if code == "permission_denied":

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from forklab.runs import readmodel
 from forklab.runs.models import GraphVersion
 from forklab.runs.task_backends import drain
 from tests.api.conftest import API, World
@@ -119,6 +120,7 @@ def test_a_stored_result_of_another_shape_is_recomputed_on_read(fresh_world: Wor
     expected = settled(client, f"/forks/{fork_id}/")
     current = Run.objects.get(pk=fork_id).last_seq
     ForkResult.objects.filter(run_id=fork_id).update(version=current, result={"diff": None})
+    readmodel.forget()  # as a new process would: this one keeps the view it read
     assert client.get(f"{API}/forks/{fork_id}/").json() == expected
     assert ForkResult.objects.get(run_id=fork_id).result["diff"] == expected["diff"]
 
@@ -132,6 +134,7 @@ def test_a_stale_fork_result_is_recomputed_on_read(fresh_world: World) -> None:
     fork_id = started.json()["id"]
     expected = settled(client, f"/forks/{fork_id}/")
     ForkResult.objects.filter(run_id=fork_id).update(version=0, result={"diff": None})
+    readmodel.forget()  # as a new process would: this one keeps the view it read
     assert client.get(f"{API}/forks/{fork_id}/").json() == expected
     assert ForkResult.objects.get(run_id=fork_id).result["diff"] == expected["diff"]
 
@@ -277,3 +280,27 @@ def test_a_sweep_runs_every_variant_and_summarises_their_diffs(fresh_world: Worl
         sum(v["incurred_cost_usd"] for v in sweep["variants"].values()))
     runs = client.get(f"{API}/runs/", {"parent": fresh_world.lab_diamond}).json()
     assert {r["fork_group_id"] for r in runs["results"]} == {group}
+
+
+def test_a_sweep_is_planned_by_its_request_and_not_again_by_its_worker(
+        fresh_world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``POST /sweeps/`` plans each variant once (stored on its row); the worker rebuilds
+    those plans and runs them, planning nothing again."""
+    from forklab.engine.fork import sweep as engine_sweep
+
+    planned: list[Any] = []
+    plan_at = engine_sweep.plan_at
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        planned.append(kwargs.get("change"))
+        return plan_at(*args, **kwargs)
+
+    monkeypatch.setattr(engine_sweep, "plan_at", counted)
+    client = fresh_world.client("member")
+    body = {"base_run": fresh_world.lab_diamond, "at": {"before_node": "left"},
+            "variants": {"short": [SHORT], "formal": {**SHORT, "system_prompt": "Be formal."}}}
+    started = post(client, "/sweeps/", body)
+    assert started.status_code == 202
+    sweep = settled(client, f"/sweeps/{started.json()['fork_group_id']}/")
+    assert {v["state"] for v in sweep["variants"].values()} == {"complete"}
+    assert len(planned) == 2  # the request's two plans; none by the worker

@@ -135,6 +135,14 @@ def test_fork_dry_run_estimates_and_records_nothing(capsys: pytest.CaptureFixtur
      "--output write is not valid JSON"),
     (["--at", "start", "--side-effects", "sometimes"], "invalid_argument",
      "--side-effects takes replay, block or allow:A,B"),
+    (["--at", "start", "--temperature", "write=nan"], "invalid_input",
+     "--temperature write: 'nan' is not a finite number"),
+    (["--at", "start", "--temperature", "write=3"], "invalid_change",
+     "temperature change, field 'temperature'"),
+    (["--at", "start", "--model", "write"], "invalid_argument",
+     "--model takes TARGET=VALUE"),
+    (["--at", "start", "--max-live-calls", "-1"], "invalid_request",
+     "field 'budget.max_live_calls'"),
 ])
 def test_fork_errors_are_one_line_with_their_code_and_exit_1(
         capsys: pytest.CaptureFixture[str], args: list[str], code: str, fragment: str) -> None:

@@ -35,7 +35,7 @@ def test_the_graph_picture_lays_nodes_in_layers_and_draws_loops_under_them() -> 
 
 
 def form_with(*origins: tuple[dict[str, object], str]) -> ForkForm:
-    form = ForkForm(body={"budget": {"max_live_calls": 5, "max_cost_usd": 1.0}})
+    form = ForkForm(max_live_calls=5, max_cost_usd=1.0)
     for change, origin in origins:
         form.add(origin, parse_change, change)
     return form
@@ -72,7 +72,7 @@ def test_durations_and_counts_read_well() -> None:
 def test_an_unparsable_fork_form_names_its_fields() -> None:
     from forklab.web.forkform import _json
 
-    form = ForkForm(body={})
+    form = ForkForm()
     data = QueryDict("memory_set=%7Bx&input_patch=%5B%5D")
     assert _json(form, data, "memory_set", want=dict) is None
     assert _json(form, data, "input_patch", want=dict) is None

@@ -3,6 +3,7 @@ promote and save as a case."""
 
 from __future__ import annotations
 
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.decorators import api_view
@@ -10,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from forklab.api.inputs import body
+from forklab.api.rendering import view_response
 from forklab.api.schema import FORK_WRITE, READ, WRITE, path_id, responses
 from forklab.api.serializers import (
     CaseSerializer,
@@ -18,7 +20,7 @@ from forklab.api.serializers import (
 )
 from forklab.api.views.cases import case_json
 from forklab.engine.fork.wire import PreflightWire
-from forklab.runs import forking
+from forklab.runs import forking, readmodel
 from forklab.runs.specs import AnswerSpec, CaseSpec, ForkSpec
 
 FORK_ID = path_id("run_id", "the fork's run id")
@@ -63,8 +65,10 @@ def forks(request: Request) -> Response:
                 "…) are null until the fork finishes.",
     responses=responses({200: ForkSerializer}, *READ))
 @api_view(["GET"])
-def fork_detail(request: Request, run_id: str) -> Response:
-    return Response(ForkSerializer(forking.fork_detail(user=request.user, run_id=run_id)).data)
+def fork_detail(request: Request, run_id: str) -> HttpResponse:
+    # the read model's view; a finished fork's rendered body is kept with it
+    view = readmodel.view(forking.get_fork(user=request.user, run_id=run_id))
+    return view_response(view, "api.fork", lambda: ForkSerializer(view.fork_json()).data)
 
 
 @extend_schema(

@@ -4,6 +4,7 @@ and forks."""
 from __future__ import annotations
 
 from django.db.models import QuerySet
+from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.decorators import api_view
@@ -13,6 +14,7 @@ from rest_framework.utils.urls import replace_query_param
 
 from forklab.api.inputs import EventFilters, RunFilters, body
 from forklab.api.pagination import Pages
+from forklab.api.rendering import view_response
 from forklab.api.schema import LIST, READ, WRITE, path_id, responses
 from forklab.api.serializers import (
     EventPageSerializer,
@@ -21,7 +23,7 @@ from forklab.api.serializers import (
     RunSerializer,
 )
 from forklab.engine.fork import fork_points as engine_fork_points
-from forklab.runs import queries, services
+from forklab.runs import queries, readmodel, services
 from forklab.runs.models import Run
 from forklab.runs.serializers_json import readable_payload, run_to_json
 from forklab.runs.specs import RunSpec
@@ -67,12 +69,12 @@ def runs(request: Request) -> Response:
                 "`unreadable`). Needs the admin role; 409 `run_in_progress` while it runs.",
     responses=responses({204: None}, 400, 401, 403, 404, 409))
 @api_view(["GET", "DELETE"])
-def run_detail(request: Request, run_id: str) -> Response:
+def run_detail(request: Request, run_id: str) -> HttpResponse:
     if request.method == "DELETE":
         services.delete_run(user=request.user, run_id=run_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
-    run = queries.get_run(run_id, user=request.user)
-    return Response(RunSerializer(run_to_json(run)).data)
+    view = readmodel.view(queries.get_run(run_id, user=request.user))
+    return view_response(view, "api.run", lambda: RunSerializer(view.run_json).data)
 
 
 @extend_schema(

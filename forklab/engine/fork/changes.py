@@ -98,6 +98,8 @@ class AgentChange(_Change):
 
 
 class ModelChange(AgentChange):
+    """Swap the agent's model."""
+
     kind: Literal["model"] = "model"
     agent_field: ClassVar[str] = "model"
     model: str
@@ -111,6 +113,8 @@ class ModelChange(AgentChange):
 
 
 class PromptChange(AgentChange):
+    """Replace the agent's system prompt."""
+
     kind: Literal["prompt"] = "prompt"
     agent_field: ClassVar[str] = "system_prompt"
     system_prompt: str
@@ -120,6 +124,8 @@ class PromptChange(AgentChange):
 
 
 class TemperatureChange(AgentChange):
+    """Resample the agent at another temperature."""
+
     kind: Literal["temperature"] = "temperature"
     agent_field: ClassVar[str] = "temperature"
     temperature: float = Field(ge=0.0, le=2.0)
@@ -245,6 +251,10 @@ CHANGE_TYPES: tuple[type[_Change], ...] = get_args(get_args(Change)[0])
 KINDS = tuple(str(cls.model_fields["kind"].default) for cls in CHANGE_TYPES)
 CONFIG_KINDS = frozenset(k for k, cls in zip(KINDS, CHANGE_TYPES, strict=True) if cls.promotable)
 """Kinds that change the graph (promotable); the rest change state."""
+AGENT_CHANGES: dict[str, type[AgentChange]] = {
+    kind: cls for kind, cls in zip(KINDS, CHANGE_TYPES, strict=True)
+    if issubclass(cls, AgentChange)}
+"""The agent-setting kinds by ``kind`` (the CLI's ``--KIND TARGET=VALUE`` flags are these)."""
 
 
 ChangeBase = _Change

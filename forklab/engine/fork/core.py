@@ -11,8 +11,9 @@ tail through the ordinary runner and planner with a fork oracle.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from forklab.engine.environment import Environment
@@ -26,8 +27,8 @@ from forklab.engine.fork.apply import config_targets, effective_graph
 from forklab.engine.fork.base import BaseRun, load_base
 from forklab.engine.fork.changes import Change, RouteChange, parse_changes, wire
 from forklab.engine.fork.effective import apply_at
-from forklab.engine.fork.estimate import Estimate, estimate_tail
-from forklab.engine.fork.plan import ForkPlan
+from forklab.engine.fork.estimate import estimate_tail
+from forklab.engine.fork.plan import ForkPlan, PlanInputs
 from forklab.engine.fork.points import ForkPoint
 from forklab.engine.fork.resolve import parse_point, point_number, resolve_point
 from forklab.engine.fork.tail import Policy
@@ -61,6 +62,41 @@ def prefix_folder(base: BaseRun, point: ForkPoint) -> Callable[[], RunState]:
             f"earliest forkable point is seq {base.index.earliest()} (or fork a snapshot with "
             "source='snapshot', at={'version': N})", earliest_forkable=base.index.earliest())
     return lambda: _fold_from_snapshot(base, link.run_id, usable[-1], events, point)
+
+
+class SharedPrefixes:
+    """Prefix states shared by the plans of one sweep: every variant forking the same base
+    at the same effective point reads one fold of its prefix instead of folding its own.
+
+    A shared state is read-only (``begin_variant`` serialises it, the planner reads its
+    executions; nothing mutates it), so the variants' threads may read it together; a
+    fold runs once per ``(run, seq)``, under a lock.
+    """
+
+    def __init__(self) -> None:
+        self._states: dict[tuple[str, int], RunState] = {}
+        self._lock = threading.Lock()
+        self.folds = 0  # how many prefixes were folded (what sharing saves is visible)
+
+    def folder(self, base: BaseRun, point: ForkPoint) -> Callable[[], RunState]:
+        """Like :func:`prefix_folder` (checked now, folded when first called), shared."""
+        fold_prefix = prefix_folder(base, point)
+        key = (base.link(point.run_id).run_id, point.seq)
+
+        def shared() -> RunState:
+            with self._lock:
+                state = self._states.get(key)
+                if state is None:
+                    state = self._states[key] = fold_prefix()
+                    self.folds += 1
+                return state
+
+        return shared
+
+
+def _folder(base: BaseRun, point: ForkPoint,
+            prefixes: SharedPrefixes | None) -> Callable[[], RunState]:
+    return prefix_folder(base, point) if prefixes is None else prefixes.folder(base, point)
 
 
 def _fold_from_snapshot(base: BaseRun, run_id: str, version: int, events: Sequence[Any],
@@ -103,6 +139,23 @@ def _requested_point(base: BaseRun, at: Any, source: str,
     return resolve_point(base.index, at, status=base.state.status), None, source
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """A fork request's point resolved in its base (the part a sweep's variants share):
+    the point, the snapshot state when the point is a snapshot, and the source used."""
+
+    point: ForkPoint
+    snapshot_prefix: RunState | None
+    source: str
+
+
+def resolve_request(base: BaseRun, *, at: Any = None, source: str = "events",
+                    where: Callable[[RunState], bool] | None = None) -> Resolved:
+    """Resolve ``at`` (or ``where``) in the base's logical run; raises the fork point
+    errors (``fork_point_not_found`` …, ``source_missing``). No change is looked at."""
+    return Resolved(*_requested_point(base, at, source, where))
+
+
 def prepare_fork(
     base: str | RecordedRun | BaseRun, *, at: Any = None,
     change: Change | dict[str, Any] | Sequence[Any] | Callable[[ForkPoint], Any] | None = None,
@@ -113,8 +166,23 @@ def prepare_fork(
 ) -> ForkPlan:
     """Resolve and validate a fork without running anything (no model or tool calls)."""
     base = base if isinstance(base, BaseRun) else load_base(base, store=store, env=env)
+    return plan_at(base, resolve_request(base, at=at, source=source, where=where),
+                   change=change, policy=policy, budget=budget, ignore_budget=ignore_budget,
+                   graph_version=graph_version)
+
+
+def plan_at(
+    base: BaseRun, resolved: Resolved, *,
+    change: Change | dict[str, Any] | Sequence[Any] | Callable[[ForkPoint], Any] | None = None,
+    policy: Policy | dict[str, Any] | None = None, budget: Budget | dict[str, Any] | None = None,
+    ignore_budget: bool = False, graph_version: int | None = None,
+    prefixes: SharedPrefixes | None = None,
+) -> ForkPlan:
+    """The plan of one change set at an already resolved point (:func:`resolve_request`):
+    validate the changes, find the effective point, estimate; the prefix is folded lazily
+    (once per effective point across the plans sharing ``prefixes``)."""
     policy, budget = Policy.parse(policy), Budget.parse(budget)
-    point, snapshot_prefix, source = _requested_point(base, at, source, where)
+    point, source = resolved.point, resolved.source
     raw = change(point) if callable(change) else change
     changes = parse_changes([] if raw is None else raw)
     graph = base.graph
@@ -126,9 +194,9 @@ def prepare_fork(
     application = apply_at(base, point, changes)
     effective = application.point
     prefix_ref: dict[str, Any] = {}
-    prefix: RunState | Callable[[], RunState] | None = snapshot_prefix
+    prefix: RunState | Callable[[], RunState] | None = resolved.snapshot_prefix
     if prefix is None or application.moved:
-        prefix = prefix_folder(base, effective)
+        prefix = _folder(base, effective, prefixes)
         prefix_ref = {"run_id": base.link(effective.run_id).run_id, "seq": effective.seq}
     memoize = policy.memoize or application.moved
     estimate = estimate_tail(
@@ -151,10 +219,13 @@ def prepare_fork(
 
 
 def plan_from_inputs(
-    base: BaseRun, inputs: dict[str, Any], *, policy: Policy | dict[str, Any] | None = None,
+    base: BaseRun, inputs: PlanInputs | dict[str, Any], *,
+    policy: Policy | dict[str, Any] | None = None,
     budget: Budget | dict[str, Any] | None = None, graph_version: int | None = None,
+    prefixes: SharedPrefixes | None = None,
 ) -> ForkPlan:
-    """The plan :func:`prepare_fork` made, rebuilt from its :meth:`ForkPlan.inputs`.
+    """The plan :func:`prepare_fork` made, rebuilt from its :meth:`ForkPlan.inputs` (or
+    their JSON form); a sweep's plans pass one ``prefixes``: one fold per effective point.
 
     Nothing is resolved, validated or estimated again: the effective point is taken as
     given (applying the changes there finds no reader, as it did when the point was
@@ -162,10 +233,10 @@ def plan_from_inputs(
     is what the tail needs and the inputs cannot carry cheaply: the effective graph, the
     application at the point and the prefix state.
     """
+    given = inputs if isinstance(inputs, PlanInputs) else PlanInputs.model_validate(inputs)
     policy, budget = Policy.parse(policy), Budget.parse(budget)
-    point = ForkPoint(**_point_fields(inputs["point"]))
-    effective = ForkPoint(**_point_fields(inputs["effective"]))
-    changes = parse_changes(inputs["changes"])
+    point, effective = given.point.point(), given.effective.point()
+    changes = list(given.changes)
     graph = base.graph
     if graph_version is not None:
         from forklab.engine.fork.lifecycle import rebase_graph
@@ -175,23 +246,18 @@ def plan_from_inputs(
     application = replace(apply_at(base, effective, changes), requested=point)
     prefix_ref: dict[str, Any] = {}
     prefix: RunState | Callable[[], RunState]
-    if inputs["source"] == "snapshot" and not inputs["moved"]:
+    if given.source == "snapshot" and not given.moved:
         prefix = _snapshot_point(base, point.seq)[1]
     else:
-        prefix = prefix_folder(base, effective)
+        prefix = _folder(base, effective, prefixes)
         prefix_ref = {"run_id": base.link(effective.run_id).run_id, "seq": effective.seq}
     return ForkPlan(base=base, point=point, effective=effective, changes=changes, graph=graph,
                     prefix=prefix, new_input=application.new_input,
                     changed_inputs=application.written_inputs, policy=policy, budget=budget,
-                    memoize=bool(inputs["memoize"]), estimate=Estimate(**inputs["estimate"]),
-                    application=application, warnings=list(inputs["warnings"]),
-                    source=str(inputs["source"]), routes_used=list(inputs["routes_used"]),
-                    prefix_ref=prefix_ref, point_notes=list(inputs["point_notes"]))
-
-
-def _point_fields(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: data[k] for k in ("seq", "node", "occurrence", "iteration", "kind", "run_id",
-                                 "position")}
+                    memoize=given.memoize, estimate=given.estimate.estimate(),
+                    application=application, warnings=list(given.warnings),
+                    source=given.source, routes_used=list(given.routes_used),
+                    prefix_ref=prefix_ref, point_notes=list(given.point_notes))
 
 
 def _unreached_targets(changes: Sequence[Change], tail: Sequence[Execution]) -> list[str]:
@@ -263,5 +329,6 @@ def plan_targets(plan: ForkPlan) -> list[Any]:
     return config_targets(plan.changes)
 
 
-__all__ = ["BaseRun", "ForkPlan", "begin_variant", "fork_runner", "load_base",
-           "plan_from_inputs", "prefix_at", "prepare_fork", "run_plan"]
+__all__ = ["BaseRun", "ForkPlan", "Resolved", "SharedPrefixes", "begin_variant", "fork_runner",
+           "load_base", "plan_at", "plan_from_inputs", "prefix_at", "prepare_fork",
+           "resolve_request", "run_plan"]

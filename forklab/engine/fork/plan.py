@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from forklab.engine.fork.base import BaseRun
 from forklab.engine.fork.changes import Change, parse_changes, wire
 from forklab.engine.fork.effective import Application
@@ -15,6 +17,64 @@ from forklab.engine.fork.tail import Policy
 from forklab.engine.fork.wire import Budget
 from forklab.engine.graph import GraphSpec
 from forklab.engine.state import RunState
+
+
+class _Inputs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PlannedPoint(_Inputs):
+    """A resolved point as the plan inputs carry it (with its position in the logical run)."""
+
+    seq: int
+    node: str | None
+    occurrence: int | None
+    iteration: int | None
+    kind: str = "before_node"
+    run_id: str | None = None
+    position: int | None = None
+    label: str | None = None  # the wire form's human text; not needed to rebuild
+
+    @classmethod
+    def of(cls, point: ForkPoint) -> PlannedPoint:
+        return cls(**point.to_wire(), position=point.position)
+
+    def point(self) -> ForkPoint:
+        return ForkPoint(seq=self.seq, node=self.node, occurrence=self.occurrence,
+                         iteration=self.iteration, kind=self.kind, run_id=self.run_id,
+                         position=self.position)
+
+
+class PlannedEstimate(_Inputs):
+    live_calls: int
+    tokens: int
+    cost_usd: float
+    unpriced_models: list[str]
+    warnings: list[str]
+    events_reused: int
+
+    def estimate(self) -> Estimate:
+        return Estimate(**self.model_dump())
+
+
+class PlanInputs(_Inputs):
+    """A fork's plan as the worker receives it (:meth:`ForkPlan.inputs`): the request path
+    resolved, validated and estimated; the worker rebuilds the plan from this alone."""
+
+    point: PlannedPoint
+    effective: PlannedPoint
+    changes: list[Change]
+    source: str
+    moved: bool
+    memoize: bool
+    estimate: PlannedEstimate
+    warnings: list[str]
+    point_notes: list[str]
+    routes_used: list[str]
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON a queue carries (validates back with ``model_validate``)."""
+        return self.model_dump(mode="json", by_alias=True)
 
 
 @dataclass
@@ -55,27 +115,27 @@ class ForkPlan:
         """The point's notes: a moved point, keys a prefix node overwrote."""
         return self.application.warnings() if self.point_notes is None else self.point_notes
 
-    def inputs(self) -> dict[str, Any]:
+    def inputs(self) -> PlanInputs:
         """What the worker needs to rebuild this plan without resolving or estimating again
-        (:func:`forklab.engine.fork.core.plan_from_inputs`); JSON, so a queue can carry it.
+        (:func:`forklab.engine.fork.core.plan_from_inputs`); its JSON dump is what a queue
+        carries (``Run.work["plan"]``).
 
         The points are resolved (``effective`` is where the tail starts), the changes are
         normalised, and the estimate and warnings are the request's: the base is a finished
         run, so none of them can differ when the worker rebuilds the plan.
         """
-        return {
-            "point": {**self.point.to_wire(), "position": self.point.position},
-            "effective": {**self.effective.to_wire(), "position": self.effective.position},
-            "changes": wire(self.changes), "source": self.source,
-            "moved": self.application.moved, "memoize": self.memoize,
-            "estimate": {"live_calls": self.estimate.live_calls,
-                         "tokens": self.estimate.tokens, "cost_usd": self.estimate.cost_usd,
-                         "unpriced_models": list(self.estimate.unpriced_models),
-                         "warnings": list(self.estimate.warnings),
-                         "events_reused": self.estimate.events_reused},
-            "warnings": list(self.warnings), "point_notes": self.notes,
-            "routes_used": list(self.routes_used),
-        }
+        est = self.estimate
+        return PlanInputs(
+            point=PlannedPoint.of(self.point), effective=PlannedPoint.of(self.effective),
+            changes=list(self.changes), source=self.source, moved=self.application.moved,
+            memoize=self.memoize,
+            estimate=PlannedEstimate(live_calls=est.live_calls, tokens=est.tokens,
+                                     cost_usd=est.cost_usd,
+                                     unpriced_models=list(est.unpriced_models),
+                                     warnings=list(est.warnings),
+                                     events_reused=est.events_reused),
+            warnings=list(self.warnings), point_notes=self.notes,
+            routes_used=list(self.routes_used))
 
     @property
     def prefix_state(self) -> RunState:

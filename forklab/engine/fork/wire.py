@@ -73,6 +73,19 @@ def parse_request[S: BaseModel](spec: type[S], data: Any) -> S:
         raise _invalid(exc) from None
 
 
+def build[W: WireModel](spec: type[W], *, under: tuple[str, ...] = (), **fields: Any) -> W:
+    """A request model built from typed values (the dashboard's forms, the CLI), checked as
+    :func:`parse_request` checks a JSON body: a value that does not fit is one
+    ``invalid_request`` naming its field (prefixed by ``under``, e.g. ``("budget",)``), and a value
+    no store can keep is ``invalid_input``."""
+    try:
+        built = spec(**fields)
+    except ValidationError as exc:
+        raise _invalid(exc, under) from None
+    check_json_value(built.wire(), where=".".join(under) or "body")
+    return built
+
+
 def _invalid(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> InvalidRequest:
     errors = exc.errors()
     field = ".".join(str(p) for p in (*prefix, *errors[0]["loc"])) or "(body)"
@@ -448,6 +461,9 @@ class StoredForkResult(OutModel):
     diff: RunDiffWire | None
     explain: str
     warnings: list[str]
+    # where it forked (the dashboard's headers read it, not the run.forked event); None in
+    # a row stored before it was kept (still served: its base may be gone, so no rebuild)
+    point: ForkPointWire | None = None
 
     @classmethod
     def of(cls, result: ForkResultWire) -> StoredForkResult:

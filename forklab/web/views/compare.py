@@ -42,6 +42,9 @@ def compare_context(request: HttpRequest, base: Run, variant: Run, *,
         return {"base": base, "variant": variant, "readonly": readonly, **access,
                 "unstarted": unstarted, "is_fork": variant.parent_run_id == base.id}
     result = queries.compare_runs(base, variant)
+    is_fork = variant.parent_run_id == base.id
+    # a finished fork's explain() and calls are its stored result: what the API serves
+    stored = queries.fork_result(variant) if is_fork else None
     diff = result["diff"]
     incurred = diff["cost"]["incurred_usd"]  # None: the tail called an unpriced model
     inherited = max(0.0, float(variant.cost_usd) - (incurred or 0.0))
@@ -56,10 +59,11 @@ def compare_context(request: HttpRequest, base: Run, variant: Run, *,
                  "incurred_pct": round(100 * (incurred or 0.0) / total, 1),
                  "inherited_pct": round(100 * inherited / total, 1),
                  "per_node": sorted(diff["cost"]["per_node"].items())},
-        "calls": _calls(result["calls"], every=request.GET.get("calls") == "all"),
-        "explain": result["explain"],
-        "forked": queries.forked_event(variant.id) if variant.parent_run_id == base.id else None,
-        "is_fork": variant.parent_run_id == base.id,
+        "calls": _calls([c.to_wire() for c in stored.calls] if stored else result["calls"],
+                        every=request.GET.get("calls") == "all"),
+        "explain": stored.explain if stored else queries.compare_explain(base, variant),
+        "forked": queries.forked(variant) if is_fork else None,
+        "is_fork": is_fork,
         "changes": _changes(base, variant, result),
         "strip": path_strip(diff["path"]["aligned"], (diff["divergence"] or {}).get("index")),
     }

@@ -16,11 +16,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 
 from forklab.engine.errors import ForklabError
-from forklab.engine.fork.changes import Change, change, parse_changes, wire
+from forklab.engine.fork.changes import Change, change, parse_changes
+from forklab.engine.fork.wire import Policy, SweepSpec, build
 from forklab.runs import forking, queries
 from forklab.runs.engine_env import build_environment
 from forklab.runs.models import Run
-from forklab.runs.specs import SweepSpec, parse
 from forklab.web import timeline
 from forklab.web.composer import AgentTarget, agent_targets, models_for
 from forklab.web.views.common import (
@@ -130,11 +130,11 @@ def _changes(t: AgentTarget | None, row: dict[str, Any], p: str,
 
 
 def _spec(launcher: Launcher, variants: dict[str, list[Change]], data: QueryDict) -> SweepSpec:
-    """The sweep request the form describes, validated as the API validates its body."""
-    return parse(SweepSpec, {
-        "base_run": launcher.run.id, "at": {"sequence": launcher.seq},
-        "variants": {name: wire(changes) for name, changes in variants.items()},
-        "label": data.get("label", "").strip(), "policy": {"memoize": data.get("memoize") == "on"}})
+    """The sweep request the form describes: the engine's SweepSpec built from the typed
+    changes, validated as the API validates its body."""
+    return build(SweepSpec, base_run=launcher.run.id, at={"sequence": launcher.seq},
+                 variants=variants, label=data.get("label", "").strip(),
+                 policy=Policy(memoize=data.get("memoize") == "on"))
 
 
 @login_required

@@ -181,3 +181,36 @@ def test_estimate_sweep_raises_on_an_unresolvable_change_before_anything_runs() 
     assert "no node 'ghost'" in raised.value.message
     assert base.store.run_ids() == runs
     assert counter.model_calls == []
+
+
+def test_a_sweep_is_planned_once_and_folds_one_prefix_per_effective_point(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The point is resolved once for every variant, and variants forking at the same
+    effective point read one fold of the prefix; a variant whose change moves the point
+    (an input patch of a key a prefix node read) folds its own."""
+    from forklab.engine.fork import sweep as sweep_module
+    from forklab.engine.fork.sweep import plan_sweep, run_sweep
+
+    base = record("research-write")
+    resolved: list[object] = []
+    resolve = sweep_module.resolve_request
+
+    def counted(*args: object, **kwargs: object) -> object:
+        resolved.append(args)
+        return resolve(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sweep_module, "resolve_request", counted)
+    planned = plan_sweep(base, at={"before_node": "write"},
+                         variants={**VARIANTS, "moved": change.input_patch(
+                             {"goal": "Explain how tides work"})})
+    assert len(resolved) == 1 and planned.errors == {}
+    effective = {name: plan.effective.seq for name, plan in planned.plans.items()}
+    assert effective["moved"] < effective["terse"] == effective["cold"] == 6
+    assert planned.prefixes.folds == 0  # folded when a tail starts, not when planned
+
+    sweep = run_sweep(planned)
+
+    assert sweep.errors == {} and set(sweep.results) == set(planned.plans)
+    assert planned.prefixes.folds == 2
+    for name, result in sweep.results.items():
+        assert result.prefix_state.version == effective[name]

@@ -5,7 +5,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from forklab.engine.fork import fork
-from forklab.engine.fork.wire import Budget, Policy
+from forklab.engine.fork.changes import AGENT_CHANGES
+from forklab.engine.fork.wire import Budget, ForkSpec, Policy, build
 from forklab.runs import cli, leases
 from forklab.runs.engine_env import build_environment
 from forklab.runs.management.base import ForklabCommand
@@ -14,9 +15,10 @@ from forklab.runs.serializers_json import run_to_json
 
 def add_change_flags(parser: CommandParser) -> None:
     add = parser.add_argument
-    add("--prompt", action="append", metavar="T=TEXT", help="replace T's system prompt")
-    add("--model", action="append", metavar="T=MODEL", help="swap T's model")
-    add("--temperature", action="append", metavar="T=X", help="resample T at temperature X")
+    for kind, cls in AGENT_CHANGES.items():  # one flag per agent-setting kind of the engine
+        add(cli.agent_flag(kind), action="append", dest=kind,
+            metavar=f"T={cls.agent_field.upper()}",
+            help=f"{(cls.__doc__ or kind).splitlines()[0].rstrip('.')} (T: node or role)")
     add("--set", action="append", metavar="KEY=JSON", help="set a memory key before the tail")
     add("--delete", action="append", metavar="KEY", help="delete a memory key before the tail")
     add("--config", action="append", metavar="NODE=JSON", help="patch a node's config")
@@ -37,13 +39,15 @@ def add_policy_flags(parser: CommandParser) -> None:
 
 
 def policy_and_budget(options: dict[str, Any]) -> tuple[Policy, Budget]:
+    """The policy and budget flags as the engine's wire models (a bad value is the
+    ``invalid_request`` the API answers for the same field)."""
     cost = options["max_cost_usd"]
     max_cost = None if str(cost).lower() == "none" else cli.finite(cost, "--max-cost-usd",
                                                                    "a number or 'none'")
-    return (Policy.parse({"side_effects": cli.side_effects(options["side_effects"]),
-                          "memoize": options["memoize"]}),
-            Budget.parse({"max_live_calls": options["max_live_calls"],
-                          "max_cost_usd": max_cost}))
+    return (build(Policy, under=("policy",), side_effects=cli.side_effects(options["side_effects"]),
+                  memoize=options["memoize"]),
+            build(Budget, under=("budget",), max_live_calls=options["max_live_calls"],
+                  max_cost_usd=max_cost))
 
 
 class Command(ForklabCommand):
@@ -64,10 +68,13 @@ class Command(ForklabCommand):
         with leases.held(leases.new_owner("cli")) as owner:
             run, store = cli.store_for(options["run"], lease=owner)
             policy, budget = policy_and_budget(options)
-            result = fork(run.id, at=cli.point(options["at"]),
-                          change=cli.changes_from_options(options), policy=policy,
-                          budget=budget, label=options["label"], dry_run=options["dry_run"],
-                          ignore_budget=options["ignore_budget"], source=options["source"],
+            spec = build(ForkSpec, base_run=run.id, at=cli.point(options["at"]),
+                         changes=cli.changes_from_options(options), policy=policy,
+                         budget=budget, label=options["label"],
+                         ignore_budget=options["ignore_budget"], source=options["source"])
+            result = fork(run.id, at=spec.at, change=spec.changes, policy=spec.policy,
+                          budget=spec.budget, label=spec.label, dry_run=options["dry_run"],
+                          ignore_budget=spec.ignore_budget, source=spec.source,
                           store=store, env=build_environment())
         data = result.to_wire()
         if result.run_id:

@@ -7,6 +7,7 @@ from django.core.management.base import CommandParser
 
 from forklab.engine.fork.diff import usd_text
 from forklab.engine.fork.sweep import estimate_sweep, fork_each
+from forklab.engine.fork.wire import SweepSpec, build
 from forklab.runs import cli, leases
 from forklab.runs.engine_env import build_environment
 from forklab.runs.management.base import ForklabCommand
@@ -35,15 +36,18 @@ class Command(ForklabCommand):
             name, value = cli.split_pair(text, "variant", "terse='{\"kind\": \"prompt\", ...}'")
             variants[name] = cli.variant_changes(name, cli.load_json(value, f"--variant {name}"))
         policy, budget = policy_and_budget(options)
-        common: dict[str, Any] = {"at": cli.point(options["at"]), "variants": variants,
-                                  "policy": policy, "budget": budget, "store": store,
-                                  "env": build_environment()}
+        spec = build(SweepSpec, base_run=run.id, at=cli.point(options["at"]), variants=variants,
+                     policy=policy, budget=budget, concurrency=options["concurrency"],
+                     ignore_budget=options["ignore_budget"])
+        env = build_environment()
         if options["estimate"]:
-            est = estimate_sweep(run.id, **common)
+            est = estimate_sweep(run.id, at=spec.at, variants=spec.variants,
+                                 policy=spec.policy, budget=spec.budget, store=store, env=env)
             self.out(options, est, "\n".join([*est["lines"], f"total ${est['cost_usd']:.4f}"]))
             return
-        sweep = fork_each(run.id, concurrency=options["concurrency"],
-                          ignore_budget=options["ignore_budget"], **common)
+        sweep = fork_each(run.id, at=spec.at, variants=spec.variants,
+                          concurrency=spec.concurrency, policy=spec.policy, budget=spec.budget,
+                          ignore_budget=spec.ignore_budget, store=store, env=env)
         lines = [f"sweep {sweep.fork_group_id} of {run.id}"]
         for name, result in sweep.results.items():
             state = result.state
