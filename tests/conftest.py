@@ -35,6 +35,11 @@ settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 if POSTGRES_URL:
     settings.DATABASES["pg"] = database_from_url(POSTGRES_URL)
+    # The test database is thrown away: its commits need not wait for the server's WAL
+    # flush (synchronous_commit=off changes durability after a server crash only, never
+    # what another connection sees or when). The store tests commit per append and
+    # transactional tests truncate every table after each test, each a waited-for flush.
+    settings.DATABASES["pg"].setdefault("OPTIONS", {})["options"] = "-c synchronous_commit=off"
     # If anything read the database settings already, make it read them again.
     connections.__dict__.pop("settings", None)
 

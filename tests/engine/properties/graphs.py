@@ -72,6 +72,12 @@ class Options:
     flaky_tools: bool = True
     unpriced: bool = False
     untrusted: bool = True
+    # how many times as likely as each other choice a flaky tool (of the tool paths) and the
+    # unpriced model (of the models) are drawn: a property about what they do (a raised tool
+    # call, an unpriced call) rejects every graph where they did not, and each rejected
+    # graph is generated and recorded in full first
+    flaky_weight: int = 1
+    unpriced_weight: int = 1
 
 
 @dataclass
@@ -119,7 +125,8 @@ class _Builder:
         self.keys += [k for k in keys if k]
 
     def agent_spec(self) -> dict[str, Any]:
-        models = PRICED_MODELS + ((UNPRICED_MODEL,) if self.opts.unpriced else ())
+        models = PRICED_MODELS + (UNPRICED_MODEL,) * (self.opts.unpriced_weight
+                                                      * self.opts.unpriced)
         spec: dict[str, Any] = {
             "model": self.draw(st.sampled_from(models)),
             "system_prompt": self.draw(st.sampled_from(["Be brief.", "Think it over.", ""])),
@@ -182,7 +189,7 @@ class _Builder:
 
     def tool(self, path: str | None = None, reads: list[str] | None = None) -> str:
         paths = [READ_TOOL, REFLECT_TOOL] + [WRITE_TOOL] * self.opts.write_tools
-        paths += [FLAKY_TOOL] * self.opts.flaky_tools
+        paths += [FLAKY_TOOL] * (self.opts.flaky_weight * self.opts.flaky_tools)
         path = path or self.draw(st.sampled_from(paths))
         reads = self.reads() if reads is None else reads
         writes = [self.write_key() for _ in range(self.draw(st.integers(0 if path == WRITE_TOOL else 1, 2)))]
@@ -340,7 +347,8 @@ class _Builder:
 def _child(draw: Any, opts: Options, graph_id: str, inputs: list[str]) -> GraphSpec:
     """A child graph: a short chain of agent and tool nodes over the mapped inputs."""
     child = _Builder(draw, Options(write_tools=False, flaky_tools=False,
-                                   unpriced=opts.unpriced, untrusted=opts.untrusted), graph_id)
+                                   unpriced=opts.unpriced, unpriced_weight=opts.unpriced_weight,
+                                   untrusted=opts.untrusted), graph_id)
     child.keys = list(inputs)
     ids = [child.single(("agent", "tool")) for _ in range(draw(st.integers(1, 3)))]
     child.edges = [{"from": a, "to": b} for a, b in itertools.pairwise(ids)]

@@ -84,11 +84,15 @@ def test_a_fork_of_a_fork_at_its_own_point_is_the_root_fork_with_both_changes(
     skip = first.state.fork["prefix_executions"]
     own = first.state.executions[skip:]
     assume(own)
-    p2 = data.draw(st.sampled_from(own), label="p2")
     c2 = data.draw(independent_change(case.graph, first.state, c1, STATE_AND_CONFIG),
                    label="c2")
+    # a point of its own at or before where c2 first bites (drawn among those, rather than
+    # drawn anywhere and the example thrown away when it lies after)
     bites = index_of_first_affected([c2], case.graph, first.state)
-    assume(bites is None or bites >= first.state.executions.index(p2))
+    before = [e for i, e in enumerate(first.state.executions[skip:], skip)
+              if bites is None or bites >= i]
+    assume(before)
+    p2 = data.draw(st.sampled_from(before), label="p2")
 
     second = fork(first.run_id, store=base.store, env=h.env, at={"sequence": p2.start_seq - 1},
                   change=c2, policy=policy, hitl=hitl, ignore_budget=True)
