@@ -319,3 +319,13 @@ def test_a_bug_while_executing_fails_the_run_internal_error(
     assert tasks.claim_and_drive(run_id) == "not_run"
     run = Run.objects.get(pk=run_id)
     assert (run.status, run.error["code"], run.lease_owner) == ("failed", "internal_error", "")
+
+
+
+def test_the_append_that_finishes_a_run_frees_its_lease_in_the_same_transaction(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_id = queued_fork(world, monkeypatch)
+    die_at(monkeypatch, "run.completed")  # dies after the final event, before release()
+    execute_and_die(run_id)
+    run = Run.objects.get(pk=run_id)
+    assert (run.status, run.lease_owner, run.lease_expires_at) == ("completed", "", None)
