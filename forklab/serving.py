@@ -214,7 +214,7 @@ def warm_up() -> None:
     """Do at start-up what a process otherwise does during its first requests.
 
     - Import the URLconf — and with it every view, serializer and schema module — and build
-      its lookup tables: Django does that on the first request, ~80–100 ms of CPU (more
+      its lookup tables: Django does that on the first request, ~80-100 ms of CPU (more
       than ten accepts), paid inside whatever burst reached a fresh process first.
     - Move everything alive now (modules, classes, settings: the bulk of the heap, never
       freed) out of the cyclic collector's reach (``gc.freeze``), so its full collections
