@@ -41,7 +41,7 @@ def loaded(run: Run, env: Environment) -> BaseRun:
     if hit is not None:
         return replace(hit, env=env)
     with _lock:
-        gate = _loading.setdefault(key, _new_gate())
+        gate: Any = _loading.setdefault(key, _new_gate())
     try:
         with gate:
             hit = _cached(key)  # loaded by the request this one waited for
