@@ -56,7 +56,7 @@ def loaded(run: Run, env: Environment) -> BaseRun:
             return base
     finally:
         with _lock:
-            if _loading.get(key) is gate and not gate.locked():
+            if not gate.locked() and _loading.get(key) is gate:
                 del _loading[key]
 
 
