@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from forklab.engine.errors import RunStateError
-from forklab.runs import broadcast, queries, tasks
+from forklab.runs import queries, tasks
 from forklab.runs.access import User, require_role
 from forklab.runs.errors import AlreadyAnswered
 from forklab.runs.models import Role, Run, RunStatus
@@ -38,8 +38,11 @@ def cancel(*, user: User, run_id: str) -> Run:
         run.save(update_fields=["cancel_requested"])
         if not _executed_now(run):
             _cancel_now(run)
+        from forklab.runs import execution
+
         # no runner may be executing it to send wake-ups: tell open streams the run moved on
-        transaction.on_commit(lambda: broadcast.notify(run.id, run.last_seq))
+        # (``run.last_seq`` is the row as locked, before a cancellation was appended)
+        execution.notify_when_committed(run.id)
     run.refresh_from_db()
     return run
 

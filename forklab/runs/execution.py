@@ -234,5 +234,17 @@ def _finish(run: Run, store: DjangoStore, make: Callable[[int, float], Event], *
                       run.id, status)
         Run.objects.filter(pk=run.pk).exclude(status__in=FINISHED_STATUSES).update(
             status=status, error=error)
-    broadcast.notify(run.id, Run.objects.filter(pk=run.pk).values_list(
-        "last_seq", flat=True).first() or 0)
+    notify_when_committed(run.id)
+
+
+def notify_when_committed(run_id: str) -> None:
+    """Wake the run's streams once the current transaction commits (at once outside one),
+    naming the last seq committed then.
+
+    Not before: a stream woken inside the transaction reads the log before the new events
+    are visible, and then takes a later wake-up naming an older seq as stale
+    (``RunTail.stale``) — it would not hear of the change until its next poll (a cancelled
+    paused fork looked paused on every open page for up to ``FORKLAB_STREAM_POLL_S``).
+    """
+    transaction.on_commit(lambda: broadcast.notify(run_id, Run.objects.filter(
+        pk=run_id).values_list("last_seq", flat=True).first() or 0))
