@@ -47,6 +47,27 @@ def cancel(*, user: User, run_id: str) -> Run:
     return run
 
 
+def cancel_if_requested(run_id: str) -> bool:
+    """Cancel a paused run whose cancel arrived while its executor was stopping at the gate.
+
+    ``cancel`` leaves the stop to a live lease holder; an executor that has just paused the
+    run holds the lease until it lets go, and will not look at the flag again. So once it
+    let go (``tasks.after_work``) this finishes what the cancel asked. Both take the row
+    lock: a cancel after this check finds the lease free and cancels at once itself.
+    """
+    from forklab.runs import execution
+
+    with transaction.atomic():
+        run = (Run.objects.select_for_update().select_related("project")
+               .filter(pk=run_id).first())
+        if (run is None or run.status != RunStatus.PAUSED or not run.cancel_requested
+                or _executed_now(run)):
+            return False
+        _cancel_now(run)
+        execution.notify_when_committed(run.id)
+    return True
+
+
 def _executed_now(run: Run) -> bool:
     """True while a live lease holder is (about to be) executing the run: it sees the flag
     at its next boundary. A run nobody holds — never started, paused, or whose executor's

@@ -358,3 +358,33 @@ def test_cancelling_a_paused_fork_wakes_its_streams_only_once_the_cancellation_c
     assert types(run_id)[-1] == "run.cancelled"
     assert sent and all(not inside for _seq, inside in sent), sent  # after the commit only
     assert all(seq == last for seq, _inside in sent), (sent, last)  # none looks stale
+
+
+def test_a_cancel_that_arrives_while_the_executor_stops_at_a_gate_still_cancels_the_fork(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor paused the fork but still holds its lease, so ``cancel`` leaves the stop
+    to it (``cancel_requested``) — it must not then let go of a paused fork nobody will
+    cancel."""
+    from forklab.engine.scenarios import SCENARIOS
+    from forklab.runs.services import install_graph, record_run
+
+    graph = SCENARIOS["order-fulfilment"].graph()
+    install_graph(project=world.project, graph=graph)
+    base = record_run(project=world.project, graph=graph,
+                      input=SCENARIOS["order-fulfilment"].input, human_decision="approved")
+    monkeypatch.setattr(tasks, "enqueue_fork", lambda run_id, spec: None)
+    run_id = start_fork(user=world.member, spec=ForkSpec(base_run=base.id, at="start")).run.id
+    real = execution.drive
+
+    def drive_then_cancel(run_id: str, *, owner: str) -> str:
+        outcome = real(run_id, owner=owner)
+        run = cancel(user=world.member, run_id=run_id)  # the lease is still this executor's
+        assert (run.status, run.cancel_requested) == ("paused", True)
+        return outcome
+
+    monkeypatch.setattr(execution, "drive", drive_then_cancel)
+    assert tasks.claim_and_drive(run_id) == "paused"
+    run = Run.objects.get(pk=run_id)
+    assert (run.status, run.lease_owner) == ("cancelled", "")
+    assert types(run_id)[-1] == "run.cancelled"
+    assert_contiguous(run_id)
