@@ -44,24 +44,28 @@ def statement(model: type[Model], vendor: str, quote: Any) -> tuple[str, list[An
     return sql, fields
 
 
+def one_trip(connection: Any) -> bool:
+    """True when one ``execute`` may carry several statements with parameters: psycopg with
+    Django's default client-side binding (``server_side_binding`` off); not SQLite."""
+    options = connection.settings_dict.get("OPTIONS", {})
+    return bool(connection.vendor == "postgresql" and not options.get("server_side_binding"))
+
+
 def insert(*rows: Model, using: str = "default") -> None:
     """Insert new ``rows`` (in this order) as the ORM's ``save(force_insert=True)`` would,
     in one round trip where the database driver takes several statements at once."""
     connection = connections[using]
-    sqls: list[str] = []
-    params: list[Any] = []
+    statements: list[tuple[str, list[Any]]] = []
     for row in rows:
         sql, fields = statement(type(row), connection.vendor, connection.ops.quote_name)
-        sqls.append(sql)
-        params.extend(f.get_db_prep_save(f.pre_save(row, True), connection) for f in fields)
+        statements.append((sql, [f.get_db_prep_save(f.pre_save(row, True), connection)
+                                 for f in fields]))
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":  # client-side binding: one execute, one trip
-            cursor.execute("; ".join(sqls), params)
+        if len(statements) > 1 and one_trip(connection):
+            cursor.execute("; ".join(sql for sql, _ in statements),
+                           [value for _, params in statements for value in params])
         else:
-            at = 0
-            for row, sql in zip(rows, sqls, strict=True):
-                count = len(statement(type(row), connection.vendor, None)[1])
-                cursor.execute(sql, params[at:at + count])
-                at += count
+            for sql, params in statements:
+                cursor.execute(sql, params)
     for row in rows:
         row._state.adding, row._state.db = False, using
