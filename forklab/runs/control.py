@@ -13,15 +13,13 @@ resolve to one outcome:
 from __future__ import annotations
 
 from django.db import transaction
-from django.utils import timezone
 
 from forklab.engine.errors import RunStateError
-from forklab.runs import queries, tasks
+from forklab.runs import execution, queries, tasks
 from forklab.runs.access import User, require_role
 from forklab.runs.errors import AlreadyAnswered
 from forklab.runs.models import Role, Run, RunStatus
 from forklab.runs.specs import AnswerSpec
-from forklab.runs.store import DjangoStore
 
 
 def cancel(*, user: User, run_id: str) -> Run:
@@ -36,55 +34,13 @@ def cancel(*, user: User, run_id: str) -> Run:
             return run
         run.cancel_requested = True
         run.save(update_fields=["cancel_requested"])
-        if not _executed_now(run):
-            _cancel_now(run)
-        from forklab.runs import execution
-
+        if not execution.held_live(run):
+            execution.cancel_now(run)
         # no runner may be executing it to send wake-ups: tell open streams the run moved on
         # (``run.last_seq`` is the row as locked, before a cancellation was appended)
         execution.notify_when_committed(run.id)
     run.refresh_from_db()
     return run
-
-
-def cancel_if_requested(run_id: str) -> bool:
-    """Cancel a paused run whose cancel arrived while its executor was stopping at the gate.
-
-    ``cancel`` leaves the stop to a live lease holder; an executor that has just paused the
-    run holds the lease until it lets go, and will not look at the flag again. So once it
-    let go (``tasks.after_work``) this finishes what the cancel asked. Both take the row
-    lock: a cancel after this check finds the lease free and cancels at once itself.
-    """
-    from forklab.runs import execution
-
-    with transaction.atomic():
-        run = (Run.objects.select_for_update().select_related("project")
-               .filter(pk=run_id).first())
-        if (run is None or run.status != RunStatus.PAUSED or not run.cancel_requested
-                or _executed_now(run)):
-            return False
-        _cancel_now(run)
-        execution.notify_when_committed(run.id)
-    return True
-
-
-def _executed_now(run: Run) -> bool:
-    """True while a live lease holder is (about to be) executing the run: it sees the flag
-    at its next boundary. A run nobody holds — never started, paused, or whose executor's
-    lease expired — has nobody to see it."""
-    return bool(run.lease_owner and run.lease_expires_at
-                and run.lease_expires_at > timezone.now())
-
-
-def _cancel_now(run: Run) -> None:
-    """Record the cancellation (the row is locked; no live holder can append meanwhile)."""
-    from forklab.runs import execution
-
-    reason = ("cancelled before it started" if run.last_seq == 0 else
-              "cancelled while paused" if run.status == RunStatus.PAUSED else
-              "cancelled after its worker was lost")
-    execution.finish_cancelled(run, DjangoStore(run.project), reason)
-    Run.objects.filter(pk=run.pk).update(lease_owner="", lease_expires_at=None)
 
 
 def answer(*, user: User, run_id: str, spec: AnswerSpec) -> Run:

@@ -49,10 +49,8 @@ def after_work(run_ids: Sequence[str]) -> None:
     """Once a worker has let go of runs (lease released: nobody waits on it): cancel each
     paused one whose cancel came while the worker still held it, and store the result of
     each finished fork among them, so reading it reads no log."""
-    from forklab.runs import control  # control enqueues through this module
-
     for run_id in run_ids:
-        control.cancel_if_requested(run_id)
+        execution.cancel_if_requested(run_id)
         ForkResultProjection.after_run(run_id, DjangoStore)
 
 
