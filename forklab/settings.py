@@ -282,6 +282,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # A web process runs at most this many HTTP requests' sync work at once, each on a reused
 # thread (forklab.serving); more wait their turn without holding a thread or a connection.
 FORKLAB_WEB_THREADS = envint("FORKLAB_WEB_THREADS", 8, minimum=1)
+# A web process runs its websocket streams' database reads (auth, access, log pages) on this
+# many threads of their own (forklab.runs.streams), not on asgiref's one shared sync thread.
+FORKLAB_WS_DB_THREADS = envint("FORKLAB_WS_DB_THREADS", 4, minimum=1)
 
 # -- channels --------------------------------------------------------------------------------
 

@@ -13,15 +13,13 @@ resolve to one outcome:
 from __future__ import annotations
 
 from django.db import transaction
-from django.utils import timezone
 
 from forklab.engine.errors import RunStateError
-from forklab.runs import broadcast, queries, tasks
+from forklab.runs import execution, queries, tasks
 from forklab.runs.access import User, require_role
 from forklab.runs.errors import AlreadyAnswered
 from forklab.runs.models import Role, Run, RunStatus
 from forklab.runs.specs import AnswerSpec
-from forklab.runs.store import DjangoStore
 
 
 def cancel(*, user: User, run_id: str) -> Run:
@@ -36,31 +34,13 @@ def cancel(*, user: User, run_id: str) -> Run:
             return run
         run.cancel_requested = True
         run.save(update_fields=["cancel_requested"])
-        if not _executed_now(run):
-            _cancel_now(run)
+        if not execution.held_live(run):
+            execution.cancel_now(run)
         # no runner may be executing it to send wake-ups: tell open streams the run moved on
-        transaction.on_commit(lambda: broadcast.notify(run.id, run.last_seq))
+        # (``run.last_seq`` is the row as locked, before a cancellation was appended)
+        execution.notify_when_committed(run.id)
     run.refresh_from_db()
     return run
-
-
-def _executed_now(run: Run) -> bool:
-    """True while a live lease holder is (about to be) executing the run: it sees the flag
-    at its next boundary. A run nobody holds — never started, paused, or whose executor's
-    lease expired — has nobody to see it."""
-    return bool(run.lease_owner and run.lease_expires_at
-                and run.lease_expires_at > timezone.now())
-
-
-def _cancel_now(run: Run) -> None:
-    """Record the cancellation (the row is locked; no live holder can append meanwhile)."""
-    from forklab.runs import execution
-
-    reason = ("cancelled before it started" if run.last_seq == 0 else
-              "cancelled while paused" if run.status == RunStatus.PAUSED else
-              "cancelled after its worker was lost")
-    execution.finish_cancelled(run, DjangoStore(run.project), reason)
-    Run.objects.filter(pk=run.pk).update(lease_owner="", lease_expires_at=None)
 
 
 def answer(*, user: User, run_id: str, spec: AnswerSpec) -> Run:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from forklab.engine.errors import ForklabError
 from forklab.engine.events import Event, RunCancelled, RunFailed
@@ -234,5 +235,53 @@ def _finish(run: Run, store: DjangoStore, make: Callable[[int, float], Event], *
                       run.id, status)
         Run.objects.filter(pk=run.pk).exclude(status__in=FINISHED_STATUSES).update(
             status=status, error=error)
-    broadcast.notify(run.id, Run.objects.filter(pk=run.pk).values_list(
-        "last_seq", flat=True).first() or 0)
+    notify_when_committed(run.id)
+
+
+def notify_when_committed(run_id: str) -> None:
+    """Wake the run's streams once the current transaction commits (at once outside one),
+    naming the last seq committed then.
+
+    Not before: a stream woken inside the transaction reads the log before the new events
+    are visible, and then takes a later wake-up naming an older seq as stale
+    (``RunTail.stale``) — it would not hear of the change until its next poll (a cancelled
+    paused fork looked paused on every open page for up to ``FORKLAB_STREAM_POLL_S``).
+    """
+    transaction.on_commit(lambda: broadcast.notify(run_id, Run.objects.filter(
+        pk=run_id).values_list("last_seq", flat=True).first() or 0))
+
+
+def cancel_if_requested(run_id: str) -> bool:
+    """Cancel a paused run whose cancel arrived while its executor was stopping at the gate.
+
+    ``cancel`` leaves the stop to a live lease holder; an executor that has just paused the
+    run holds the lease until it lets go, and will not look at the flag again. So once it
+    let go (``tasks.after_work``) this finishes what the cancel asked. Both take the row
+    lock: a cancel after this check finds the lease free and cancels at once itself.
+    """
+    with transaction.atomic():
+        run = (Run.objects.select_for_update().select_related("project")
+               .filter(pk=run_id).first())
+        if (run is None or run.status != RunStatus.PAUSED or not run.cancel_requested
+                or held_live(run)):
+            return False
+        cancel_now(run)
+        notify_when_committed(run.id)
+    return True
+
+
+def held_live(run: Run) -> bool:
+    """True while a live lease holder is (about to be) executing the run: it sees the flag
+    at its next boundary. A run nobody holds — never started, paused, or whose executor's
+    lease expired — has nobody to see it."""
+    return bool(run.lease_owner and run.lease_expires_at
+                and run.lease_expires_at > timezone.now())
+
+
+def cancel_now(run: Run) -> None:
+    """Record the cancellation (the row is locked; no live holder can append meanwhile)."""
+    reason = ("cancelled before it started" if run.last_seq == 0 else
+              "cancelled while paused" if run.status == RunStatus.PAUSED else
+              "cancelled after its worker was lost")
+    finish_cancelled(run, DjangoStore(run.project), reason)
+    Run.objects.filter(pk=run.pk).update(lease_owner="", lease_expires_at=None)

@@ -29,7 +29,7 @@ from forklab.engine.fork.wire import (
     SweepVariantWire,
     SweepWire,
 )
-from forklab.runs import bases, queries, readcache, readmodel, tasks
+from forklab.runs import bases, inserts, queries, readcache, readmodel, tasks
 from forklab.runs.access import (
     User,
     account,
@@ -146,7 +146,7 @@ def _queued_fork(run_id: str, base: Run, plan: ForkPlan, spec: ForkSpec, user: U
     """The queued fork row, holding its validated request (``work``: the ForkSpec's JSON
     form, its changes normalised) and its plan's inputs (resolved points, estimate), from
     which the worker builds the tail without planning again and lost work is redone."""
-    return Run.objects.create(
+    run = Run(
         work={"task": "fork", "spec": spec.wire(), "plan": plan.inputs().wire()}, task_id=task_id,
         id=run_id, project=base.project, graph_version_id=base.graph_version_id,
         graph_slug=base.graph_slug, graph_version_number=base.graph_version_number,
@@ -155,6 +155,8 @@ def _queued_fork(run_id: str, base: Run, plan: ForkPlan, spec: ForkSpec, user: U
         fork_sequence_id=plan.point.seq, fork_node_id=plan.effective.node,
         fork_mutations=plan.combined, fork_group_id=fork_group_id,
         replay_version=base.replay_version, input=plan.new_input)
+    inserts.insert(run)
+    return run
 
 
 # -- sweeps ------------------------------------------------------------------------------------

@@ -104,11 +104,18 @@ def project_state(state: RunState) -> dict[str, Any]:
 
 class RunRowProjection:
     """The run row's columns, rewritten from the folded state on every append (one
-    ``UPDATE``); the graph version row is looked up once, when ``run.started`` arrives."""
+    ``UPDATE``); the graph version row is looked up once, when ``run.started`` arrives.
+
+    The append that finishes a run also frees its lease, in the same ``UPDATE``: nobody
+    sees a finished run still leased (waiting for its executor's ``leases.release``), and
+    an executor that dies between its final event and that release leaves nothing held.
+    """
 
     @staticmethod
     def apply(batch: Appended) -> None:
         values = project_state(batch.state)
+        if batch.state.finished:
+            values.update(lease_owner="", lease_expires_at=None)
         for event in batch.events:
             if isinstance(event, RunStarted):
                 values["graph_version"] = (

@@ -8,16 +8,26 @@ transaction at a time under the run row's lock, so the committed log is always a
 ``1..last_seq``; each read is bounded by the ``last_seq`` read in the same query round, from
 the row whose projection (status) commits with the events.
 
-All ORM work happens in ``database_sync_to_async`` helpers; the tail itself is async.
+All ORM work runs on the streams' own small thread pool (:func:`on_stream_threads`,
+``FORKLAB_WS_DB_THREADS``), never on the event loop; the tail itself is async. Channels'
+``database_sync_to_async`` would run it on asgiref's **one** sync thread per process: under
+a burst of viewers every connect's access check and backlog page waited in that one line,
+longer than the server's websocket handshake timeout, and the clients reconnected into the
+same line (a reconnect storm).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import wraps
 from typing import Any
 
-from channels.db import database_sync_to_async
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
 
 from forklab.runs import queries
 from forklab.runs.access import User
@@ -34,6 +44,40 @@ BATCH = 500
 EVENT_FIELDS = ("seq", "type", "node", "occurrence", "iteration", "payload", "at")
 
 
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def stream_threads() -> ThreadPoolExecutor:
+    """The process's pool for stream database work (made on first use)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=settings.FORKLAB_WS_DB_THREADS,
+                                       thread_name_prefix="forklab-stream-db")
+        return _pool
+
+
+def on_stream_threads[**P, R](func: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """``func`` as a coroutine function run on :func:`stream_threads`, with Django's
+    connection hygiene around it (as ``database_sync_to_async``): each call is independent
+    (autocommit, no transaction spans two calls), so which thread runs it does not matter."""
+
+    @wraps(func)
+    def hygienic(*args: P.args, **kwargs: P.kwargs) -> R:
+        close_old_connections()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        return await sync_to_async(hygienic, thread_sensitive=False,
+                                   executor=stream_threads())(*args, **kwargs)
+
+    return wraps(func)(call)
+
+
 @dataclass(frozen=True)
 class Page:
     """Events after some seq (at most ``BATCH``), and the run's status at ``last_seq``."""
@@ -48,7 +92,7 @@ class Page:
         return not self.events or self.events[-1]["seq"] >= self.last_seq
 
 
-@database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no type hints
+@on_stream_threads
 def readable_run(run_id: str, user: User) -> str:
     """The run's id if ``user`` may read it; raises ``not_found`` otherwise."""
     return queries.get_run(run_id, user=user).id
@@ -74,7 +118,7 @@ def read_page(run_id: str, after: int, limit: int = BATCH) -> Page:
     return Page(events=events, status=status, last_seq=last_seq)
 
 
-aread_page = database_sync_to_async(read_page)
+aread_page = on_stream_threads(read_page)
 
 
 class RunTail:

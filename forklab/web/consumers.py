@@ -19,7 +19,6 @@ import json
 from typing import Any
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.conf import settings
@@ -29,7 +28,7 @@ from django.template.loader import render_to_string
 from forklab.runs import broadcast
 from forklab.runs.errors import NotFound
 from forklab.runs.models import RunStatus
-from forklab.runs.streams import RunTail, readable_run
+from forklab.runs.streams import RunTail, on_stream_threads, readable_run
 
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
@@ -88,7 +87,7 @@ def token_from_scope(scope: dict[str, Any]) -> str | None:
     return tokens[0] if tokens else None
 
 
-@database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no type hints
+@on_stream_threads
 def user_for_token(key: str) -> Any:
     from rest_framework.authtoken.models import Token
 

@@ -97,8 +97,9 @@ def started(run_id: str, node: str) -> bool:
 def finished(run_id: str) -> str | None:
     """The run's final status once it is finished *and* its executor has let go of it.
 
-    The final event (and so the status) commits before the executor releases its lease, so
-    a check of the status alone can look at the row between the two, under load.
+    The append of the final event frees the lease in the same transaction
+    (``RunRowProjection``), so both change together; the lease is still checked so a fault
+    test fails if that ever stops being true.
     """
     row = Run.objects.filter(pk=run_id).values_list("status", "lease_owner").first()
     if row is None or row[1] != "":

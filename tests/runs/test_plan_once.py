@@ -4,11 +4,14 @@ worker the base is loaded (folded) once and ``prepare_fork`` runs once."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import Any
 
 import pytest
+from django.db import connection
 
+from forklab.engine.environment import Environment
 from forklab.engine.reducers import fold
 from forklab.runs import bases, planning, tasks
 from forklab.runs.forking import start_fork
@@ -80,3 +83,54 @@ def test_the_rebuilt_plan_runs_the_fork_the_planned_one_runs(
     states = {r: fold(ev) for r, ev in events.items()}
     assert states[rebuilt].memory == states[replanned].memory
     assert [e.type for e in events[rebuilt]] == [e.type for e in events[replanned]]
+
+
+class WatchedGate:
+    """A lock that counts the threads that reached it (holding or waiting)."""
+
+    def __init__(self, arrived: threading.Semaphore) -> None:
+        self._lock, self._arrived = threading.Lock(), arrived
+
+    def __enter__(self) -> None:
+        self._arrived.release()
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+
+def test_a_burst_of_requests_for_one_base_loads_it_once(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    bases.forget()
+    requests, arrived, loading = 6, threading.Semaphore(0), threading.Event()
+    real, loads = bases.load_base, []
+
+    def slow_load(*args: Any, **kwargs: Any) -> Any:
+        loads.append(1)
+        assert loading.wait(30), "the other requests never reached the base's gate"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bases, "load_base", slow_load)
+    monkeypatch.setattr(bases, "_new_gate", lambda: WatchedGate(arrived))
+    run, env = Run.objects.get(pk=world.base.id), Environment()
+    got: list[Any] = []
+
+    def request() -> None:
+        try:
+            got.append(bases.loaded(run, env))
+        finally:
+            connection.close()  # this thread's own
+
+    threads = [threading.Thread(target=request) for _ in range(requests)]
+    for thread in threads:
+        thread.start()
+    for _ in range(requests):  # every request is at the gate: one loading, the rest waiting
+        assert arrived.acquire(timeout=30)
+    loading.set()
+    for thread in threads:
+        thread.join(30)
+    assert len(loads) == 1 and len(got) == requests
+    assert len({id(base.events) for base in got}) == 1  # all share the one loaded base

@@ -319,3 +319,72 @@ def test_a_bug_while_executing_fails_the_run_internal_error(
     assert tasks.claim_and_drive(run_id) == "not_run"
     run = Run.objects.get(pk=run_id)
     assert (run.status, run.error["code"], run.lease_owner) == ("failed", "internal_error", "")
+
+
+
+def test_the_append_that_finishes_a_run_frees_its_lease_in_the_same_transaction(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_id = queued_fork(world, monkeypatch)
+    die_at(monkeypatch, "run.completed")  # dies after the final event, before release()
+    execute_and_die(run_id)
+    run = Run.objects.get(pk=run_id)
+    assert (run.status, run.lease_owner, run.lease_expires_at) == ("completed", "", None)
+
+
+def test_cancelling_a_paused_fork_wakes_its_streams_only_once_the_cancellation_committed(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wake-up sent inside the cancel's transaction sends a stream to read the log before
+    the ``run.cancelled`` event is visible; the stream then waits for the next wake-up — and
+    one naming an older seq is ignored as stale (``RunTail.stale``): the stream would not
+    hear the cancellation until its next poll."""
+    from django.db import connection
+
+    from forklab.engine.scenarios import SCENARIOS
+    from forklab.runs import broadcast
+    from forklab.runs.services import install_graph, record_run
+
+    graph = SCENARIOS["order-fulfilment"].graph()
+    install_graph(project=world.project, graph=graph)
+    base = record_run(project=world.project, graph=graph,
+                      input=SCENARIOS["order-fulfilment"].input, human_decision="approved")
+    run_id = start_fork(user=world.member, spec=ForkSpec(base_run=base.id, at="start")).run.id
+    assert drain(timeout=60)
+    assert Run.objects.get(pk=run_id).status == "paused"
+    sent: list[tuple[int, bool]] = []
+    monkeypatch.setattr(broadcast, "notify", lambda run_id, seq: sent.append(
+        (seq, connection.in_atomic_block)))
+    cancel(user=world.member, run_id=run_id)
+    last = Run.objects.get(pk=run_id).last_seq
+    assert types(run_id)[-1] == "run.cancelled"
+    assert sent and all(not inside for _seq, inside in sent), sent  # after the commit only
+    assert all(seq == last for seq, _inside in sent), (sent, last)  # none looks stale
+
+
+def test_a_cancel_that_arrives_while_the_executor_stops_at_a_gate_still_cancels_the_fork(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor paused the fork but still holds its lease, so ``cancel`` leaves the stop
+    to it (``cancel_requested``) — it must not then let go of a paused fork nobody will
+    cancel."""
+    from forklab.engine.scenarios import SCENARIOS
+    from forklab.runs.services import install_graph, record_run
+
+    graph = SCENARIOS["order-fulfilment"].graph()
+    install_graph(project=world.project, graph=graph)
+    base = record_run(project=world.project, graph=graph,
+                      input=SCENARIOS["order-fulfilment"].input, human_decision="approved")
+    monkeypatch.setattr(tasks, "enqueue_fork", lambda run_id, spec: None)
+    run_id = start_fork(user=world.member, spec=ForkSpec(base_run=base.id, at="start")).run.id
+    real = execution.drive
+
+    def drive_then_cancel(run_id: str, *, owner: str) -> str:
+        outcome = real(run_id, owner=owner)
+        run = cancel(user=world.member, run_id=run_id)  # the lease is still this executor's
+        assert (run.status, run.cancel_requested) == ("paused", True)
+        return outcome
+
+    monkeypatch.setattr(execution, "drive", drive_then_cancel)
+    assert tasks.claim_and_drive(run_id) == "paused"
+    run = Run.objects.get(pk=run_id)
+    assert (run.status, run.lease_owner) == ("cancelled", "")
+    assert types(run_id)[-1] == "run.cancelled"
+    assert_contiguous(run_id)

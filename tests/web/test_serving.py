@@ -143,3 +143,20 @@ def test_a_websocket_scope_is_not_served_as_http() -> None:
 
     with pytest.raises(ValueError, match="only handle ASGI/HTTP"):
         asyncio.run(handler({"type": "websocket"}, nothing, ignore))
+
+
+def test_warming_up_builds_the_url_tables_and_freezes_the_start_up_heap() -> None:
+    import gc
+
+    from django.urls import clear_url_caches, get_resolver
+
+    from forklab.serving import warm_up
+
+    clear_url_caches()
+    assert not get_resolver()._populated  # type: ignore[attr-defined]
+    try:
+        warm_up()
+        assert get_resolver()._populated  # type: ignore[attr-defined]
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

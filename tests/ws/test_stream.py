@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import uuid
@@ -304,3 +305,36 @@ async def test_a_fork_started_through_the_api_streams_its_tail_in_seq_order(
     await ws.disconnect()
     assert status == await run_status(run_id) == "completed"
     assert seqs(events) == await log_seqs(run_id) == list(range(1, len(events) + 1))
+
+
+async def test_a_stream_stuck_in_a_slow_read_does_not_hold_up_other_streams(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Streams read on a pool of their own (``FORKLAB_WS_DB_THREADS``), not one shared
+    thread: while one stream's page read is stuck, another connects and gets its backlog."""
+    from forklab.runs import streams
+
+    stuck, release = threading.Event(), threading.Event()
+    read_page = streams.read_page
+
+    def slow_for_one(run_id: str, after: int, limit: int = streams.BATCH) -> Any:
+        if after == 1:  # the first stream's backlog read, only
+            stuck.set()
+            assert release.wait(30)
+        return read_page(run_id, after, limit)
+
+    monkeypatch.setattr(streams, "aread_page", streams.on_stream_threads(slow_for_one))
+    blocked = communicator(world.base.id, "after=1", token_header(world.token))
+    connecting = asyncio.ensure_future(blocked.connect(timeout=30))
+    assert await sync_to_async(stuck.wait, thread_sensitive=False)(30)
+    try:
+        other = await connect(world.base.id, f"after={world.base.last_seq - 1}",
+                              token_header(world.token))
+        events, status = await until_status(other)
+        await other.disconnect()
+        assert seqs(events) == [world.base.last_seq] and status == "completed"
+    finally:
+        release.set()
+    assert (await connecting)[0]
+    events, status = await until_status(blocked)
+    await blocked.disconnect()
+    assert seqs(events) == list(range(2, world.base.last_seq + 1)) and status == "completed"
