@@ -260,8 +260,7 @@ class GraphSpec(_Model):
             has_null = True
         if has_null:
             return fingerprint(self.to_wire())
-        return hash_text(json.dumps(dumped, sort_keys=True, separators=(",", ":"),
-                                    ensure_ascii=False))
+        return hash_text(canonical_json_stripped(dumped))
 
     def model_copy(self, *, update: Any = None, deep: bool = False) -> GraphSpec:
         copied = super().model_copy(update=update, deep=deep)
