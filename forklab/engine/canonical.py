@@ -35,7 +35,7 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 
 def canonical_json(value: Any) -> str:
     """Serialize ``value`` with sorted keys, no whitespace, and ``None``-valued keys dropped."""
-    return _CANONICAL.encode(_strip_none(value))
+    return canonical_json_stripped(_strip_none(value))
 
 
 def canonical_json_stripped(value: Any) -> str:

@@ -47,3 +47,12 @@ def test_floats_of_every_magnitude_and_every_code_point_are_written_alike() -> N
 def test_what_orjson_refuses_is_written_by_the_json_module() -> None:
     for value in ({"n": 2**70}, [2**64], {1: "a"}, "\ud800", {"k": [1.5, -(2**65)]}):
         assert canonical_json_stripped(value) == _REFERENCE.encode(value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_VALUES)
+def test_canonical_json_is_the_json_module_text_of_the_value_without_none_keys(
+        value: Any) -> None:
+    from forklab.engine.canonical import _strip_none, canonical_json
+
+    assert canonical_json(value) == _REFERENCE.encode(_strip_none(value))
