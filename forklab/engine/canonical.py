@@ -38,6 +38,10 @@ def canonical_json(value: Any) -> str:
     return canonical_json_stripped(_strip_none(value))
 
 
+_ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
+                   | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS)
+
+
 def canonical_json_stripped(value: Any) -> str:
     """:func:`canonical_json` of a value that holds no ``None``-valued key (skips the walk
     that drops them; a value that may hold one must go to :func:`canonical_json`).
@@ -48,9 +52,13 @@ def canonical_json_stripped(value: Any) -> str:
     orjson writes ``1e-05`` as ``0.00001`` and NaN/infinity as ``null`` — so a text holding
     a digit followed by ``e``, ``.0000`` or ``null`` anywhere (a string too: that only costs
     the slower encoder) is written by the json module instead, as is whatever orjson refuses
-    (integers wider than 64 bits, non-string keys, sets, lone surrogates)."""
+    (integers wider than 64 bits, non-string keys, sets, lone surrogates) or passes through
+    (dataclasses, datetimes, subclasses of str/int/dict/list such as a ``StrEnum``): the
+    json module raises TypeError on those it cannot write, as before. (orjson still writes
+    a plain ``Enum`` or a ``UUID`` — the json module would refuse them; engine values are
+    plain JSON data, so neither reaches here.)"""
     try:
-        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        data = orjson.dumps(value, option=_ORJSON_OPTIONS)
     except TypeError:
         return _CANONICAL.encode(value)
     if b"null" in data or b".0000" in data:

@@ -56,3 +56,23 @@ def test_canonical_json_is_the_json_module_text_of_the_value_without_none_keys(
     from forklab.engine.canonical import _strip_none, canonical_json
 
     assert canonical_json(value) == _REFERENCE.encode(_strip_none(value))
+
+
+def test_values_the_json_module_refuses_are_still_refused() -> None:
+    import dataclasses
+    from datetime import UTC, datetime
+    from enum import StrEnum
+
+    import pytest
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    class Colour(StrEnum):
+        RED = "red"
+
+    for value in (datetime(2026, 1, 1, tzinfo=UTC), Point(1), {"p": [Point(2)]}):
+        with pytest.raises(TypeError):
+            canonical_json_stripped(value)
+    assert canonical_json_stripped({"c": Colour.RED}) == _REFERENCE.encode({"c": Colour.RED})
