@@ -35,7 +35,38 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 
 def canonical_json(value: Any) -> str:
     """Serialize ``value`` with sorted keys, no whitespace, and ``None``-valued keys dropped."""
-    return _CANONICAL.encode(_strip_none(value))
+    return canonical_json_stripped(_strip_none(value))
+
+
+_ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
+                   | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS)
+
+
+def canonical_json_stripped(value: Any) -> str:
+    """:func:`canonical_json` of a value that holds no ``None``-valued key (skips the walk
+    that drops them; a value that may hold one must go to :func:`canonical_json`).
+
+    Written by orjson (sorted keys; ~10x faster than the json module's C encoder) when its
+    text is provably the json module's: both escape strings alike (every code point
+    compared) and sort keys in the same (code point) order; they differ only on floats —
+    orjson writes ``1e-05`` as ``0.00001`` and NaN/infinity as ``null`` — so a text holding
+    a digit followed by ``e``, ``.0000`` or ``null`` anywhere (a string too: that only costs
+    the slower encoder) is written by the json module instead, as is whatever orjson refuses
+    (integers wider than 64 bits, non-string keys, sets, lone surrogates) or passes through
+    (dataclasses, datetimes, subclasses of str/int/dict/list such as a ``StrEnum``): the
+    json module raises TypeError on those it cannot write, as before. (orjson still writes
+    a plain ``Enum`` or a ``UUID`` — the json module would refuse them; engine values are
+    plain JSON data, so neither reaches here.)"""
+    try:
+        data = orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except TypeError:
+        return _CANONICAL.encode(value)
+    if b"null" in data or b".0000" in data:
+        return _CANONICAL.encode(value)
+    marked = data.translate(_DIGITS_TO_ZERO)  # a digit then e/E: find beats a regex 10x
+    if b"0e" in marked or b"0E" in marked:
+        return _CANONICAL.encode(value)
+    return data.decode()
 
 
 def loads(text: str) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from functools import cached_property
 from pathlib import Path
@@ -35,7 +36,13 @@ from pydantic import (
     field_validator,
 )
 
-from forklab.engine.canonical import canonical_json, fingerprint, hash_text, loads
+from forklab.engine.canonical import (
+    canonical_json,
+    canonical_json_stripped,
+    fingerprint,
+    hash_text,
+    loads,
+)
 from forklab.engine.errors import GraphValidationError, UnboundedCycleError, UnknownNodeReference
 from forklab.engine.graph_index import GraphIndex
 
@@ -253,8 +260,7 @@ class GraphSpec(_Model):
             has_null = True
         if has_null:
             return fingerprint(self.to_wire())
-        return hash_text(json.dumps(dumped, sort_keys=True, separators=(",", ":"),
-                                    ensure_ascii=False))
+        return hash_text(canonical_json_stripped(dumped))
 
     def model_copy(self, *, update: Any = None, deep: bool = False) -> GraphSpec:
         copied = super().model_copy(update=update, deep=deep)
@@ -265,7 +271,9 @@ class GraphSpec(_Model):
 
     @cached_property
     def _fingerprint_parts(self) -> dict[str, FingerprintParts]:
-        return {}
+        """Every node's parts that :func:`_bulk_fingerprint_parts` can write, in one pass
+        (the rest are computed per node on first use)."""
+        return _bulk_fingerprint_parts(self)
 
     def fingerprint_parts(self, node_id: str) -> FingerprintParts:
         """The canonical JSON of the node's config and agents (the parts of its fingerprint
@@ -351,7 +359,8 @@ class FingerprintParts(NamedTuple):
     agents: str
 
 
-def _inline_agent_parts(node: Any, config: dict[str, Any]) -> FingerprintParts | None:
+def _inline_agent_parts(node: Any, config: dict[str, Any],
+                        encode: Callable[[Any], str] = canonical_json) -> FingerprintParts | None:
     """The parts of a node that drives one inline agent (most agent nodes), with that agent
     serialised once: its canonical JSON ``A`` is the agents part's only value and, "agent"
     sorting before every other key, the config's first. Equal to the general path's texts,
@@ -361,10 +370,40 @@ def _inline_agent_parts(node: Any, config: dict[str, Any]) -> FingerprintParts |
             or getattr(node, "roles", None) or not isinstance(agent, dict)
             or any(key <= "agent" for key in config if key != "agent")):
         return None
-    text = canonical_json(agent)
-    rest = canonical_json({k: v for k, v in config.items() if k != "agent"})
+    text = encode(agent)
+    rest = encode({k: v for k, v in config.items() if k != "agent"})
     return FingerprintParts(config='{"agent":' + text + ("}" if rest == "{}" else "," + rest[1:]),
                             agents='{"agent":' + text + "}")
+
+
+def _bulk_fingerprint_parts(graph: GraphSpec) -> dict[str, FingerprintParts]:
+    """The fingerprint parts of every node of ``graph`` that drives no agent or one inline
+    agent (a fan-out's workers, a chain's steps), from one dump of all the nodes.
+
+    The per-node path dumps each node (a pydantic call per node) and walks the dump in
+    Python to drop ``None``-valued keys (:func:`~forklab.engine.canonical.canonical_json`).
+    Here pydantic's ``exclude_none`` drops the models' ``None`` fields in Rust for all nodes
+    at once, and the texts are written by the shared C encoder. ``exclude_none`` keeps
+    ``None`` inside free-form values (``params``) where ``canonical_json`` would drop it
+    from a mapping: a node whose texts hold ``null`` anywhere is left to the per-node path,
+    as is a node with a registry agent or roles. So every text equals the per-node one,
+    character for character (tests compare them on every node of several graphs).
+    """
+    dumped = graph.model_dump(mode="json", include={"nodes": True}, exclude_none=True,
+                              exclude={"nodes": {"__all__": {"description"}}})["nodes"]
+    encode = canonical_json_stripped
+    parts: dict[str, FingerprintParts] = {}
+    for node, config in zip(graph.nodes, dumped, strict=True):
+        agent = config.get("agent")
+        if agent is None and not getattr(node, "roles", None):
+            text = encode(config)
+            if "null" not in text:
+                parts[node.id] = FingerprintParts(config=text, agents="{}")
+        elif isinstance(agent, dict) and isinstance(getattr(node, "agent", None), AgentSpec):
+            found = _inline_agent_parts(node, config, encode)
+            if found is not None and "null" not in found.config:
+                parts[node.id] = found
+    return parts
 
 
 def node_agents(graph: GraphSpec, node: Any) -> dict[str, Any]:
@@ -448,8 +487,10 @@ def _check_node(graph: GraphSpec, node: Any, ids: AbstractSet[str]) -> None:
         )
     _check_slice(node, where)
     prompt = getattr(node, "prompt", "")
-    for key in _PLACEHOLDER.findall(prompt):
-        if key not in node.reads:
+    placeholders = _PLACEHOLDER.findall(prompt)
+    reads = set(node.reads) if len(placeholders) > 4 else node.reads  # a join's: not N²
+    for key in placeholders:
+        if key not in reads:
             raise GraphValidationError(
                 f"{where}, field 'prompt': placeholder {{{key}}} is not in 'reads' "
                 f"({', '.join(node.reads) or 'empty'}); add it to reads",

@@ -130,3 +130,43 @@ def test_a_stored_graph_is_parsed_once_per_content() -> None:
     first = parse_stored_graph(text)
     assert parse_stored_graph(text) is first
     assert parse_stored_graph(first.to_wire()) == first
+
+
+def _reference_parts(graph: GraphSpec, node: Any) -> tuple[str, str]:
+    from forklab.engine.canonical import canonical_json
+    from forklab.engine.graph import node_agents
+
+    return (canonical_json(node.model_dump(mode="json", exclude={"description"})),
+            canonical_json(node_agents(graph, node)))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_the_parts_computed_for_the_whole_graph_equal_the_per_node_ones(path: Path) -> None:
+    graph = load_graph(path)
+    for node in graph.nodes:
+        assert tuple(graph.fingerprint_parts(node.id)) == _reference_parts(graph, node), node.id
+
+
+def test_the_one_pass_leaves_nulls_registry_agents_and_roles_to_the_per_node_path() -> None:
+    graph = parse_graph({
+        "id": "bulk", "start": "t", "agents": {"named": {"system_prompt": "n"}},
+        "nodes": [
+            {"id": "t", "kind": "tool", "tool": "t.x", "params": {"k": None, "s": "null"},
+             "writes": ["t"]},
+            {"id": "u", "kind": "tool", "tool": "t.x", "params": {"n": [1, 2.5, "é\n"]},
+             "writes": ["u"], "description": "dropped"},
+            {"id": "p", "kind": "agent", "reads": ["t"], "writes": ["p"],
+             "agent": {"system_prompt": "p", "params": {"k": None}}},
+            {"id": "q", "kind": "agent", "reads": ["t"], "writes": ["q"], "prompt": "{t}",
+             "agent": {"system_prompt": "q\u2028\"", "params": {"j": [1, {"x": True}]}}},
+            {"id": "n", "kind": "agent", "reads": ["t"], "writes": ["n"], "agent": "named"},
+            {"id": "r", "kind": "router", "reads": ["q"], "default": "end",
+             "rules": [{"when": [{"key": "q", "op": "eq", "value": None}], "to": "end"}]},
+        ],
+        "edges": [{"from": "t", "to": "u"}, {"from": "u", "to": "p"}, {"from": "p", "to": "q"},
+                  {"from": "q", "to": "n"}, {"from": "n", "to": "r"}],
+    })
+    bulk = graph._fingerprint_parts
+    assert {"u", "q"} <= set(bulk) and not {"t", "p", "n"} & set(bulk)
+    for node in graph.nodes:
+        assert tuple(graph.fingerprint_parts(node.id)) == _reference_parts(graph, node), node.id

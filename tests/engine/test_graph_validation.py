@@ -208,6 +208,17 @@ def test_a_prompt_placeholder_not_in_reads_names_the_node_and_the_placeholder() 
     assert "node 'write', field 'prompt': placeholder {audience} is not in 'reads'" in error.message
 
 
+def test_a_join_prompt_with_many_placeholders_is_checked_against_its_reads() -> None:
+    data = valid_graph()
+    write = node(data, "write")
+    write["reads"] = [*write["reads"], *(f"k{i}" for i in range(6))]
+    write["prompt"] = " ".join(f"{{k{i}}}" for i in range(6)) + " {notes}"
+    assert parse_graph(data).node("write").prompt == write["prompt"]
+    write["prompt"] += " {missing}"
+    error = refused(data)
+    assert "node 'write', field 'prompt': placeholder {missing} is not in 'reads'" in error.message
+
+
 def test_a_single_agent_node_with_two_writes_is_refused() -> None:
     data = valid_graph()
     node(data, "write")["writes"] = ["draft", "summary"]
