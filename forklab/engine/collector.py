@@ -18,6 +18,9 @@ Two ways to keep the collector out of a hot pass:
 Both leave a collector that was already off off (so they nest), and re-enable one that was
 on when they end. The collector is process-wide: two runs in two threads overlap their
 pauses harmlessly (the last one out may find it on already; collections still happen).
+Known limit: young collections are made at node boundaries, so while one node blocks (a
+slow provider call) nothing collects cyclic garbage for the whole process — other threads'
+(a web server running runs in-process) included — until that node ends.
 """
 
 from __future__ import annotations
