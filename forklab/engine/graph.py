@@ -43,6 +43,7 @@ from forklab.engine.canonical import (
     hash_text,
     loads,
 )
+from forklab.engine.collector import collector_paused
 from forklab.engine.errors import GraphValidationError, UnboundedCycleError, UnknownNodeReference
 from forklab.engine.graph_index import GraphIndex
 
@@ -645,7 +646,8 @@ def parse_graph(data: Any) -> GraphSpec:
             f"a graph must be a mapping with 'id', 'start' and 'nodes'; got {type(data).__name__}"
         )
     try:
-        return GraphSpec.model_validate(data)
+        with collector_paused():  # a bounded pass building long-lived objects: see there
+            return GraphSpec.model_validate(data)
     except ValidationError as exc:
         raise GraphValidationError(
             f"invalid graph {data.get('id', '?')!r}: {_format_pydantic(exc, data)}",

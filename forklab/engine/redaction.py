@@ -75,6 +75,13 @@ def _contains(words: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
     return any(words[i:i + n] == pattern for i in range(len(words) - n + 1))
 
 
+def _delimited(words: tuple[str, ...]) -> str:
+    """``("x", "api", "key")`` → ``"_x_api_key_"``: words never hold ``_`` (it separates
+    them), so ``_contains(words, p)`` ⇔ ``_delimited(p) in _delimited(words)`` for
+    non-empty ``p`` — one substring test per pattern instead of a scan of word slices."""
+    return "_" + "_".join(words) + "_"
+
+
 class _Numbering:
     """Placeholder numbers for one redaction call: one per distinct secret."""
 
@@ -95,6 +102,7 @@ class Redactor:
     values: tuple[re.Pattern[str], ...] = DEFAULT_VALUE_PATTERNS
     masks: tuple[Mask, ...] = ()
     _key_words: tuple[tuple[str, ...], ...] = field(init=False, repr=False, compare=False)
+    _key_texts: tuple[str, ...] = field(init=False, repr=False, compare=False)  # _delimited
     # secret_key's answers by key name: a pure function of the name and ``keys``, asked for
     # the same few names (role, content, params' keys) on every recorded call
     _secret: dict[str, bool] = field(init=False, repr=False, compare=False)
@@ -106,6 +114,7 @@ class Redactor:
     def __post_init__(self) -> None:
         words = tuple(w for w in (key_words(k) for k in self.keys) if w)
         object.__setattr__(self, "_key_words", words)
+        object.__setattr__(self, "_key_texts", tuple(_delimited(w) for w in words))
         object.__setattr__(self, "_secret", {})
         object.__setattr__(self, "_hints", _default_hints
                            if self.values == DEFAULT_VALUE_PATTERNS else None)
@@ -117,9 +126,9 @@ class Redactor:
 
     def secret_key(self, name: str) -> bool:
         known = self._secret.get(name)
-        if known is None:
-            words = key_words(name)
-            known = any(_contains(words, pattern) for pattern in self._key_words)
+        if known is None:  # a new name (a graph of 10,000 nodes may have 10,000 keys)
+            text = _delimited(key_words(name))
+            known = any(pattern in text for pattern in self._key_texts)
             if len(self._secret) < SECRET_KEY_CACHE:
                 self._secret[name] = known  # one dict store: safe from any thread
         return known

@@ -12,12 +12,11 @@ run has while it executes and the state rebuilt from its log are the same by con
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from typing import Any, assert_never
 
 from forklab.engine.canonical import merge_patch
+from forklab.engine.collector import collector_paused
 from forklab.engine.errors import EventGapError
 from forklab.engine.events import (
     AgentRequested,
@@ -77,26 +76,6 @@ def fold(events: Iterable[AnyEvent], state: RunState | None = None) -> RunState:
             check_next(state, event)
             evolve(state, event)
     return state
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for the duration of a fold (or of any pass
-    that builds long-lived structures from a whole log: the fork index, a base load).
-
-    A fold allocates many small containers that all stay alive (executions, action records,
-    calls), so with the collector on, a long log triggers repeated collections that re-scan
-    the whole heap — about half of a 100k-event fold. Reference counting still frees
-    everything as usual; only cycle detection is deferred until the fold ends. A collector
-    that was already off stays off (so these sections nest).
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _current(state: RunState, event: AnyEvent) -> Execution:

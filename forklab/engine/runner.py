@@ -53,6 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 from forklab.engine import nodes
+from forklab.engine.collector import collector_paused
 from forklab.engine.context import Cancelled, NodeContext, Sink
 from forklab.engine.environment import Environment
 from forklab.engine.errors import RunStateError
@@ -300,10 +301,12 @@ class Runner:
         """Record ``run.started`` and run to the end (or a gate). ``tainted_input`` names the
         input keys that start tainted (a child run fed from tainted keys)."""
         check_json_value(input, where="input")  # refused before anything is appended
-        version = self.graph_version or self.store.save_graph(self.graph)
+        with collector_paused():  # whole-graph passes (serialise, store, hash): bounded
+            version = self.graph_version or self.store.save_graph(self.graph)
+            content_hash = graph_hash(self.graph)
         self.graph_version = version
         self.emit(RunStarted, graph_id=self.graph.id, graph_version=version,
-                  graph_hash=graph_hash(self.graph), input=dict(input), start=self.graph.start,
+                  graph_hash=content_hash, input=dict(input), start=self.graph.start,
                   run_kind=run_kind, replay_version=REPLAY_VERSION, label=label,
                   parent_run_id=parent_run_id, tainted_input=sorted(tainted_input or []))
         return self._loop()

@@ -51,7 +51,7 @@ from forklab.engine.graph import AgentNode, ApprovalNode, RouterNode, SubgraphNo
 from forklab.engine.oracle import NodeCall
 from forklab.engine.planner import IterationSeen, read_slice
 from forklab.engine.subgraphs import execution_fingerprint
-from forklab.engine.telemetry import tracer
+from forklab.engine.telemetry import node_span
 
 if TYPE_CHECKING:
     from forklab.engine.context import NodeContext, Sink
@@ -303,10 +303,7 @@ class Scheduler:
         try:
             if self.stop.is_set():
                 raise Cancelled()
-            with tracer.start_as_current_span(
-                f"node.execute.{flight.node.kind}",
-                attributes={"node.id": flight.call.node, "run.id": runner.run_id},
-            ):
+            with node_span(flight.node.kind, flight.call.node, runner.run_id):
                 ctx = runner.context(flight.call, flight.tainted, sink=self._sink(flight),
                                      cancelled=self.stop.is_set,
                                      durable=self._durable(flight))

@@ -145,9 +145,22 @@ class SqliteStore:
     def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> None:
         """Append atomically after ``expected_seq``; raises SeqConflictError / EventGapError."""
         with self._write() as conn:
-            check_append(run_id, events, expected_seq, self._last_seq(conn, run_id))
-            if not events:
-                return
+            if expected_seq and events:
+                # the run row exists: move its last seq only if it is still expected_seq
+                # (one statement where a read and an upsert were); else read why not
+                # (a conflict is reported before a gap, as check_append does; either error
+                # rolls the update back)
+                last = expected_seq
+                if conn.execute("UPDATE runs SET last_seq = ? WHERE run_id = ? AND last_seq = ?",
+                                (events[-1].seq, run_id, expected_seq)).rowcount != 1:
+                    last = self._last_seq(conn, run_id)  # not expected_seq: raises below
+                check_append(run_id, events, expected_seq, last)
+                moved = True
+            else:
+                check_append(run_id, events, expected_seq, self._last_seq(conn, run_id))
+                if not events:
+                    return
+                moved = False
             encode = _BODY.encode
             rows = [(run_id, e.seq, e.TYPE, e.at, encode(self._stored_wire(conn, e, events)))
                     for e in events]
@@ -162,10 +175,11 @@ class SqliteStore:
                     "concurrent append; re-read the log and retry",
                     run_id=run_id, expected_seq=expected_seq,
                 ) from None
-            conn.execute(  # the run row and its last seq in one statement
-                "INSERT INTO runs (run_id, last_seq) VALUES (?, ?) "
-                "ON CONFLICT (run_id) DO UPDATE SET last_seq = excluded.last_seq",
-                (run_id, rows[-1][1]))
+            if not moved:
+                conn.execute(  # the run row and its last seq in one statement
+                    "INSERT INTO runs (run_id, last_seq) VALUES (?, ?) "
+                    "ON CONFLICT (run_id) DO UPDATE SET last_seq = excluded.last_seq",
+                    (run_id, rows[-1][1]))
 
     def read(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[AnyEvent]:
         """Events with ``after < seq <= upto`` in seq order (one consistent WAL snapshot)."""

@@ -28,6 +28,7 @@ from forklab.engine.redaction import (
     MASK_FAILED,
     NO_REDACTION,
     Redactor,
+    _contains,
     contains_placeholder,
     key_words,
 )
@@ -47,6 +48,24 @@ def test_secret_key_names_are_matched_word_by_word() -> None:
     for name in ("max_tokens", "input_tokens", "keyboard", "author", "secretary", "notes"):
         assert not redactor.secret_key(name), name
     assert key_words("X-Api-Key") == ("x", "api", "key")
+
+
+_NAME_PARTS = st.sampled_from(["api", "key", "Api", "KEY", "token", "Token", "s", "id",
+                               "session", "set", "cookie", "x", "pass", "word", "9", "é"])
+
+
+@given(st.lists(st.tuples(_NAME_PARTS, st.sampled_from(["", "_", "-", " ", ".", "__"])),
+                max_size=6),
+       st.lists(st.lists(_NAME_PARTS, min_size=1, max_size=3), max_size=3))
+@settings(max_examples=300, deadline=None)
+def test_secret_key_substring_test_agrees_with_the_word_scan(
+        parts: list[tuple[str, str]], extra: list[list[str]]) -> None:
+    """secret_key's delimited-substring test answers as a scan of word slices would."""
+    name = "".join(word + sep for word, sep in parts)
+    redactor = Redactor().with_keys("_".join(words) for words in extra)
+    words = key_words(name)
+    expected = any(_contains(words, key_words(k)) for k in redactor.keys if key_words(k))
+    assert redactor.secret_key(name) is expected, name
 
 
 def test_values_under_secret_keys_become_numbered_placeholders() -> None:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from forklab.engine.collector import collector_paused
 from forklab.engine.environment import Environment
 from forklab.engine.errors import (
     ForklabError,
@@ -23,7 +24,7 @@ from forklab.engine.fork.lineage import Lineage, Link, forked_event
 from forklab.engine.fork.points import ForkPoint, RunIndex
 from forklab.engine.graph import GraphSpec, parse_stored_graph
 from forklab.engine.recording import RecordedRun
-from forklab.engine.reducers import collector_paused, fold
+from forklab.engine.reducers import fold
 from forklab.engine.state import Execution, RunState
 from forklab.engine.store import Store
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from forklab.engine.canonical import canonical_json
+from forklab.engine.collector import collector_paused
 from forklab.engine.environment import Environment
 from forklab.engine.errors import RunNotFound
 from forklab.engine.events import (
@@ -35,7 +36,7 @@ from forklab.engine.fork.tail import ForkOracle, Policy
 from forklab.engine.fork.wire import Budget
 from forklab.engine.graph import parse_stored_graph
 from forklab.engine.oracle import HumanAnswer, LiveOracle
-from forklab.engine.reducers import collector_paused, fold
+from forklab.engine.reducers import fold
 from forklab.engine.runner import CancelToken, Runner
 from forklab.engine.state import RunState
 from forklab.engine.status import RunKind
@@ -53,7 +54,7 @@ def begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
 
     Like a base load, this builds state as large as the prefix (the fold, its wire form
     and the fork's own copy of it) that all stays alive, so the cyclic collector is paused
-    meanwhile (see :func:`~forklab.engine.reducers.collector_paused`).
+    meanwhile (see :func:`~forklab.engine.collector.collector_paused`).
     """
     with collector_paused():
         _begin_variant(runner, plan, label=label, fork_group_id=fork_group_id,

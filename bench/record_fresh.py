@@ -1,0 +1,43 @@
+"""One recording in this (fresh) process, as the peer harness times it: CPU seconds.
+
+``PYTHONPATH=<tree> .venv/bin/python -m bench.record_fresh [chain|fanout] [N]`` builds the
+graph and records one run at 0 ms model latency into a temporary SQLite store
+(``bench.peers.forklab_peer.record``), and prints its CPU seconds (``time.process_time()``,
+all threads), its wall seconds and the garbage collections that ran inside it, by
+generation. Run it several times, alternating trees, for a before/after: every run is a
+fresh process (first-use costs and the first full collection included).
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.peers import forklab_peer
+
+
+def main(argv: list[str]) -> None:
+    shape = argv[0] if argv else "chain"
+    n = int(argv[1]) if len(argv) > 1 else 1000
+    collections = [0, 0, 0]
+
+    def count(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collections[info["generation"]] += 1
+
+    with tempfile.TemporaryDirectory() as directory:
+        gc.callbacks.append(count)
+        started = time.process_time()
+        outcome = forklab_peer.record(shape, n, 0, Path(directory))
+        cpu = time.process_time() - started
+        gc.callbacks.remove(count)
+    print(f"{shape} {n}: cpu {cpu:.3f} s  wall {outcome.seconds:.3f} s  "
+          f"collections by generation {collections}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
