@@ -19,7 +19,7 @@ from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import ForklabError, RunInProgress
 from forklab.engine.fork import ForkPlan
 from forklab.engine.fork.lifecycle import Case as EngineCase
-from forklab.engine.fork.lifecycle import promote, run_case, save_case
+from forklab.engine.fork.lifecycle import PromoteResult, promote, run_case, save_case
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
 from forklab.engine.fork.wire import (
     DiffSummaryWire,
@@ -189,13 +189,29 @@ def start_sweep(*, user: User, spec: SweepSpec) -> str:
     return group
 
 
-def sweep_detail(*, user: User, group_id: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SweepGroup:
+    """A sweep's variant runs (by name) and what they share: their base and fork point."""
+
+    fork_group_id: str
+    base_run_id: str
+    fork_sequence_id: int | None
+    variants: dict[str, Run]
+
+    @classmethod
+    def of(cls, group_id: str, runs: list[Run]) -> SweepGroup:
+        """The group of ``runs`` (non-empty, all of one sweep: one base, one point)."""
+        first = runs[0]
+        return cls(fork_group_id=group_id, base_run_id=str(first.parent_run_id),
+                   fork_sequence_id=first.fork_sequence_id,
+                   variants={r.label: r for r in runs})
+
+
+def sweep_detail(*, user: User, group_id: str) -> SweepGroup:
     runs = list(queries.runs_for_user(user).filter(fork_group_id=group_id).order_by("label"))
     if not runs:
         raise NotFound(f"no sweep {group_id!r}", fork_group_id=group_id)
-    return {"fork_group_id": group_id, "base_run_id": runs[0].parent_run_id,
-            "fork_sequence_id": runs[0].fork_sequence_id,
-            "variants": {r.label: r for r in runs}}
+    return SweepGroup.of(group_id, runs)
 
 
 # -- reading results ---------------------------------------------------------------------------
@@ -208,10 +224,10 @@ def diff(*, user: User, base_id: str, variant_id: str) -> RunDiffWire:
     return RunDiffWire.from_wire(readcache.run_diff(base, variant).wire())
 
 
-def promote_fork(*, user: User, run_id: str) -> dict[str, Any]:
+def promote_fork(*, user: User, run_id: str) -> PromoteResult:
     run = _base_run(user, run_id)
     require_role(user, run.project, Role.ADMIN, action="promoting a fork into the graph")
-    return promote(run_id, store=DjangoStore(run.project)).wire()
+    return promote(run_id, store=DjangoStore(run.project))
 
 
 def save_fork_as_case(*, user: User, run_id: str, spec: CaseSpec) -> Case:
@@ -285,7 +301,7 @@ def sweep_summary(*, user: User, group_id: str) -> SweepWire:
     detail = sweep_detail(user=user, group_id=group_id)
     base: Run | None = None
     variants: dict[str, SweepVariantWire] = {}
-    for name, run in detail["variants"].items():
+    for name, run in detail.variants.items():
         state, reason = fork_state(run)
         summary = None
         if run.finished and run.last_seq:
@@ -298,8 +314,8 @@ def sweep_summary(*, user: User, group_id: str) -> SweepWire:
             diff=summary)
     costs = [v.incurred_cost_usd for v in variants.values()]
     total = None if None in costs else round(sum(c or 0.0 for c in costs), 10)
-    return SweepWire(fork_group_id=group_id, base_run_id=detail["base_run_id"],
-                     fork_sequence_id=detail["fork_sequence_id"], incurred_cost_usd=total,
+    return SweepWire(fork_group_id=group_id, base_run_id=detail.base_run_id,
+                     fork_sequence_id=detail.fork_sequence_id, incurred_cost_usd=total,
                      variants=variants)
 
 

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from forklab.runs import queries, sharing
+from forklab.runs import forking, queries, sharing
 from forklab.runs.access import role_in
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Role, Run, ShareLink
@@ -103,10 +103,8 @@ def _shared_sweep(request: HtmxHttpRequest, link: ShareLink) -> HttpResponse:
     runs = list(Run.objects.filter(project=link.project, fork_group_id=group).order_by("label"))
     if not runs:
         raise NotFound("this sweep no longer exists")
-    detail = {"fork_group_id": group, "base_run_id": runs[0].parent_run_id,
-              "fork_sequence_id": runs[0].fork_sequence_id,
-              "variants": {r.label: r for r in runs}}
-    base = sharing.shared_run(link, str(runs[0].parent_run_id))
+    detail = forking.SweepGroup.of(group, runs)
+    base = sharing.shared_run(link, detail.base_run_id)
 
     def diff_url(base_run: Run, run: Run) -> str:
         return reverse("shared-compare", args=[link.token, base_run.id, run.id])

@@ -206,17 +206,17 @@ def estimate(request: HttpRequest, run_id: str) -> HttpResponse:
 @page_errors
 def sweep(request: HttpRequest, group_id: str) -> HttpResponse:
     detail = forking.sweep_detail(user=request.user, group_id=group_id)
-    base = queries.get_run(detail["base_run_id"], user=request.user)
+    base = queries.get_run(detail.base_run_id, user=request.user)
     context = sweep_context(request, detail, base, readonly=False)
     template = "web/sweep.html#matrix" if htmx_target(request) == "matrix" else "web/sweep.html"
     return render(request, template, context)
 
 
-def sweep_context(request: HttpRequest, detail: dict[str, Any], base: Run, *,
+def sweep_context(request: HttpRequest, detail: forking.SweepGroup, base: Run, *,
                   readonly: bool, diff_url: Any = None) -> dict[str, Any]:
     """Rows of the variants-by-outcome matrix; columns are the memory keys any variant changed."""
     rows, keys = [], []
-    for name, run in sorted(detail["variants"].items()):
+    for name, run in sorted(detail.variants.items()):
         row: dict[str, Any] = {"name": name, "run": run,
                                "url": (diff_url or _diff_url)(base, run)}
         if run.finished and run.last_seq:
