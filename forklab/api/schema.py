@@ -21,6 +21,8 @@ ERROR_MEANING = {
     401: "Not authenticated (not_authenticated, authentication_failed).",
     403: "Your role in the project is too low (permission_denied).",
     404: "Unknown, or outside your projects (not_found).",
+    405: "The id is the name of a POST-only endpoint beside it — `forks/preflight/`, "
+         "`sweeps/estimate/` — not a fork or sweep (method_not_allowed).",
     409: "Conflicts with the current state (run_in_progress, invalid_run_state, "
          "already_answered, case_exists, promote_conflict).",
     415: "The body is not JSON (unsupported_media_type).",

@@ -63,7 +63,7 @@ def forks(request: Request) -> Response:
                 "request no longer fitted when the tail ran: `not_run_reason` is the error "
                 "code) or cancelled. The Fork result fields (estimate, calls, diff, explain, "
                 "…) are null until the fork finishes.",
-    responses=responses({200: ForkSerializer}, *READ))
+    responses=responses({200: ForkSerializer}, *READ, 405))
 @api_view(["GET"])
 def fork_detail(request: Request, run_id: str) -> HttpResponse:
     # the read model's view; a finished fork's rendered body is kept with it
@@ -111,8 +111,8 @@ def fork_answer(request: Request, run_id: str) -> Response:
 @api_view(["POST"])
 def fork_promote(request: Request, run_id: str) -> Response:
     forking.get_fork(user=request.user, run_id=run_id)
-    return Response(PromoteSerializer(forking.promote_fork(user=request.user,
-                                                           run_id=run_id)).data)
+    promoted = forking.promote_fork(user=request.user, run_id=run_id)
+    return Response(PromoteSerializer(promoted.wire()).data)
 
 
 @extend_schema(

@@ -45,7 +45,7 @@ def sweeps(request: Request) -> Response:
     operation_id="sweeps_retrieve", parameters=[SWEEP_ID], summary="A sweep's variants",
     description="Each variant's status, run id and incurred cost, and a diff summary once "
                 "it finished.",
-    responses=responses({200: SweepWire}, *READ))
+    responses=responses({200: SweepWire}, *READ, 405))
 @api_view(["GET"])
 def sweep_detail(request: Request, group_id: str) -> Response:
     return Response(forking.sweep_summary(user=request.user, group_id=group_id).to_wire())
