@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +89,6 @@ def final_key(shape: str, n: int) -> str:
 
 def record(shape: str, n: int, latency_ms: float, directory: Path) -> Outcome:
     """Build the graph, record one run into a fresh SQLite store (timed as a whole)."""
-    _deep_graphs(n)
     model = FakeModel(latency_ms)
 
     def go() -> Any:
@@ -118,7 +116,6 @@ FORKS: dict[str, Any] = {
 
 def fork_run(kind: str, n: int, latency_ms: float, directory: Path) -> Outcome:
     """Open the recorded store, fork it (prefix replayed, tail live, memoized)."""
-    _deep_graphs(n)
     model = FakeModel(latency_ms)
     run_id = load_meta(directory)["run_id"]
     at, changed = FORKS[kind](n)
@@ -140,12 +137,3 @@ def fork_run(kind: str, n: int, latency_ms: float, directory: Path) -> Outcome:
 def _check_completed(state: Any) -> None:
     if state.status != "completed":
         raise RuntimeError(f"forklab run ended {state.status}: {state.error}")
-
-
-def _deep_graphs(n: int) -> None:
-    """Room for forklab's recursive cycle check, which needs a frame per chained node.
-
-    Without it a chain of ~1,000 nodes overflows Python's default limit (issue 11 replaces
-    the check with an iterative one); raising the limit keeps the check's cost measured.
-    """
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * n + 1_000))
