@@ -24,6 +24,7 @@ from forklab.engine.events import (
     NodeCompleted,
     NodeReused,
     NodeStarted,
+    ReflectionDiscarded,
 )
 from forklab.engine.fork.base import graph_of as _graph_of
 from forklab.engine.graph import ApprovalNode, GraphSpec, RouterNode, SubgraphNode, ToolNode
@@ -62,6 +63,13 @@ class RecordedOracle:
                             if isinstance(e, HumanAnswered)}
         # a fork's guard refusals, re-raised where the recording was blocked
         self.blocked = {e["node"]: e for e in recorded.suppressed_effects}
+        # a fork tail's tool that ran live had its reflection writes captured and discarded
+        # (events between its tool.called and its result): a served tool states them again
+        self.reflections: dict[tuple[str | None, int | None], list[dict[str, Any]]] = {}
+        for e in events:
+            if type(e) is ReflectionDiscarded:
+                self.reflections.setdefault((e.node, e.occurrence), []).append(
+                    {"store": e.store, "key": e.key, "value": e.value})
 
     def _exec(self, call: NodeCall) -> Execution:
         ex = self.by_occurrence.get((call.node, call.occurrence))
@@ -115,6 +123,7 @@ class RecordedOracle:
              ctx: ToolContext) -> tuple[Any, CallLabel]:
         self._check_blocked(call)
         ex = self._exec(call)
+        ctx.captured.extend(self.reflections.get((call.node, call.occurrence), ()))
         for action in ex.actions:
             if action["type"] == "tool_result":
                 return RecordedTool.of(ex, action), action["label"]

@@ -128,3 +128,23 @@ def test_strict_replay_of_a_fork_reproduces_its_memo_hits_and_guard_refusals(
     assert state.status == variant.state.status
     assert state.memory == variant.state.memory
     assert state.suppressed_effects == variant.state.suppressed_effects
+
+
+def test_strict_replay_of_a_fork_whose_tail_reflected_live_passes() -> None:
+    """A fork captures and discards a tool's reflection writes (``reflection.discarded``
+    events before its ``tool.returned``); strict replay serves the tool from the recording
+    and must re-state the discarded writes where the recording has them."""
+    counter = Counter()
+    base = record("research-web", counter=counter)
+    variant = fork(base.run_id, at="start", store=base.store, env=base.env,
+                   change=change.memory(set={"question": "Which pages did you read?"}),
+                   ignore_budget=True)
+    discarded = [e for e in variant.event_log if e.type == "reflection.discarded"]
+    assert discarded, "the tail ran the reflecting tool live: its write was discarded"
+    counter.reset()
+
+    state = replay(variant.run_id, store=base.store, strict=True)
+
+    assert counter.model_calls == [] and counter.tool_calls == []
+    assert state.version == len(variant.event_log)
+    assert state.discarded_reflections == variant.state.discarded_reflections
