@@ -24,6 +24,7 @@ from forklab.runs.models import Membership, Project, Role, Run
 from forklab.runs.specs import ForkSpec, SweepSpec
 from forklab.runs.task_backends import drain
 from tests.golden_runs import install_golden_demo, load_golden_run
+from tests.web.matrix import MatrixWorld, build_matrix
 
 HTMX = {"HX-Request": "true"}
 
@@ -86,6 +87,24 @@ def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[World]:
     with django_db_blocker.unblock():
         drain(timeout=30)
         call_command("flush", interactive=False, verbosity=0)
+
+
+@pytest.fixture(scope="module")
+def matrix(django_db_setup: None, django_db_blocker: Any) -> Iterator[MatrixWorld]:
+    """Every run kind in every status and label combination (tests/web/matrix.py)."""
+    with django_db_blocker.unblock():
+        call_command("flush", interactive=False, verbosity=0)
+        built = build_matrix()
+    yield built
+    with django_db_blocker.unblock():
+        call_command("flush", interactive=False, verbosity=0)
+
+
+def admin(matrix: MatrixWorld) -> Client:
+    """A client logged in as the matrix world's admin."""
+    client = Client()
+    client.force_login(matrix.admin)
+    return client
 
 
 def page(response: Any) -> str:

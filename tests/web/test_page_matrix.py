@@ -7,22 +7,17 @@ a traceback cannot hide behind a status code.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
-from django.core.management import call_command
 from django.test import Client
 
 from forklab.runs.models import Run
-from tests.web.conftest import htmx, page
+from tests.web.conftest import admin, htmx, page
 from tests.web.matrix import (
     KINDS,
     LABELS,
     STATUSES,
     Case,
     MatrixWorld,
-    build_matrix,
     labels_recorded,
     statuses,
 )
@@ -32,22 +27,6 @@ pytestmark = pytest.mark.django_db
 UNFINISHED = ("queued", "running", "paused")
 CASES = [(kind, status) for kind in KINDS for status in STATUSES
          if not (kind == "primary" and status == "blocked")]  # only a fork's guard blocks
-
-
-@pytest.fixture(scope="module")
-def matrix(django_db_setup: None, django_db_blocker: Any) -> Iterator[MatrixWorld]:
-    with django_db_blocker.unblock():
-        call_command("flush", interactive=False, verbosity=0)
-        built = build_matrix()
-    yield built
-    with django_db_blocker.unblock():
-        call_command("flush", interactive=False, verbosity=0)
-
-
-def admin(matrix: MatrixWorld) -> Client:
-    client = Client()
-    client.force_login(matrix.admin)
-    return client
 
 
 def first_point(run: Run) -> int:

@@ -5,36 +5,16 @@ event table and the live tail, an entry in the API's events list."""
 from __future__ import annotations
 
 import html as htmllib
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from django.core.management import call_command
-from django.test import Client
 
 from forklab.runs.models import Event, Run
 from forklab.web import timeline
 from forklab.web.views.live import tail_summary
-from tests.web.conftest import htmx, page
-from tests.web.matrix import MatrixWorld, build_matrix
+from tests.web.conftest import admin, htmx, page
+from tests.web.matrix import MatrixWorld
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(scope="module")
-def matrix(django_db_setup: None, django_db_blocker: Any) -> Iterator[MatrixWorld]:
-    with django_db_blocker.unblock():
-        call_command("flush", interactive=False, verbosity=0)
-        built = build_matrix()
-    yield built
-    with django_db_blocker.unblock():
-        call_command("flush", interactive=False, verbosity=0)
-
-
-def admin(matrix: MatrixWorld) -> Client:
-    client = Client()
-    client.force_login(matrix.admin)
-    return client
 
 
 def served(run_id: str) -> list[Event]:
