@@ -42,6 +42,27 @@ def queued_fork(world: World, monkeypatch: pytest.MonkeyPatch, **spec: object) -
     return run_id
 
 
+def gated_base(world: World) -> Run:
+    """A recorded order-fulfilment run: a fork of it at start pauses at its approval gate."""
+    from forklab.engine.scenarios import SCENARIOS
+    from forklab.runs.services import install_graph, record_run
+
+    scenario = SCENARIOS["order-fulfilment"]
+    graph = scenario.graph()
+    install_graph(project=world.project, graph=graph)
+    return record_run(project=world.project, graph=graph, input=scenario.input,
+                      human_decision="approved")
+
+
+def paused_fork(world: World) -> str:
+    """A fork of :func:`gated_base` at start, run until it paused at the gate."""
+    base = gated_base(world)
+    run_id = start_fork(user=world.member, spec=ForkSpec(base_run=base.id, at="start")).run.id
+    assert drain(timeout=60)
+    assert Run.objects.get(pk=run_id).status == "paused"
+    return run_id
+
+
 def types(run_id: str) -> list[str]:
     return list(Event.objects.filter(run_id=run_id).order_by("seq")
                 .values_list("type", flat=True))
@@ -127,16 +148,7 @@ def test_a_queued_run_whose_task_still_waits_in_the_queue_is_left_alone(
 
 def test_an_answer_whose_task_was_lost_is_applied_by_a_sweep(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    from forklab.engine.scenarios import SCENARIOS
-    from forklab.runs.services import install_graph, record_run
-
-    graph = SCENARIOS["order-fulfilment"].graph()
-    install_graph(project=world.project, graph=graph)
-    base = record_run(project=world.project, graph=graph,
-                      input=SCENARIOS["order-fulfilment"].input, human_decision="approved")
-    run_id = start_fork(user=world.member, spec=ForkSpec(base_run=base.id, at="start")).run.id
-    assert drain(timeout=60)
-    assert Run.objects.get(pk=run_id).status == "paused"
+    run_id = paused_fork(world)
     monkeypatch.setattr(tasks, "enqueue_answer", lambda run_id, answer: None)  # lost
     answer(user=world.member, run_id=run_id, spec=AnswerSpec(decision="approved"))
     age(run_id)
@@ -148,16 +160,9 @@ def test_an_answer_whose_task_was_lost_is_applied_by_a_sweep(
 
 def test_a_second_answer_to_one_gate_is_already_answered(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    from forklab.engine.scenarios import SCENARIOS
     from forklab.runs.errors import AlreadyAnswered
-    from forklab.runs.services import install_graph, record_run
 
-    graph = SCENARIOS["order-fulfilment"].graph()
-    install_graph(project=world.project, graph=graph)
-    base = record_run(project=world.project, graph=graph,
-                      input=SCENARIOS["order-fulfilment"].input, human_decision="approved")
-    run_id = start_fork(user=world.member, spec=ForkSpec(base_run=base.id, at="start")).run.id
-    assert drain(timeout=60)
+    run_id = paused_fork(world)
     monkeypatch.setattr(tasks, "enqueue_answer", lambda run_id, answer: None)
     answer(user=world.member, run_id=run_id, spec=AnswerSpec(decision="rejected"))
     with pytest.raises(AlreadyAnswered, match="already answered \\(rejected\\)"):
@@ -339,17 +344,9 @@ def test_cancelling_a_paused_fork_wakes_its_streams_only_once_the_cancellation_c
     hear the cancellation until its next poll."""
     from django.db import connection
 
-    from forklab.engine.scenarios import SCENARIOS
     from forklab.runs import broadcast
-    from forklab.runs.services import install_graph, record_run
 
-    graph = SCENARIOS["order-fulfilment"].graph()
-    install_graph(project=world.project, graph=graph)
-    base = record_run(project=world.project, graph=graph,
-                      input=SCENARIOS["order-fulfilment"].input, human_decision="approved")
-    run_id = start_fork(user=world.member, spec=ForkSpec(base_run=base.id, at="start")).run.id
-    assert drain(timeout=60)
-    assert Run.objects.get(pk=run_id).status == "paused"
+    run_id = paused_fork(world)
     sent: list[tuple[int, bool]] = []
     monkeypatch.setattr(broadcast, "notify", lambda run_id, seq: sent.append(
         (seq, connection.in_atomic_block)))
@@ -365,13 +362,7 @@ def test_a_cancel_that_arrives_while_the_executor_stops_at_a_gate_still_cancels_
     """The executor paused the fork but still holds its lease, so ``cancel`` leaves the stop
     to it (``cancel_requested``) — it must not then let go of a paused fork nobody will
     cancel."""
-    from forklab.engine.scenarios import SCENARIOS
-    from forklab.runs.services import install_graph, record_run
-
-    graph = SCENARIOS["order-fulfilment"].graph()
-    install_graph(project=world.project, graph=graph)
-    base = record_run(project=world.project, graph=graph,
-                      input=SCENARIOS["order-fulfilment"].input, human_decision="approved")
+    base = gated_base(world)
     monkeypatch.setattr(tasks, "enqueue_fork", lambda run_id, spec: None)
     run_id = start_fork(user=world.member, spec=ForkSpec(base_run=base.id, at="start")).run.id
     real = execution.drive
