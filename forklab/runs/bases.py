@@ -11,7 +11,6 @@ engine).
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -19,10 +18,11 @@ from typing import Any
 from forklab.engine.environment import Environment
 from forklab.engine.fork.core import BaseRun, load_base
 from forklab.runs.models import Run
+from forklab.runs.readcache import Lru
 from forklab.runs.store import DjangoStore
 
 CACHE_SIZE = 16
-_cache: OrderedDict[tuple[str, int, bool], BaseRun] = OrderedDict()
+_cache: Lru[tuple[str, int, bool], BaseRun] = Lru(CACHE_SIZE)
 _loading: dict[tuple[str, int, bool], Any] = {}  # key -> its gate: one loader at a time
 _lock = threading.Lock()
 _new_gate: Callable[[], Any] = threading.Lock  # (tests watch the gates)
@@ -37,22 +37,19 @@ def loaded(run: Run, env: Environment) -> BaseRun:
     request thread of a freshly started process did, ~12 ms of CPU each).
     """
     key = (str(run.pk), int(run.last_seq), bool(run.archived))
-    hit = _cached(key)
+    hit = _cache.get(key)
     if hit is not None:
         return replace(hit, env=env)
     with _lock:
         gate: Any = _loading.setdefault(key, _new_gate())
     try:
         with gate:
-            hit = _cached(key)  # loaded by the request this one waited for
+            hit = _cache.get(key)  # loaded by the request this one waited for
             if hit is not None:
                 return replace(hit, env=env)
             base = load_base(run.pk, store=DjangoStore(run.project), env=env)
             if run.finished:
-                with _lock:
-                    _cache[key] = base
-                    while len(_cache) > CACHE_SIZE:
-                        _cache.popitem(last=False)
+                _cache.put(key, base)
             return base
     finally:
         with _lock:
@@ -60,16 +57,8 @@ def loaded(run: Run, env: Environment) -> BaseRun:
                 del _loading[key]
 
 
-def _cached(key: tuple[str, int, bool]) -> BaseRun | None:
-    with _lock:
-        hit = _cache.get(key)
-        if hit is not None:
-            _cache.move_to_end(key)
-        return hit
-
-
 def forget() -> None:
     """Empty the cache (tests that rewrite a finished run's log in place)."""
+    _cache.clear()
     with _lock:
-        _cache.clear()
         _loading.clear()

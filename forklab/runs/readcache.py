@@ -186,17 +186,13 @@ def compare_explain(base: Run, variant: Run) -> str:
 
     fork = state_at(variant).fork or {}
     if fork.get("base_run_id") == base.id:
-        point = (_point_of(variant.id) or {}).get("point") or {}
+        point = (forked_event(variant.id) or {}).get("point") or {}
         where = point.get("label") or f"seq {variant.fork_sequence_id}"
         header = (f"fork {variant.id} of {base.id} at seq {variant.fork_sequence_id} "
                   f"({where})")
     else:
         header = f"compare {variant.id} with {base.id}"
     return format_run_diff(run_diff(base, variant), header)
-
-
-def _point_of(run_id: str) -> dict[str, Any] | None:
-    return forked_event(run_id)
 
 
 def forked_event(run_id: str) -> dict[str, Any] | None:
