@@ -89,10 +89,20 @@ def with_real_examples(raw: dict[str, Any]) -> dict[str, Any]:
 # The coverage phase enumerates every boundary of every property: for a sweep's variants
 # (ten change kinds, each way) and a full graph spec that is ~1,000 requests an operation.
 # Those operations get the examples and fuzzing phases only, to keep this test near a minute.
-CONFIG = SchemathesisConfig.from_dict({"operations": [{
-    "include-operation-id": ["sweeps_create", "sweeps_estimate", "graphs_create"],
-    "phases": {"coverage": {"enabled": False}},
-}]})
+#
+# The sweep operations are fuzzed with valid shapes only: for an object whose
+# additionalProperties is a discriminated union (a sweep's ``variants``), schemathesis 4.x's
+# negative generator can build a complement it cannot draw from and raises UnsupportedSchema
+# mid-draw (a generator limitation, rare and seed-dependent, seen failing CI). Malformed
+# sweeps are covered by tests/api/test_forks.py (bad variants -> 400/422) and by the negative
+# fuzzing of POST /forks/, which shares every change schema.
+CONFIG = SchemathesisConfig.from_dict({"operations": [
+    {"include-operation-id": ["graphs_create"],
+     "phases": {"coverage": {"enabled": False}}},
+    {"include-operation-id": ["sweeps_create", "sweeps_estimate"],
+     "phases": {"coverage": {"enabled": False}},
+     "generation": {"mode": "positive"}},
+]})
 schema = schemathesis.openapi.from_dict(with_real_examples(generated_schema()), config=CONFIG)
 schema.app = WSGIHandler()
 
