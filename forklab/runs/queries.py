@@ -13,10 +13,11 @@ from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Case, Event, Graph, Project, Run, RunKind, RunStatus
 
 # the cached reads, read through queries (re-exported)
+from forklab.runs.readcache import Comparison as Comparison
 from forklab.runs.readcache import clear_caches as clear_caches
 from forklab.runs.readcache import compare_explain as compare_explain
 from forklab.runs.readcache import compare_runs as compare_runs
-from forklab.runs.readcache import forked_event as forked_event
+from forklab.runs.readcache import forked_point as forked_point
 from forklab.runs.readcache import run_events as run_events
 from forklab.runs.readcache import state_at as state_at
 from forklab.runs.readmodel import fork_result as fork_result

@@ -27,12 +27,12 @@ from pydantic import Field
 
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import Change, parse_changes
-from forklab.engine.fork.wire import OutModel, StoredForkResult
+from forklab.engine.fork.wire import ForkPointWire, OutModel, StoredForkResult
 from forklab.engine.status import ForkState
 from forklab.runs.models import Run, RunKind, RunStatus
 from forklab.runs.projections import ForkResultProjection
 from forklab.runs.readcache import VIEWS as _VIEWS
-from forklab.runs.readcache import forked_event
+from forklab.runs.readcache import forked_point
 from forklab.runs.serializers_json import run_to_json
 
 # null until the fork finished; ``changes`` is always there (the request's, from the row)
@@ -119,16 +119,15 @@ def fork_result(run: Run) -> StoredForkResult | None:
     return None if fork is None else fork.result
 
 
-def forked(run: Run) -> dict[str, Any] | None:
-    """Where a fork forked (``{"seq", "point"}``, the headers' "at seq N (before …)"): a
-    finished fork's from its view, else from its ``run.forked`` event; None for a run
-    that is not a fork."""
+def forked(run: Run) -> ForkPointWire | None:
+    """Where a fork forked (the headers' "at seq N (before …)"): a finished fork's point
+    from its view, else its ``run.forked`` event's; None for a run that is not a fork."""
     if not run.parent_run_id:
         return None
     result = fork_result(run)
     if result is not None and result.point is not None:
-        return {"seq": result.point.seq, "point": result.point.to_wire()}
-    return forked_event(run.id)
+        return result.point
+    return forked_point(run.id)
 
 
 def forget() -> None:

@@ -151,7 +151,7 @@ def test_a_result_stored_before_it_kept_its_point_is_served_as_stored(long: Long
         assert body["diff"] is not None and body["explain"] == original["explain"]
         assert "point" not in ForkResult.objects.get(pk=row.pk).result  # not rebuilt
         forked = readmodel.forked(Run.objects.select_related("project").get(pk=long.fork.id))
-        assert forked is not None and forked["point"]["label"] == original["point"]["label"]
+        assert forked is not None and forked.label == original["point"]["label"]
     finally:
         ForkResult.objects.filter(pk=row.pk).update(result=original)
         readmodel.forget()

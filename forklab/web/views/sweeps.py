@@ -220,10 +220,9 @@ def sweep_context(request: HttpRequest, detail: forking.SweepGroup, base: Run, *
         row: dict[str, Any] = {"name": name, "run": run,
                                "url": (diff_url or _diff_url)(base, run)}
         if run.finished and run.last_seq:
-            result = queries.compare_runs(base, run)
-            diff = result["diff"]
-            row.update(diff=diff, memory=diff["memory"], steps=diff["path"]["aligned"])
-            keys += [k for k in diff["memory"] if k not in keys]
+            diff = queries.compare_runs(base, run).diff
+            row.update(diff=diff, memory=diff.memory, steps=diff.path.aligned)
+            keys += [k for k in diff.memory if k not in keys]
         rows.append(row)
     unfinished = any(not r["run"].finished for r in rows)
     access = {"can_fork": False, "is_admin": False} if readonly else roles(request,
