@@ -29,7 +29,7 @@ from forklab.engine.fork.wire import (
     SweepVariantWire,
     SweepWire,
 )
-from forklab.runs import bases, inserts, queries, readcache, readmodel, tasks
+from forklab.runs import bases, inserts, queries, readcache, tasks
 from forklab.runs.access import (
     User,
     account,
@@ -276,23 +276,12 @@ def run_cases(*, user: User, project: str | None = None) -> list[dict[str, Any]]
 # -- the API's fork and sweep bodies -----------------------------------------------------------
 
 
-def fork_body(run: Run) -> dict[str, Any]:
-    """The Fork shape: Run fields, state, and the Fork result fields once it finished
-    (null until then) — the read model's view of the fork (``runs.readmodel``)."""
-    return readmodel.view(run).fork_json()
-
-
 def get_fork(*, user: User, run_id: str) -> Run:
     """A readable counterfactual run; any other run is not_found here."""
     run = _base_run(user, run_id)
     if run.run_kind != RunKind.COUNTERFACTUAL:
         raise NotFound(f"run {run_id!r} is a {run.run_kind} run, not a fork", run_id=run_id)
     return run
-
-
-def fork_detail(*, user: User, run_id: str) -> dict[str, Any]:
-    """``GET /forks/{id}/``: a readable fork as the Fork shape."""
-    return fork_body(get_fork(user=user, run_id=run_id))
 
 
 def sweep_summary(*, user: User, group_id: str) -> SweepWire:
