@@ -19,7 +19,7 @@ from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import ForklabError, RunInProgress
 from forklab.engine.fork import ForkPlan
 from forklab.engine.fork.lifecycle import Case as EngineCase
-from forklab.engine.fork.lifecycle import PromoteResult, promote, run_case, save_case
+from forklab.engine.fork.lifecycle import CaseResult, PromoteResult, promote, run_case, save_case
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
 from forklab.engine.fork.wire import (
     DiffSummaryWire,
@@ -261,15 +261,16 @@ def _check_criteria(criteria: list[dict[str, Any]]) -> None:
             raise InvalidRequest(f"field '{field}': {error['msg']}", field=field) from None
 
 
-def run_cases(*, user: User, project: str | None = None) -> list[dict[str, Any]]:
-    """Replay every readable case (optionally one project's); each result says pass or fail."""
+def run_cases(*, user: User, project: str | None = None) -> list[tuple[str, CaseResult]]:
+    """Replay every readable case (optionally one project's): each one's project slug and
+    result (pass or fail)."""
     cases = Case.objects.filter(project__in=queries.visible_projects(user))
     if project:
         cases = cases.filter(project__slug=project)
     results = []
     for row in cases.order_by("project__slug", "name"):
         result = run_case(EngineCase.model_validate(row.recorded))
-        results.append({"project": row.project.slug, **result.wire()})
+        results.append((row.project.slug, result))
     return results
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Max, QuerySet
@@ -269,17 +270,25 @@ def events_before(run_id: str, seq: int, *, type: str | None = None) -> int:
     return (events.filter(type=type) if type else events).count()
 
 
-def fork_prefix(run_id: str) -> dict[str, Any]:
-    """The memory and input a fork started from, before its changes (its ``run.forked``
-    prefix state, read without the rest of that state)."""
+@dataclass(frozen=True, slots=True)
+class ForkPrefix:
+    """The memory and input a fork started from, before its changes."""
+
+    memory: dict[str, Any]
+    input: dict[str, Any]
+
+
+def fork_prefix(run_id: str) -> ForkPrefix:
+    """The fork's :class:`ForkPrefix` (its ``run.forked`` prefix state, read without the rest
+    of that state)."""
     from django.db.models import F
 
     row = (Event.objects.filter(run_id=run_id, type="run.forked")
            .values(memory=F("payload__prefix_state__memory"),
                    input=F("payload__prefix_state__input")).first())
     if row is None:
-        return {"memory": {}, "input": {}}
-    return {"memory": row["memory"] or {}, "input": row["input"] or {}}
+        return ForkPrefix(memory={}, input={})
+    return ForkPrefix(memory=row["memory"] or {}, input=row["input"] or {})
 
 
 def graph_of(run: Run) -> GraphSpec:

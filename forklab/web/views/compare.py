@@ -77,6 +77,6 @@ def _changes(base: Run, variant: Run, result: queries.Comparison) -> list[Change
     except ForklabError:
         graph = None
     inherited = result.variant_state.prefix_executions
-    before = Before(graph=graph, memory=prefix["memory"], input=prefix["input"],
+    before = Before(graph=graph, memory=prefix.memory, input=prefix.input,
                     after_point=result.base_state.executions[inherited:])
     return describe(parse_changes(variant.fork_mutations or []), before)
