@@ -23,6 +23,8 @@ from forklab.runs.errors import NotFound
 from forklab.runs.models import Event, Run
 
 if TYPE_CHECKING:
+    from forklab.engine.events import AnyEvent
+    from forklab.engine.fork.diff import RunDiff
     from forklab.engine.state import RunState
 
 EVENT_CACHE_RUNS = 8
@@ -67,16 +69,16 @@ class Comparison:
     variant_state: RunState
 
 
-_EVENTS: Lru[tuple[str, int], list[Any]] = Lru(EVENT_CACHE_RUNS)
-_STATES: Lru[tuple[str, int, int | None], Any] = Lru(STATE_CACHE_SIZE)
+_EVENTS: Lru[tuple[str, int], list[AnyEvent]] = Lru(EVENT_CACHE_RUNS)
+_STATES: Lru[tuple[str, int, int | None], RunState] = Lru(STATE_CACHE_SIZE)
 _COMPARISONS: Lru[tuple[str, int, str, int], Comparison] = Lru(STATE_CACHE_SIZE)
-_DIFFS: Lru[tuple[str, int, str, int], Any] = Lru(STATE_CACHE_SIZE)
+_DIFFS: Lru[tuple[str, int, str, int], RunDiff] = Lru(STATE_CACHE_SIZE)
 VIEW_CACHE_SIZE = 32
 #: the read model's views of finished runs (``forklab.runs.readmodel``), emptied with the rest
 VIEWS: Lru[tuple[Any, ...], Any] = Lru(VIEW_CACHE_SIZE)
 
 
-def run_events(run: Run, *, upto: int | None = None) -> list[Any]:
+def run_events(run: Run, *, upto: int | None = None) -> list[AnyEvent]:
     """The run's engine events (those with ``seq <= upto`` when given).
 
     A finished run's log never changes, so what was read of it is kept (LRU over runs) and
@@ -97,7 +99,7 @@ def run_events(run: Run, *, upto: int | None = None) -> list[Any]:
     return [e for e in cached if e.seq <= upto] if cached and cached[0].seq != 1 else cached[:upto]
 
 
-def state_at(run: Run, seq: int | None = None) -> Any:
+def state_at(run: Run, seq: int | None = None) -> RunState:
     """The run's folded state after event ``seq`` (its final state when None).
 
     A finished run's states are cached (LRU) and shared between callers: treat the returned
@@ -112,7 +114,7 @@ def state_at(run: Run, seq: int | None = None) -> Any:
     return state
 
 
-def _fold_at(run: Run, seq: int | None) -> Any:
+def _fold_at(run: Run, seq: int | None) -> RunState:
     from forklab.engine.reducers import fold
     from forklab.engine.state import RunState
     from forklab.runs.models import FinalState
@@ -153,7 +155,7 @@ def clear_caches() -> None:
         cache.clear()
 
 
-def run_diff(base: Run, variant: Run) -> Any:
+def run_diff(base: Run, variant: Run) -> RunDiff:
     """The engine's RunDiff of two runs' final states — the one diff the API's ``/diff/``,
     sweep summaries and the dashboard's diff page all show. Finished runs' final states are
     their stored ones (no log read); two finished runs' diff is cached (LRU): read-only."""
