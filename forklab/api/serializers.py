@@ -21,10 +21,12 @@ from forklab.engine.fork.wire import (
     ForkPointWire,
     MemoHit,
     RunDiffWire,
+    StoredForkResult,
     SuppressedEffect,
 )
 from forklab.engine.status import ForkState
 from forklab.runs.models import RunKind, RunStatus
+from forklab.runs.readmodel import RunView
 
 
 class Shape(s.Serializer):  # type: ignore[type-arg]
@@ -165,8 +167,14 @@ class EstimateSerializer(Shape):
     cost_usd = s.FloatField()
 
 
+#: the Fork result fields, null until the fork finished (``changes`` are always there: the
+#: request's, from the row; ``point`` is the dashboard's)
+RESULT_FIELDS = tuple(f for f in StoredForkResult.model_fields if f not in ("changes", "point"))
+
+
 class ForkSerializer(RunSerializer):
-    """A fork: its Run fields, its state, and — once finished — the Fork result fields."""
+    """A fork (its read-model view, :class:`~forklab.runs.readmodel.RunView`): its Run
+    fields, its state, and — once finished — the Fork result fields."""
 
     state = s.ChoiceField(choices=ForkState.values())
     not_run_reason = nullable_str(help_text="the error code when state is not_run")
@@ -185,6 +193,25 @@ class ForkSerializer(RunSerializer):
     diff = WireField(RunDiffWire, allow_null=True)
     explain = nullable_str()
     warnings = s.ListField(child=s.CharField(), allow_null=True)
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        return super().to_representation(_fork_fields(instance))
+
+
+def _fork_fields(view: RunView) -> dict[str, Any]:
+    """The Fork shape's values of a fork's view, its typed result dumped once, here."""
+    fork = view.fork
+    assert fork is not None, "the Fork shape of a run that is not a fork"
+    body = {**view.run_json, "state": fork.state, "not_run_reason": fork.not_run_reason,
+            "cancel_requested": fork.cancel_requested, "queue_position": fork.queue_position,
+            "base_run_id": fork.base_run_id, "changes": [c.wire() for c in fork.changes],
+            **dict.fromkeys(RESULT_FIELDS)}
+    if fork.result is not None:
+        body.update(fork.result.to_wire())
+        body.pop("point", None)
+    elif fork.problem is not None:
+        body["warnings"] = [fork.problem]
+    return body
 
 
 class PromoteSerializer(Shape):

@@ -46,7 +46,7 @@ from forklab.engine.events import (
     ToolCalled,
     ToolReturned,
 )
-from forklab.engine.state import Call, Execution, NodesSoFar, RunState
+from forklab.engine.state import Call, Execution, ForkOrigin, NodesSoFar, RunState
 from forklab.engine.status import ExecutionStatus, RunKind, RunStatus
 
 
@@ -222,8 +222,8 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
     return state
 
 
-def _holders(prefix: RunState) -> list[list[Any]]:
-    """Which run's log holds each inherited execution: ``[run_id, first position]`` pairs.
+def _holders(prefix: RunState) -> tuple[tuple[str, int], ...]:
+    """Which run's log holds each inherited execution: ``(run_id, first position)`` pairs.
 
     The prefix was folded from the log of ``prefix.run_id``; if that run is itself a fork,
     its own executions start at its ``prefix_executions`` and the ones before it are held
@@ -231,14 +231,12 @@ def _holders(prefix: RunState) -> list[list[Any]]:
     """
     inherited = len(prefix.executions)
     parent = prefix.fork
-    if not parent:
-        return [[prefix.run_id, 0]]
-    held = [h for h in parent.get("holders") or [[parent.get("base_run_id"), 0]]
-            if h[1] < inherited]
-    own_start = int(parent.get("prefix_executions", 0))
-    if own_start < inherited or not held:
-        held.append([prefix.run_id, own_start])
-    return held
+    if parent is None:
+        return ((prefix.run_id, 0),)
+    held = [h for h in parent.holders if h[1] < inherited]
+    if parent.prefix_executions < inherited or not held:
+        held.append((prefix.run_id, parent.prefix_executions))
+    return tuple(held)
 
 
 def _apply_fork(state: RunState, event: RunForked) -> None:
@@ -252,13 +250,11 @@ def _apply_fork(state: RunState, event: RunForked) -> None:
     state.status = RunStatus.RUNNING
     state.error = None
     state.finished_at = None
-    state.fork = {
-        "base_run_id": event.base_run_id, "fork_sequence_id": event.fork_sequence_id,
-        "fork_node_id": event.fork_node_id, "fork_group_id": event.fork_group_id,
-        "tail_from_call": len(state.calls),
-        "prefix_executions": len(state.executions),
-        "holders": holders,
-    }
+    state.fork = ForkOrigin(
+        base_run_id=event.base_run_id, fork_sequence_id=event.fork_sequence_id,
+        fork_node_id=event.fork_node_id, fork_group_id=event.fork_group_id,
+        tail_from_call=len(state.calls), prefix_executions=len(state.executions),
+        holders=holders)
     state.changes = list(event.changes)
 
 

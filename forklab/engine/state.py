@@ -165,6 +165,44 @@ class Execution:
         return cls(**_private(data))
 
 
+@dataclass(frozen=True, slots=True)
+class ForkOrigin:
+    """Where a fork's state came from: set once by its ``run.forked`` event, never changed.
+
+    Invariants: ``calls[:tail_from_call]`` and ``executions[:prefix_executions]`` of the
+    fork's state are inherited from its base (the tail's own come after); ``holders`` says
+    which run's log holds each inherited execution, as ``(run_id, first position)`` pairs in
+    position order (a fork of a fork inherits executions held by its base's base).
+    """
+
+    base_run_id: str
+    fork_sequence_id: int
+    fork_node_id: str | None
+    fork_group_id: str | None
+    tail_from_call: int
+    prefix_executions: int
+    holders: tuple[tuple[str, int], ...]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"base_run_id": self.base_run_id, "fork_sequence_id": self.fork_sequence_id,
+                "fork_node_id": self.fork_node_id, "fork_group_id": self.fork_group_id,
+                "tail_from_call": self.tail_from_call,
+                "prefix_executions": self.prefix_executions,
+                "holders": [list(h) for h in self.holders]}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> ForkOrigin:
+        """The origin in a stored state; a state stored before ``holders`` was kept had its
+        whole prefix held by its base."""
+        base = str(data.get("base_run_id") or "")
+        holders = data.get("holders") or [[base, 0]]
+        return cls(base_run_id=base, fork_sequence_id=int(data.get("fork_sequence_id", 0)),
+                   fork_node_id=data.get("fork_node_id"), fork_group_id=data.get("fork_group_id"),
+                   tail_from_call=int(data.get("tail_from_call", 0)),
+                   prefix_executions=int(data.get("prefix_executions", 0)),
+                   holders=tuple((str(run), int(at)) for run, at in holders))
+
+
 @dataclass(slots=True)
 class RunState:
     """Everything a run is at one version (the seq of the last event folded)."""
@@ -179,7 +217,7 @@ class RunState:
     replay_version: int = 0
     label: str = ""
     parent_run_id: str | None = None
-    fork: dict[str, Any] | None = None
+    fork: ForkOrigin | None = None
     input: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
     taint: set[str] = field(default_factory=set)
@@ -219,6 +257,16 @@ class RunState:
             entries.append(self.current.path_entry())
         return entries
 
+    @property
+    def tail_from_call(self) -> int:
+        """Where the run's own calls begin in ``calls`` (0 unless it is a fork)."""
+        return self.fork.tail_from_call if self.fork else 0
+
+    @property
+    def prefix_executions(self) -> int:
+        """How many of ``executions`` it inherited (0 unless it is a fork)."""
+        return self.fork.prefix_executions if self.fork else 0
+
     def all_executions(self) -> list[Execution]:
         return self.executions + ([self.current] if self.current is not None else [])
 
@@ -243,7 +291,8 @@ class RunState:
             "graph_id": self.graph_id, "graph_version": self.graph_version,
             "graph_hash": self.graph_hash, "run_kind": self.run_kind,
             "replay_version": self.replay_version, "label": self.label,
-            "parent_run_id": self.parent_run_id, "fork": self.fork, "input": self.input,
+            "parent_run_id": self.parent_run_id,
+            "fork": self.fork.to_wire() if self.fork else None, "input": self.input,
             "memory": self.memory, "taint": sorted(self.taint), "frontier": self.frontier,
             "arrivals": self.arrivals, "iteration": self.iteration,
             "iteration_nodes": self.iteration_nodes, "occurrences": self.occurrences,
@@ -273,6 +322,7 @@ class RunState:
         data["current"] = Execution(**data["current"]) if data.get("current") else None
         data["interrupted"] = [Execution(**e) for e in data.get("interrupted", ())]
         data["calls"] = [Call(**c) for c in data.get("calls", ())]
+        data["fork"] = ForkOrigin.from_wire(data["fork"]) if data.get("fork") else None
         return cls(**data)
 
     def copy(self) -> RunState:

@@ -22,7 +22,7 @@ from forklab.engine.fork.changes import (
     wire,
 )
 from forklab.engine.fork.resolve import parse_point
-from forklab.engine.fork.wire import AllowList
+from forklab.engine.fork.wire import AllowList, PointSpec
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Run
 from forklab.runs.store import DjangoStore
@@ -133,8 +133,8 @@ def side_effects(text: str | None) -> Literal["replay", "block"] | AllowList:
                           f"got {text!r}")
 
 
-def point(text: str | None) -> dict[str, Any] | str | None:
-    """``--at`` in the point's JSON form (a ForkSpec's ``at``)."""
+def point(text: str | None) -> PointSpec:
+    """``--at`` as a request names a fork point (a ForkSpec's ``at``)."""
     return None if text is None else parse_point(text)
 
 

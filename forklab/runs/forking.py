@@ -19,7 +19,7 @@ from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import ForklabError, RunInProgress
 from forklab.engine.fork import ForkPlan
 from forklab.engine.fork.lifecycle import Case as EngineCase
-from forklab.engine.fork.lifecycle import PromoteResult, promote, run_case, save_case
+from forklab.engine.fork.lifecycle import CaseResult, PromoteResult, promote, run_case, save_case
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
 from forklab.engine.fork.wire import (
     DiffSummaryWire,
@@ -29,7 +29,7 @@ from forklab.engine.fork.wire import (
     SweepVariantWire,
     SweepWire,
 )
-from forklab.runs import bases, inserts, queries, readcache, readmodel, tasks
+from forklab.runs import bases, inserts, queries, readcache, tasks
 from forklab.runs.access import (
     User,
     account,
@@ -261,25 +261,20 @@ def _check_criteria(criteria: list[dict[str, Any]]) -> None:
             raise InvalidRequest(f"field '{field}': {error['msg']}", field=field) from None
 
 
-def run_cases(*, user: User, project: str | None = None) -> list[dict[str, Any]]:
-    """Replay every readable case (optionally one project's); each result says pass or fail."""
+def run_cases(*, user: User, project: str | None = None) -> list[tuple[str, CaseResult]]:
+    """Replay every readable case (optionally one project's): each one's project slug and
+    result (pass or fail)."""
     cases = Case.objects.filter(project__in=queries.visible_projects(user))
     if project:
         cases = cases.filter(project__slug=project)
     results = []
     for row in cases.order_by("project__slug", "name"):
         result = run_case(EngineCase.model_validate(row.recorded))
-        results.append({"project": row.project.slug, **result.wire()})
+        results.append((row.project.slug, result))
     return results
 
 
 # -- the API's fork and sweep bodies -----------------------------------------------------------
-
-
-def fork_body(run: Run) -> dict[str, Any]:
-    """The Fork shape: Run fields, state, and the Fork result fields once it finished
-    (null until then) — the read model's view of the fork (``runs.readmodel``)."""
-    return readmodel.view(run).fork_json()
 
 
 def get_fork(*, user: User, run_id: str) -> Run:
@@ -288,11 +283,6 @@ def get_fork(*, user: User, run_id: str) -> Run:
     if run.run_kind != RunKind.COUNTERFACTUAL:
         raise NotFound(f"run {run_id!r} is a {run.run_kind} run, not a fork", run_id=run_id)
     return run
-
-
-def fork_detail(*, user: User, run_id: str) -> dict[str, Any]:
-    """``GET /forks/{id}/``: a readable fork as the Fork shape."""
-    return fork_body(get_fork(user=user, run_id=run_id))
 
 
 def sweep_summary(*, user: User, group_id: str) -> SweepWire:

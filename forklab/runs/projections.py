@@ -85,14 +85,15 @@ class Appended:
 
 def project_state(state: RunState) -> dict[str, Any]:
     """The run row's projected columns for a folded ``state``."""
-    fork = state.fork or {}
+    fork = state.fork
     return {
         "status": state.status, "last_seq": state.version, "label": state.label,
         "run_kind": state.run_kind, "replay_version": state.replay_version,
         "graph_slug": state.graph_id, "graph_version_number": state.graph_version,
-        "parent_run_id": fork.get("base_run_id") or state.parent_run_id,
-        "fork_sequence_id": fork.get("fork_sequence_id"),
-        "fork_node_id": fork.get("fork_node_id"), "fork_group_id": fork.get("fork_group_id"),
+        "parent_run_id": (fork.base_run_id if fork else None) or state.parent_run_id,
+        "fork_sequence_id": fork.fork_sequence_id if fork else None,
+        "fork_node_id": fork.fork_node_id if fork else None,
+        "fork_group_id": fork.fork_group_id if fork else None,
         "input": state.input, "memory": state.memory, "path": state.path(),
         "error": state.error, "input_tokens": state.input_tokens,
         "output_tokens": state.output_tokens, "cost_usd": _usd(state.cost_usd),

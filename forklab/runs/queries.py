@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Max, QuerySet
@@ -13,10 +14,11 @@ from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Case, Event, Graph, Project, Run, RunKind, RunStatus
 
 # the cached reads, read through queries (re-exported)
+from forklab.runs.readcache import Comparison as Comparison
 from forklab.runs.readcache import clear_caches as clear_caches
 from forklab.runs.readcache import compare_explain as compare_explain
 from forklab.runs.readcache import compare_runs as compare_runs
-from forklab.runs.readcache import forked_event as forked_event
+from forklab.runs.readcache import forked_point as forked_point
 from forklab.runs.readcache import run_events as run_events
 from forklab.runs.readcache import state_at as state_at
 from forklab.runs.readmodel import fork_result as fork_result
@@ -268,17 +270,25 @@ def events_before(run_id: str, seq: int, *, type: str | None = None) -> int:
     return (events.filter(type=type) if type else events).count()
 
 
-def fork_prefix(run_id: str) -> dict[str, Any]:
-    """The memory and input a fork started from, before its changes (its ``run.forked``
-    prefix state, read without the rest of that state)."""
+@dataclass(frozen=True, slots=True)
+class ForkPrefix:
+    """The memory and input a fork started from, before its changes."""
+
+    memory: dict[str, Any]
+    input: dict[str, Any]
+
+
+def fork_prefix(run_id: str) -> ForkPrefix:
+    """The fork's :class:`ForkPrefix` (its ``run.forked`` prefix state, read without the rest
+    of that state)."""
     from django.db.models import F
 
     row = (Event.objects.filter(run_id=run_id, type="run.forked")
            .values(memory=F("payload__prefix_state__memory"),
                    input=F("payload__prefix_state__input")).first())
     if row is None:
-        return {"memory": {}, "input": {}}
-    return {"memory": row["memory"] or {}, "input": row["input"] or {}}
+        return ForkPrefix(memory={}, input={})
+    return ForkPrefix(memory=row["memory"] or {}, input=row["input"] or {})
 
 
 def graph_of(run: Run) -> GraphSpec:

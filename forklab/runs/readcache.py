@@ -11,14 +11,21 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from django.db.models import F, TextField
 from django.db.models.functions import Cast
 
+from forklab.engine.fork.wire import CallWire, ForkPointWire, RunDiffWire
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Event, Run
+
+if TYPE_CHECKING:
+    from forklab.engine.events import AnyEvent
+    from forklab.engine.fork.diff import RunDiff
+    from forklab.engine.state import RunState
 
 EVENT_CACHE_RUNS = 8
 STATE_CACHE_SIZE = 6
@@ -51,16 +58,27 @@ class Lru[K, V]:
             self._items.clear()
 
 
-_EVENTS: Lru[tuple[str, int], list[Any]] = Lru(EVENT_CACHE_RUNS)
-_STATES: Lru[tuple[str, int, int | None], Any] = Lru(STATE_CACHE_SIZE)
-_COMPARISONS: Lru[tuple[str, int, str, int], dict[str, Any]] = Lru(STATE_CACHE_SIZE)
-_DIFFS: Lru[tuple[str, int, str, int], Any] = Lru(STATE_CACHE_SIZE)
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Two runs' RunDiff and what the diff page shows beside it: the variant's own calls
+    (after its fork point) with their provenance labels, and both final states."""
+
+    diff: RunDiffWire
+    calls: list[CallWire]
+    base_state: RunState
+    variant_state: RunState
+
+
+_EVENTS: Lru[tuple[str, int], list[AnyEvent]] = Lru(EVENT_CACHE_RUNS)
+_STATES: Lru[tuple[str, int, int | None], RunState] = Lru(STATE_CACHE_SIZE)
+_COMPARISONS: Lru[tuple[str, int, str, int], Comparison] = Lru(STATE_CACHE_SIZE)
+_DIFFS: Lru[tuple[str, int, str, int], RunDiff] = Lru(STATE_CACHE_SIZE)
 VIEW_CACHE_SIZE = 32
 #: the read model's views of finished runs (``forklab.runs.readmodel``), emptied with the rest
 VIEWS: Lru[tuple[Any, ...], Any] = Lru(VIEW_CACHE_SIZE)
 
 
-def run_events(run: Run, *, upto: int | None = None) -> list[Any]:
+def run_events(run: Run, *, upto: int | None = None) -> list[AnyEvent]:
     """The run's engine events (those with ``seq <= upto`` when given).
 
     A finished run's log never changes, so what was read of it is kept (LRU over runs) and
@@ -81,7 +99,7 @@ def run_events(run: Run, *, upto: int | None = None) -> list[Any]:
     return [e for e in cached if e.seq <= upto] if cached and cached[0].seq != 1 else cached[:upto]
 
 
-def state_at(run: Run, seq: int | None = None) -> Any:
+def state_at(run: Run, seq: int | None = None) -> RunState:
     """The run's folded state after event ``seq`` (its final state when None).
 
     A finished run's states are cached (LRU) and shared between callers: treat the returned
@@ -96,7 +114,7 @@ def state_at(run: Run, seq: int | None = None) -> Any:
     return state
 
 
-def _fold_at(run: Run, seq: int | None) -> Any:
+def _fold_at(run: Run, seq: int | None) -> RunState:
     from forklab.engine.reducers import fold
     from forklab.engine.state import RunState
     from forklab.runs.models import FinalState
@@ -137,7 +155,7 @@ def clear_caches() -> None:
         cache.clear()
 
 
-def run_diff(base: Run, variant: Run) -> Any:
+def run_diff(base: Run, variant: Run) -> RunDiff:
     """The engine's RunDiff of two runs' final states — the one diff the API's ``/diff/``,
     sweep summaries and the dashboard's diff page all show. Finished runs' final states are
     their stored ones (no log read); two finished runs' diff is cached (LRU): read-only."""
@@ -154,10 +172,9 @@ def run_diff(base: Run, variant: Run) -> Any:
     return diff
 
 
-def compare_runs(base: Run, variant: Run) -> dict[str, Any]:
-    """The RunDiff of two runs plus what the diff page shows with it: the variant's tail
-    calls with their provenance labels and both final states. No access check: callers
-    (the dashboard's views, a resolved share link) have done it. Two finished runs'
+def compare_runs(base: Run, variant: Run) -> Comparison:
+    """The RunDiff of two runs plus what the diff page shows with it. No access check:
+    callers (the dashboard's views, a resolved share link) have done it. Two finished runs'
     comparison is cached (LRU): treat it as read-only. (A finished fork's ``explain()`` and
     calls are its stored result: ``forklab.runs.readmodel``.)"""
     key = (base.id, base.last_seq, variant.id, variant.last_seq)
@@ -169,14 +186,13 @@ def compare_runs(base: Run, variant: Run) -> dict[str, Any]:
     return result
 
 
-def _compare(base: Run, variant: Run) -> dict[str, Any]:
+def _compare(base: Run, variant: Run) -> Comparison:
     base_state, variant_state = state_at(base), state_at(variant)
-    diff = run_diff(base, variant)
-    fork = variant_state.fork or {}
-    calls = [c.to_wire() for c in variant_state.calls[fork.get("tail_from_call", 0):]]
-    return {"diff": diff.wire(), "calls": calls,
-            "inherited_executions": fork.get("prefix_executions", 0),
-            "base_state": base_state, "variant_state": variant_state}
+    return Comparison(
+        diff=RunDiffWire.from_wire(run_diff(base, variant).wire()),
+        calls=[CallWire.from_wire(c.to_wire())
+               for c in variant_state.calls[variant_state.tail_from_call:]],
+        base_state=base_state, variant_state=variant_state)
 
 
 def compare_explain(base: Run, variant: Run) -> str:
@@ -184,10 +200,10 @@ def compare_explain(base: Run, variant: Run) -> str:
     of the base at its point, or two runs compared)."""
     from forklab.engine.fork.diff import format_run_diff
 
-    fork = state_at(variant).fork or {}
-    if fork.get("base_run_id") == base.id:
-        point = (forked_event(variant.id) or {}).get("point") or {}
-        where = point.get("label") or f"seq {variant.fork_sequence_id}"
+    fork = state_at(variant).fork
+    if fork is not None and fork.base_run_id == base.id:
+        point = forked_point(variant.id)
+        where = point.label if point else f"seq {variant.fork_sequence_id}"
         header = (f"fork {variant.id} of {base.id} at seq {variant.fork_sequence_id} "
                   f"({where})")
     else:
@@ -195,10 +211,11 @@ def compare_explain(base: Run, variant: Run) -> str:
     return format_run_diff(run_diff(base, variant), header)
 
 
-def forked_event(run_id: str) -> dict[str, Any] | None:
-    """The seq and resolved point (its label) of a fork's ``run.forked`` event."""
+def forked_point(run_id: str) -> ForkPointWire | None:
+    """The resolved point a fork's ``run.forked`` event names (None: not a fork, or a log
+    recorded before events kept their point)."""
     # one small field: the payload also holds the whole prefix state, which SQLite parses
     # again for every field extracted
-    row = (Event.objects.filter(run_id=run_id, type="run.forked")
-           .values("seq", point=F("payload__point")).first())
-    return None if row is None else dict(row)
+    point = (Event.objects.filter(run_id=run_id, type="run.forked")
+             .values_list(F("payload__point"), flat=True).first())
+    return ForkPointWire.from_wire(point) if point else None

@@ -27,16 +27,13 @@ from pydantic import Field
 
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import Change, parse_changes
-from forklab.engine.fork.wire import OutModel, StoredForkResult
+from forklab.engine.fork.wire import ForkPointWire, OutModel, StoredForkResult
 from forklab.engine.status import ForkState
 from forklab.runs.models import Run, RunKind, RunStatus
 from forklab.runs.projections import ForkResultProjection
 from forklab.runs.readcache import VIEWS as _VIEWS
-from forklab.runs.readcache import forked_event
+from forklab.runs.readcache import forked_point
 from forklab.runs.serializers_json import run_to_json
-
-# null until the fork finished; ``changes`` is always there (the request's, from the row)
-RESULT_FIELDS = tuple(f for f in StoredForkResult.model_fields if f not in ("changes", "point"))
 
 
 class ForkView(OutModel):
@@ -53,19 +50,6 @@ class ForkView(OutModel):
     result: StoredForkResult | None = None
     problem: str | None = Field(default=None, exclude=True)
 
-    def fields(self) -> dict[str, Any]:
-        """The Fork shape's own keys, result fields null until it finished."""
-        body = {"state": self.state, "not_run_reason": self.not_run_reason,
-                "cancel_requested": self.cancel_requested,
-                "queue_position": self.queue_position, "base_run_id": self.base_run_id,
-                "changes": [c.wire() for c in self.changes], **dict.fromkeys(RESULT_FIELDS)}
-        if self.result is not None:
-            body.update(self.result.to_wire())
-            body.pop("point", None)
-        elif self.problem is not None:
-            body["warnings"] = [self.problem]
-        return body
-
 
 @dataclass
 class RunView:
@@ -75,11 +59,6 @@ class RunView:
     fork: ForkView | None
     cached: bool
     _rendered: dict[str, Any] = field(default_factory=dict)
-
-    def fork_json(self) -> dict[str, Any]:
-        """The Fork shape: the Run shape plus the fork's fields (a fork's view only)."""
-        assert self.fork is not None, "fork_json of a run that is not a fork"
-        return {**self.run_json, **self.fork.fields()}
 
     def rendered[T](self, name: str, build: Callable[[], T]) -> T:
         """What an adapter renders of this view (``build()``), kept with a cached view so a
@@ -119,16 +98,15 @@ def fork_result(run: Run) -> StoredForkResult | None:
     return None if fork is None else fork.result
 
 
-def forked(run: Run) -> dict[str, Any] | None:
-    """Where a fork forked (``{"seq", "point"}``, the headers' "at seq N (before …)"): a
-    finished fork's from its view, else from its ``run.forked`` event; None for a run
-    that is not a fork."""
+def forked(run: Run) -> ForkPointWire | None:
+    """Where a fork forked (the headers' "at seq N (before …)"): a finished fork's point
+    from its view, else its ``run.forked`` event's; None for a run that is not a fork."""
     if not run.parent_run_id:
         return None
     result = fork_result(run)
     if result is not None and result.point is not None:
-        return {"seq": result.point.seq, "point": result.point.to_wire()}
-    return forked_event(run.id)
+        return result.point
+    return forked_point(run.id)
 
 
 def forget() -> None:
@@ -161,15 +139,16 @@ def _fork_view(run: Run, run_json: dict[str, Any]) -> ForkView:
     from forklab.runs.store import DjangoStore
 
     state, reason = fork_state(run)
-    fields: dict[str, Any] = {}
+    result, problem = None, None
     if ForkResultProjection.applies_to(run):
         try:  # one stored row (runs.projections): neither run's log is read
-            fields["result"] = ForkResultProjection.read(run, DjangoStore(run.project))
+            result = ForkResultProjection.read(run, DjangoStore(run.project))
         except ForklabError as exc:  # e.g. its base run was deleted before it was stored
-            fields["problem"] = f"the result cannot be rebuilt: {exc.code}: {exc.message}"
+            problem = f"the result cannot be rebuilt: {exc.code}: {exc.message}"
     return ForkView(state=state, not_run_reason=reason, cancel_requested=run.cancel_requested,
                     queue_position=queue_position(run), base_run_id=run.parent_run_id,
-                    changes=parse_changes(run_json["fork_mutations"]), **fields)
+                    changes=parse_changes(run_json["fork_mutations"]), result=result,
+                    problem=problem)
 
 
 def queue_position(run: Run) -> int | None:

@@ -8,13 +8,14 @@ from forklab.engine.graph import GraphSpec
 from forklab.runs import queries
 from forklab.runs.models import Run
 from forklab.web.composer import pretty
+from forklab.web.timeline import ChosenPoint
 
 FOLD_FINAL_STATE_UPTO = 2000
 """Runs up to this many events show taint in the final state (a fold); longer runs show the
 projected final memory and fold only when a point is chosen."""
 
 
-def inspector(run: Run, at: int | None, point: dict[str, Any] | None,
+def inspector(run: Run, at: int | None, point: ChosenPoint | None,
               graph: GraphSpec | None) -> dict[str, Any]:
     """Memory (and taint) at the chosen point, or the final memory."""
     if run.last_seq == 0 or (at is None and run.last_seq > FOLD_FINAL_STATE_UPTO):
@@ -23,8 +24,8 @@ def inspector(run: Run, at: int | None, point: dict[str, Any] | None,
         state = queries.state_at(run, at)
         memory, taint, exact = state.memory, state.taint, True
     reads: set[str] = set()
-    if point and point["after"] is not None and graph is not None:
-        reads = set(graph.node(point["after"].node).reads)
+    if point and point.after is not None and graph is not None:
+        reads = set(graph.node(point.after.node).reads)
     rows = []
     for key, value in sorted(memory.items()):
         text = value if isinstance(value, str) else pretty(value)

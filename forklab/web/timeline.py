@@ -37,6 +37,16 @@ OPEN_GROUPS = 4
 """A page with more iterations than this shows only the one holding the selection unfolded."""
 
 
+@dataclass(frozen=True, slots=True)
+class ChosenPoint:
+    """A fork point chosen on a page: its boundary seq, the execution that starts right
+    after it and the one that ends at it (None past either end)."""
+
+    seq: int
+    after: Bar | None
+    before: Bar | None
+
+
 @dataclass
 class Timeline:
     groups: list[Group]
@@ -62,6 +72,10 @@ class Timeline:
     def before(self, seq: int) -> Bar | None:
         """The execution that ends at boundary ``seq``."""
         return next((b for b in self.all_bars if b.after_point == seq), None)
+
+    def point(self, seq: int) -> ChosenPoint:
+        """Boundary ``seq`` as a chosen fork point, with the executions around it."""
+        return ChosenPoint(seq=seq, after=self.after(seq), before=self.before(seq))
 
     @property
     def bars(self) -> list[Bar]:

@@ -17,6 +17,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from forklab.runs.models import Run
+from forklab.runs.readmodel import queue_position
 from tests.api.conftest import API, World
 
 pytestmark = pytest.mark.django_db
@@ -64,15 +65,13 @@ def test_the_queued_fork_carries_its_task_id_from_the_start(world: World) -> Non
 
 def test_each_accepted_fork_reports_its_place_behind_the_untaken_queued_work(
         world: World) -> None:
-    from forklab.runs.forking import fork_body
-
     forks = [accept(world, n)[0] for n in range(3)]
     first = forks[0]["queue_position"]
     assert first >= 1
     assert [f["queue_position"] for f in forks] == [first, first + 1, first + 2]
     Run.objects.filter(pk=forks[0]["id"]).update(lease_owner="worker-1")  # taken
-    assert fork_body(Run.objects.get(pk=forks[0]["id"]))["queue_position"] == 0
-    assert fork_body(Run.objects.get(pk=forks[2]["id"]))["queue_position"] == first + 1
+    assert queue_position(Run.objects.get(pk=forks[0]["id"])) == 0
+    assert queue_position(Run.objects.get(pk=forks[2]["id"])) == first + 1
     Run.objects.filter(pk=forks[1]["id"]).update(status="running")
-    assert fork_body(Run.objects.get(pk=forks[1]["id"]))["queue_position"] is None
-    assert fork_body(Run.objects.get(pk=forks[2]["id"]))["queue_position"] == first
+    assert queue_position(Run.objects.get(pk=forks[1]["id"])) is None
+    assert queue_position(Run.objects.get(pk=forks[2]["id"])) == first

@@ -17,8 +17,9 @@ from forklab.engine.reducers import fold
 from forklab.runs import execution, leases, recovery, tasks
 from forklab.runs.control import answer, cancel
 from forklab.runs.errors import LeaseLost
-from forklab.runs.forking import fork_body, start_fork
+from forklab.runs.forking import start_fork
 from forklab.runs.models import Event, Run
+from forklab.runs.readmodel import fork_result, queue_position
 from forklab.runs.specs import AnswerSpec, ForkSpec
 from forklab.runs.store import DjangoStore
 from forklab.runs.task_backends import drain
@@ -105,7 +106,9 @@ def test_a_fork_whose_executor_died_mid_node_is_resumed_and_pays_no_call_twice(
     assert_contiguous(run_id)
     assert "node.interrupted" in types(run_id)
     assert world.provider.paid == reference  # each call paid exactly once, killed attempt incl.
-    labels = [c["label"] for c in fork_body(run)["calls"] if c["node"] == "vote"]
+    result = fork_result(run)
+    assert result is not None
+    labels = [c.label for c in result.calls if c.node == "vote"]
     assert labels.count("reused") == 2
 
 
@@ -127,7 +130,7 @@ def test_a_fork_whose_executor_died_between_nodes_resumes_at_the_next_node(
 def test_queued_work_lost_with_its_process_is_started_by_a_sweep(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     run_id = queued_fork(world, monkeypatch)
-    assert fork_body(Run.objects.get(pk=run_id))["queue_position"] == 1
+    assert queue_position(Run.objects.get(pk=run_id)) == 1
     assert recovery.sweep() == []  # younger than one TTL: its task may be on its way
     age(run_id)
     assert recovery.sweep() == [run_id]

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 
+from forklab.engine.fork.wire import AlignedStep, PathEntry
 from forklab.runs import forking
 from forklab.runs.models import Membership, Project, Role, Run
 from forklab.runs.specs import ForkSpec, SweepSpec
@@ -114,3 +115,9 @@ def page(response: Any) -> str:
 def htmx(target: str) -> dict[str, str]:
     """Headers of an htmx request swapping into ``#target``."""
     return {**HTMX, "HX-Target": target}
+
+
+def step(op: Literal["same", "changed", "inserted", "skipped"], node: str) -> AlignedStep:
+    """An aligned diff step of ``node`` (first execution, iteration 1) on both sides."""
+    entry = PathEntry(node=node, occurrence=1, iteration=1, status="completed")
+    return AlignedStep(op=op, base=entry, variant=entry)

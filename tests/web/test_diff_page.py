@@ -13,9 +13,9 @@ from forklab.engine.fork.changes import parse_changes
 from forklab.engine.graph import load_graph
 from forklab.engine.state import Execution
 from forklab.web.changeview import Before, describe, input_changes
-from forklab.web.views.compare import STRIP_STEPS, path_strip
+from forklab.web.diffview import STRIP_STEPS, path_strip
 from forklab.web.views.home import grouped
-from tests.web.conftest import World, page
+from tests.web.conftest import World, page, step
 
 pytestmark = pytest.mark.django_db
 
@@ -30,16 +30,15 @@ def test_a_prompt_change_is_shown_old_to_new_word_by_word_at_the_top(world: Worl
 
 
 def test_the_path_strip_is_centred_on_the_first_divergence() -> None:
-    aligned = [{"op": "same", "base": {"node": f"n{i}"}, "variant": {"node": f"n{i}"}}
-               for i in range(500)]
-    aligned[300] = {**aligned[300], "op": "changed"}
+    aligned = [step("same", f"n{i}") for i in range(500)]
+    aligned[300] = step("changed", "n300")
     strip = path_strip(aligned, 300)
-    indexes = [s["index"] for s in strip["steps"]]
+    indexes = [s.index for s in strip.steps]
     assert len(indexes) == STRIP_STEPS and 300 in indexes
     assert indexes[0] == 300 - STRIP_STEPS // 2
-    assert strip["before"] == indexes[0] and strip["after"] == 500 - indexes[-1] - 1
-    assert path_strip(aligned[:10], None)["steps"][0]["index"] == 0
-    assert [s["index"] for s in path_strip(aligned, 499)["steps"]][-1] == 499
+    assert strip.before == indexes[0] and strip.after == 500 - indexes[-1] - 1
+    assert path_strip(aligned[:10], None).steps[0].index == 0
+    assert [s.index for s in path_strip(aligned, 499).steps][-1] == 499
 
 
 def test_a_fork_that_stopped_early_shows_not_reached_steps(world: World) -> None:

@@ -8,8 +8,8 @@ import pytest
 from django.template.loader import render_to_string
 
 from forklab.runs.models import Run
-from forklab.web.views.compare import fold_steps
-from tests.web.conftest import HTMX, World, htmx, page
+from forklab.web.diffview import Fold, fold_steps
+from tests.web.conftest import HTMX, World, htmx, page, step
 
 pytestmark = pytest.mark.django_db
 
@@ -102,13 +102,12 @@ def test_the_diff_page_is_404_outside_ones_projects(world: World) -> None:
 
 
 def test_the_path_partial_pages_long_paths_with_unchanged_stretches_folded() -> None:
-    same = {"op": "same", "base": {"node": "a"}, "variant": {"node": "a"}}
-    changed = {"op": "changed", "base": {"node": "b"}, "variant": {"node": "b"}}
+    same, changed = step("same", "a"), step("changed", "b")
     folded = fold_steps([same] * 100 + [changed] + [same] * 100)
-    assert [r.get("fold") or r["op"] for r in folded["rows"]] == [
+    assert [r.fold if isinstance(r, Fold) else r.op for r in folded.rows] == [
         98, "same", "same", "changed", "same", "same", 98]
     long = fold_steps([changed] * 700, start=120)
-    assert len(long["rows"]) == 120 and long["next"] == 240 and long["prev"] == 0
+    assert len(long.rows) == 120 and long.next == 240 and long.prev == 0
 
 
 def test_the_compare_page_answers_htmx_path_pages_with_the_table_only(world: World) -> None:

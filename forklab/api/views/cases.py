@@ -49,6 +49,7 @@ def cases(request: Request) -> Response:
 def cases_run(request: Request) -> Response:
     spec = body(CasesRunSpec, request.data)
     results = forking.run_cases(user=request.user, project=spec.project)
-    failed = sum(1 for r in results if not r["passed"])
-    return Response(CasesRunSerializer({"passed": failed == 0, "total": len(results),
-                                        "failed": failed, "results": results}).data)
+    failed = sum(1 for _, r in results if not r.passed)
+    return Response(CasesRunSerializer({
+        "passed": failed == 0, "total": len(results), "failed": failed,
+        "results": [{"project": project, **r.wire()} for project, r in results]}).data)

@@ -54,7 +54,7 @@ def preflight(request: Request) -> Response:
 def forks(request: Request) -> Response:
     started = forking.start_fork(user=request.user, spec=body(ForkSpec, request.data))
     code = status.HTTP_202_ACCEPTED if started.created else status.HTTP_200_OK
-    return Response(ForkSerializer(forking.fork_body(started.run)).data, status=code)
+    return Response(ForkSerializer(readmodel.view(started.run)).data, status=code)
 
 
 @extend_schema(
@@ -68,7 +68,7 @@ def forks(request: Request) -> Response:
 def fork_detail(request: Request, run_id: str) -> HttpResponse:
     # the read model's view; a finished fork's rendered body is kept with it
     view = readmodel.view(forking.get_fork(user=request.user, run_id=run_id))
-    return view_response(view, "api.fork", lambda: ForkSerializer(view.fork_json()).data)
+    return view_response(view, "api.fork", lambda: ForkSerializer(view).data)
 
 
 @extend_schema(
@@ -81,7 +81,7 @@ def fork_detail(request: Request, run_id: str) -> HttpResponse:
 def fork_cancel(request: Request, run_id: str) -> Response:
     forking.get_fork(user=request.user, run_id=run_id)  # 404 unless a readable fork
     run = forking.cancel(user=request.user, run_id=run_id)
-    return Response(ForkSerializer(forking.fork_body(run)).data)
+    return Response(ForkSerializer(readmodel.view(run)).data)
 
 
 @extend_schema(
@@ -96,7 +96,7 @@ def fork_answer(request: Request, run_id: str) -> Response:
     forking.get_fork(user=request.user, run_id=run_id)
     spec = body(AnswerSpec, request.data)
     run = forking.answer(user=request.user, run_id=run_id, spec=spec)
-    return Response(ForkSerializer(forking.fork_body(run)).data, status=status.HTTP_202_ACCEPTED)
+    return Response(ForkSerializer(readmodel.view(run)).data, status=status.HTTP_202_ACCEPTED)
 
 
 @extend_schema(

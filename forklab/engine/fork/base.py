@@ -44,7 +44,7 @@ class BaseRun:
 
     def own_executions(self) -> list[Execution]:
         """Executions recorded in this run's own log (not inherited from its base)."""
-        skip = (self.state.fork or {}).get("prefix_executions", 0)
+        skip = self.state.prefix_executions
         return self.state.executions[skip:]
 
     def load_run(self, run_id: str) -> RunState | None:

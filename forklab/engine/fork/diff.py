@@ -278,7 +278,7 @@ def incurred_usd(variant: RunState) -> float | None:
 
     None when one of them called a model with no price: the spend is unknown, and a partial
     sum would read as a saving (SPEC §3.4: an unpriced call is never reported as $0)."""
-    start = (variant.fork or {}).get("tail_from_call", 0)
+    start = variant.tail_from_call
     paid = [c.cost_usd for c in variant.calls[start:] if c.label in ("live", "changed")]
     if any(cost is None for cost in paid):
         return None
@@ -333,7 +333,7 @@ def diff_runs(base_state: RunState, variant_state: RunState, *,
     flagged ``not_reached`` and listed in ``path.not_reached``; tokens, cost (per node too)
     and wall-clock deltas compare the variant with the base up to where the variant got.
     """
-    inherited = (variant_state.fork or {}).get("prefix_executions", 0)
+    inherited = variant_state.prefix_executions
     unreached: list[Execution] | None = [] if variant_state.status in STOPPED_EARLY else None
     aligned = _align(base_state.executions, variant_state.executions, inherited, unreached)
     reached = _reached(base_state, unreached or [])

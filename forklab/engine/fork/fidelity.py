@@ -72,7 +72,7 @@ def fork_check(run_id: str, *, store: Store, env: Environment | None = None,
                             ignore_budget=True)
         runner = run_plan(plan, store=scratch or MemoryStore(), ignore_budget=True)
         state = runner.state
-        start = (state.fork or {}).get("tail_from_call", 0)
+        start = state.tail_from_call
         paid = [c for c in state.calls[start:] if c.label not in ("reused",)]
         same = canonical_equals(state.outcome(), base.state.outcome())
         detail = ""
@@ -304,7 +304,7 @@ def _fork_of_fork(base: BaseRun, first: Change, second: Change,
     child = run(parent.run_id, at="start", changes=[second])
     combined = run(base.run_id, at="start", changes=[first, second])
     _compare(result, child, combined, "fork(fork, start, c2)", "fork(root, start, c1 + c2)")
-    skip = parent.state.fork["prefix_executions"] if parent.state.fork else 0
+    skip = parent.state.prefix_executions
     own = parent.state.executions[skip:]
     later = _first_affected(second, base.graph, parent.state.executions)
     if own and (later is None or parent.state.executions.index(later) >= skip):

@@ -46,7 +46,7 @@ class Link:
     @property
     def own_start(self) -> int:
         """Position in the logical run of this run's first own execution."""
-        return int(((self.state.fork if self.state else None) or {}).get("prefix_executions", 0))
+        return self.state.prefix_executions if self.state else 0
 
     @property
     def base_run_id(self) -> str | None:

@@ -161,11 +161,11 @@ def _from_execution(position: int, ex: Execution, run_id: str, reads_of: ReadsOf
                  writes=set(ex.writes) | set(ex.deletes), run_id=run_id, missing=missing)
 
 
-def _holder(holders: Sequence[Sequence[Any]], position: int) -> str:
-    run_id = str(holders[0][0]) if holders else ""
+def _holder(holders: Sequence[tuple[str, int]], position: int) -> str:
+    run_id = holders[0][0] if holders else ""
     for holder, start in holders:
-        if position >= int(start):
-            run_id = str(holder)
+        if position >= start:
+            run_id = holder
     return run_id
 
 
@@ -217,9 +217,8 @@ class RunIndex:
         """Inherited executions (held by ancestors) and own ones behind compaction."""
         if state is None:
             return
-        fork = state.fork or {}
-        inherited = int(fork.get("prefix_executions", 0))
-        holders = fork.get("holders") or [[fork.get("base_run_id", ""), 0]]
+        inherited = state.prefix_executions
+        holders = state.fork.holders if state.fork else ()
         for i, ex in enumerate(state.executions[:inherited]):
             holder = _holder(holders, i)
             self.entries.append(_from_execution(i, ex, holder, reads_of,

@@ -62,7 +62,7 @@ class ForkResult:
     def memo_hits(self) -> list[dict[str, Any]]:
         if self.state is None:
             return []
-        skip = (self.state.fork or {}).get("prefix_executions", 0)
+        skip = self.state.prefix_executions
         return [{"node": e.node, "occurrence": e.occurrence}
                 for e in self.state.executions[skip:] if e.memo]
 
@@ -70,7 +70,7 @@ class ForkResult:
     def calls(self) -> list[dict[str, Any]]:
         if self.state is None:
             return []
-        start = (self.state.fork or {}).get("tail_from_call", 0)
+        start = self.state.tail_from_call
         return [c.to_wire() for c in self.state.calls[start:]]
 
     @property

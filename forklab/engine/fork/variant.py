@@ -155,7 +155,7 @@ def tail_spend(state: RunState, store: Store, *, start: int | None = None) -> Sp
     """What a run's tail has spent: every live or changed call, a subgraph's counted call
     by call from its child run (so a resumed fork keeps one budget)."""
     spend = Spend(Budget(max_live_calls=None, max_cost_usd=None), enforce=False)
-    first = (state.fork or {}).get("tail_from_call", 0) if start is None else start
+    first = state.tail_from_call if start is None else start
     for call in state.calls[first:]:
         if call.label not in ("live", "changed"):
             continue
@@ -196,7 +196,7 @@ def fork_runner(
     spend.live_calls, spend.incurred_usd = done.live_calls, done.incurred_usd
     spend.unpriced_calls = done.unpriced_calls
     used = set(forked.routes_used)
-    own = state.executions[(state.fork or {}).get("prefix_executions", 0):]
+    own = state.executions[state.prefix_executions:]
     used |= {ex.node for ex in own for a in ex.actions
              if a["type"] == "route" and a["label"] == "simulated"}
     oracle = ForkOracle(

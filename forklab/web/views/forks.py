@@ -103,8 +103,7 @@ def compose(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     except NotFound as exc:
         return _refused(request, run, 404, exc.message)
     composer = context["composer"]
-    point = {"seq": composer.seq, "after": tl.after(composer.seq),
-             "before": tl.before(composer.seq)}
+    point = tl.point(composer.seq)
     context.update(run=run, from_link=bool(changes), point=point,
                    inspector=inspector(run, composer.seq, point, composer.graph))
     template = "web/composer.html#composer" if htmx_target(request) else "web/fork_page.html"

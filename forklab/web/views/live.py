@@ -56,7 +56,7 @@ def live(request: HttpRequest, run_id: str) -> HttpResponse:
 def _context(request: HttpRequest, run: Run, *, backlog: bool = False,
              error: str = "") -> dict[str, Any]:
     context: dict[str, Any] = {"run": run, **roles(request, run.project), "error": error,
-                               "forked": queries.forked_event(run.id),
+                               "forked": queries.forked_point(run.id),
                                "pending": _pending_gate(run)}
     if backlog:
         rows = list(Event.objects.filter(run_id=run.id).order_by("-seq")[:BACKLOG_ROWS])[::-1]

@@ -85,11 +85,9 @@ def _graph(run: Run) -> GraphSpec | None:
         return None
 
 
-def _point(tl: timeline.Timeline, at: int | None) -> dict[str, Any] | None:
-    """The chosen fork point: the boundary, the execution after it and the one before."""
-    if at is None or at not in tl.points:
-        return None
-    return {"seq": at, "after": tl.after(at), "before": tl.before(at)}
+def _point(tl: timeline.Timeline, at: int | None) -> timeline.ChosenPoint | None:
+    """The chosen fork point, when ``at`` is one of the run's boundaries."""
+    return None if at is None or at not in tl.points else tl.point(at)
 
 
 def event_table(request: HttpRequest, run: Run, at: int | None) -> dict[str, Any]:
@@ -111,12 +109,12 @@ def event_table(request: HttpRequest, run: Run, at: int | None) -> dict[str, Any
 
 
 def _picture(run: Run, graph: GraphSpec | None, tl: timeline.Timeline,
-             point: dict[str, Any] | None) -> graphpic.Picture | None:
+             point: timeline.ChosenPoint | None) -> graphpic.Picture | None:
     if graph is None:
         return None
     first: dict[str, int] = {}
     for bar in tl.all_bars:
         first.setdefault(bar.node, bar.before_point)
     hrefs = {node: f"?at={seq}" for node, seq in first.items()}
-    current = point["after"].node if point and point["after"] is not None else None
+    current = point.after.node if point and point.after is not None else None
     return graphpic.picture(graph, run.path or [], hrefs=hrefs, current=current)

@@ -82,15 +82,15 @@ def shared_step(request: HttpRequest, token: str, run_id: str, node: str,
 def _pair_response(request: HttpRequest, base: Run, variant: Run, index: int, *,
                    readonly: bool, share: ShareLink | None = None) -> HttpResponse:
     aligned = [] if not (base.last_seq and variant.last_seq) else \
-        queries.compare_runs(base, variant)["diff"]["path"]["aligned"]
+        queries.compare_runs(base, variant).diff.path.aligned
     if not 0 <= index < len(aligned):
         raise NotFound(f"the diff has no step {index + 1}; it aligns {len(aligned)} steps",
                        index=index)
     entry = aligned[index]
     sides = {}
     for side, run in (("base", base), ("variant", variant)):
-        where = entry[side]
-        sides[side] = load_step(run, where["node"], where["occurrence"]) if where else None
+        where = getattr(entry, side)
+        sides[side] = load_step(run, where.node, where.occurrence) if where else None
     return _render(request, "web/compare_step.html", {
         "base": base, "variant": variant, "index": index, "entry": entry, "readonly": readonly,
         "share": share, "pairs": steppair.pair(sides["base"], sides["variant"]),

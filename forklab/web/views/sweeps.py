@@ -17,7 +17,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import Change, change, parse_changes
-from forklab.engine.fork.wire import Policy, SweepSpec, build
+from forklab.engine.fork.wire import Policy, RunDiffWire, SweepSpec, build
 from forklab.runs import forking, queries
 from forklab.runs.engine_env import build_environment
 from forklab.runs.models import Run
@@ -212,25 +212,34 @@ def sweep(request: HttpRequest, group_id: str) -> HttpResponse:
     return render(request, template, context)
 
 
+@dataclass(frozen=True, slots=True)
+class VariantRow:
+    """One variant of the matrix: its run, its diff page and — once it finished — its diff."""
+
+    name: str
+    run: Run
+    url: str
+    diff: RunDiffWire | None
+
+
 def sweep_context(request: HttpRequest, detail: forking.SweepGroup, base: Run, *,
-                  readonly: bool, diff_url: Any = None) -> dict[str, Any]:
+                  readonly: bool, diff_url: Callable[[Run, Run], str] | None = None
+                  ) -> dict[str, Any]:
     """Rows of the variants-by-outcome matrix; columns are the memory keys any variant changed."""
-    rows, keys = [], []
+    rows: list[VariantRow] = []
+    keys: list[str] = []
     for name, run in sorted(detail.variants.items()):
-        row: dict[str, Any] = {"name": name, "run": run,
-                               "url": (diff_url or _diff_url)(base, run)}
-        if run.finished and run.last_seq:
-            result = queries.compare_runs(base, run)
-            diff = result["diff"]
-            row.update(diff=diff, memory=diff["memory"], steps=diff["path"]["aligned"])
-            keys += [k for k in diff["memory"] if k not in keys]
-        rows.append(row)
-    unfinished = any(not r["run"].finished for r in rows)
+        diff = (queries.compare_runs(base, run).diff if run.finished and run.last_seq
+                else None)
+        rows.append(VariantRow(name=name, run=run, url=(diff_url or _diff_url)(base, run),
+                               diff=diff))
+        keys += [k for k in (diff.memory if diff else ()) if k not in keys]
+    unfinished = any(not r.run.finished for r in rows)
     access = {"can_fork": False, "is_admin": False} if readonly else roles(request,
                                                                            base.project)
     return {"detail": detail, "base": base, "rows": rows, "keys": keys, "live": unfinished,
             "readonly": readonly, **access,
-            "incurred": _total([r["run"].incurred_cost_usd for r in rows])}
+            "incurred": _total([r.run.incurred_cost_usd for r in rows])}
 
 
 def _diff_url(base: Run, run: Run) -> str:

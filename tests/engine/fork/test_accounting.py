@@ -30,7 +30,7 @@ def test_a_live_tool_call_that_raised_is_listed_in_calls_and_counted() -> None:
 
     state = runner.state
     assert state.status == "failed"
-    tail = state.calls[state.fork["tail_from_call"]:]
+    tail = state.calls[state.tail_from_call:]
     assert [(c.node, c.kind, c.label) for c in tail] == [("fetch_inventory", "tool", "live")]
     assert runner.oracle.spend.live_calls == 1
 

@@ -34,7 +34,7 @@ def test_a_memory_change_survives_to_the_end_unless_a_later_node_overwrites_it(d
 
     state = result.state
     assert world() == before, "a default fork performed a real write"
-    skip = state.fork["prefix_executions"]
+    skip = state.prefix_executions
     prefix, tail = state.executions[:skip], state.executions[skip:]
     assert [(e.node, e.occurrence) for e in prefix] == [
         (e.node, e.occurrence) for e in base.state.executions if e.start_seq <= point.seq]

@@ -31,7 +31,7 @@ def test_every_variant_forks_the_same_point_and_shares_one_group() -> None:
     assert groups == {sweep.fork_group_id}
     for name, result in sweep.results.items():
         state = fold(base.store.read(result.run_id))
-        assert state.fork["fork_group_id"] == sweep.fork_group_id
+        assert state.fork.fork_group_id == sweep.fork_group_id
         assert state.label == name
         assert result.fork_sequence_id == 6
         assert result.state.status == "completed"

@@ -117,10 +117,10 @@ def test_a_fork_records_its_lineage_in_its_log() -> None:
     assert state.run_kind == "counterfactual"
     assert state.parent_run_id == base.run_id
     assert state.label == "terse"
-    assert state.fork["base_run_id"] == base.run_id
-    assert state.fork["fork_sequence_id"] == 6
-    assert state.fork["fork_node_id"] == "write"
-    assert state.fork["fork_group_id"] == "group-1"
+    assert state.fork.base_run_id == base.run_id
+    assert state.fork.fork_sequence_id == 6
+    assert state.fork.fork_node_id == "write"
+    assert state.fork.fork_group_id == "group-1"
     assert state.changes == [{"kind": "prompt", "target": "write", "system_prompt": "Be terse."}]
     assert (state.graph_id, state.graph_version) == ("research-write", 1)
     assert state.replay_version == base.state.replay_version

@@ -70,5 +70,5 @@ def declared_reads(graph: GraphSpec, node: str) -> list[str]:
 
 
 def tail_calls(state: RunState) -> list[Any]:
-    start = (state.fork or {}).get("tail_from_call", 0)
+    start = state.tail_from_call
     return state.calls[start:]

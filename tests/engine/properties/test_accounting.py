@@ -40,7 +40,7 @@ def paid_calls(store: Store, state: RunState, before: set[str]) -> list[Any]:
     """The tail's paid calls in order, a live subgraph call replaced by its child's."""
     children = {a["child_run_id"]: a for ex in state.executions for a in ex.actions
                 if a["type"] == "subgraph_result" and a["child_run_id"] not in before}
-    start = (state.fork or {}).get("tail_from_call", 0)
+    start = state.tail_from_call
     calls: list[Any] = []
     for call in state.calls[start:]:
         if call.kind == "subgraph":
@@ -140,7 +140,7 @@ def test_each_call_is_labelled_by_its_own_cause(case: Any, data: st.DataObject) 
     substituted = {c.node for c in items if isinstance(c, (OutputChange, ToolChange))}
     memoize = bool(base.store.read(result.run_id)[1].memoize)  # run.forked: as it ran
     recorded = _recorded(base.state)
-    skip = result.state.fork["prefix_executions"]
+    skip = result.state.prefix_executions
     for ex in result.state.executions[skip:]:
         node = case.graph.node(ex.node)
         pending_args = None

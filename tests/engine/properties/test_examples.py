@@ -179,7 +179,7 @@ def test_a_fork_of_a_fork_that_substituted_a_panels_output_is_not_refused_as_unp
         "voters": {"agent": {"model": "scripted-mini"}, "count": 2, "writes": "v"}}},
         agent("say", ["v"], "x")), {})
     first = fork(base, at="start", change=change.output("vote", {}))
-    own = first.state.executions[first.state.fork["prefix_executions"]:]
+    own = first.state.executions[first.state.prefix_executions:]
 
     second = fork(first.run_id, store=base.store, env=h.env,
                   at={"sequence": own[0].start_seq - 1},

@@ -58,7 +58,7 @@ def test_a_fork_of_a_fork_at_an_inherited_point_is_the_root_fork_with_both_chang
         case: Any, data: st.DataObject) -> None:
     h = Harness()
     base, c1, first, policy = _first_fork(data, case, h, STATE_AND_CONFIG)
-    inherited = first.state.executions[:first.state.fork["prefix_executions"]]
+    inherited = first.state.executions[:first.state.prefix_executions]
     assume(inherited)
     at = data.draw(st.sampled_from(["start"] + [named(e) for e in inherited[1:]]), label="p2")
     c2 = data.draw(independent_change(case.graph, first.state, c1, STATE_AND_CONFIG),
@@ -81,7 +81,7 @@ def test_a_fork_of_a_fork_at_its_own_point_is_the_root_fork_with_both_changes(
         case: Any, data: st.DataObject) -> None:
     h = Harness()
     base, c1, first, policy = _first_fork(data, case, h, STATE_AND_CONFIG)
-    skip = first.state.fork["prefix_executions"]
+    skip = first.state.prefix_executions
     own = first.state.executions[skip:]
     assume(own)
     c2 = data.draw(independent_change(case.graph, first.state, c1, STATE_AND_CONFIG),
@@ -129,7 +129,7 @@ def test_a_change_writing_what_an_ancestors_change_wrote_replaces_it(
              "human_response")
     h = Harness()
     base, c1, first, policy = _first_fork(data, case, h, kinds)
-    inherited = first.state.executions[:first.state.fork["prefix_executions"]]
+    inherited = first.state.executions[:first.state.prefix_executions]
     at = data.draw(st.sampled_from(["start"] + [named(e) for e in inherited[1:]]), label="p2")
     c2 = _refinement(data.draw, case, first.state, c1)
     note_ = f"{c1.describe()} refined by {c2.describe()}"
@@ -148,7 +148,7 @@ def test_the_points_of_a_fork_are_the_boundaries_of_its_logical_run(
         case: Any, data: st.DataObject) -> None:
     h = Harness()
     base, _, first, _ = _first_fork(data, case, h, STATE_AND_CONFIG)
-    skip = first.state.fork["prefix_executions"]
+    skip = first.state.prefix_executions
 
     points = fork_points(first.event_log)
 

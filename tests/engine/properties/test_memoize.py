@@ -84,7 +84,7 @@ def test_a_memo_hit_is_served_only_where_a_base_execution_saw_the_same_fingerpri
                   policy={"memoize": True})
 
     recorded = {e.fingerprint: e for e in base.state.executions}
-    skip = result.state.fork["prefix_executions"]
+    skip = result.state.prefix_executions
     for ex in result.state.executions[skip:]:
         if ex.memo:
             assert ex.fingerprint in recorded, f"{ex.node}#{ex.occurrence} hit no base execution"

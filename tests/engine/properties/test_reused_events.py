@@ -97,7 +97,7 @@ def test_one_event_and_multi_event_reuse_fold_to_the_same_state(
 
     assert comparable(one.state) == comparable(multi.state)
     served = _served(base.store, one.run_id)
-    hits = [e for e in one.state.executions[one.state.fork["prefix_executions"]:] if e.memo]
+    hits = [e for e in one.state.executions[one.state.prefix_executions:] if e.memo]
     assert len(served) == len(hits), "every completed memo hit is one node.reused event"
     assert not _served(base.store, multi.run_id)
     assert_fold_matches(base.store, one.state)

@@ -36,28 +36,27 @@ class Command(ForklabCommand):
         results, failed = self._null_forks(list(runs.order_by("created_at")), env)
         deep = self._deep(list(runs.order_by("created_at")), env) if options["deep"] else None
         broken = [r for r in deep or [] if not r.ok]
-        lines = [f"{'ok ' if r['ok'] else 'FAIL'} {r['run_id'][:12]} seq {r['point']['seq']:>5} "
-                 f"{r['point']['label']}" for r in results]
+        lines = [f"{'ok ' if r.ok else 'FAIL'} {r.run_id[:12]} seq {r.point.seq:>5} "
+                 f"{r.point.label}" for r in results]
         if failed is not None:
             lines.append(failed.detail)
         lines.append(f"{len(results)} null forks checked, "
                      f"{'1 mismatch' if failed else 'all reproduce'}")
         if deep is not None:
             lines += _deep_lines(deep)
-        data: dict[str, Any] = {"ok": failed is None and not broken, "results": results}
-        if deep is not None:
-            data["deep"] = [r.wire() for r in deep]
+        data = {"ok": failed is None and not broken, "results": [r.wire() for r in results],
+                **({} if deep is None else {"deep": [r.wire() for r in deep]})}
         self.out(options, data, "\n".join(lines))
         if failed is not None or broken:
             sys.exit(1)
 
-    def _null_forks(self, runs: list[Run], env: Any) -> tuple[list[dict[str, Any]],
+    def _null_forks(self, runs: list[Run], env: Any) -> tuple[list[FidelityResult],
                                                                FidelityResult | None]:
-        results: list[dict[str, Any]] = []
+        results: list[FidelityResult] = []
         for run in runs:
             _, store = cli.store_for(run.id)
             for result in fork_check(run.id, store=store, env=env):
-                results.append(result.wire())
+                results.append(result)
                 if not result.ok:
                     return results, result
         return results, None
