@@ -24,6 +24,7 @@ from forklab.engine.fork.wire import (
     StoredForkResult,
     SuppressedEffect,
 )
+from forklab.engine.graph import Condition
 from forklab.engine.status import ForkState
 from forklab.runs.models import RunKind, RunStatus
 from forklab.runs.readmodel import RunView
@@ -260,7 +261,7 @@ class CaseSerializer(Shape):
     graph_version = nullable_int()
     input = JSON_OBJECT()
     changes = s.ListField(child=JSON_OBJECT())
-    criteria = s.ListField(child=JSON_OBJECT())
+    criteria = wire_list(Condition, help_text="pass criteria: conditions over final memory")
     created_at = s.DateTimeField()
 
 
