@@ -427,10 +427,11 @@ class Runner:
         ready, waiting = successors(self.graph, self.state, call.node,
                                     served_route(node, recorded))
         self._settle(call)
+        # the records are built with the seq emit gives the event (the fold shares them)
         self.emit(NodeReused, node=call.node, occurrence=call.occurrence,
                   iteration=call.iteration, kind=call.kind, fingerprint=call.fingerprint,
                   reads=call.reads, next=ready, waiting=waiting,
-                  **reused_payload(node, tainted, recorded))
+                  **reused_payload(node, tainted, recorded, self.state.version + 1))
 
     def _execute(self, call: NodeCall, substitute: dict[str, Any] | None, memo: Any) -> None:
         """Execute the head node in place, its events queued as they happen (see flush points)."""
