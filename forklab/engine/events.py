@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from forklab.engine.actions import Action, served_wire
+from forklab.engine.actions import from_wire as action_from_wire
 from forklab.engine.errors import EventGapError
 from forklab.engine.status import CallKind, CallLabel, RunKind, RunStatus
 
@@ -176,21 +178,28 @@ class NodeReused(Event):
     ``node.completed`` of the same execution carried
     (docs/forking.md#served-nodes-one-nodereused-event).
 
-    ``actions`` are the execution's action records without ``seq`` (the fold gives each the
-    event's seq), labelled as served (``reused``); ``tainted`` names the written keys that are
-    tainted; ``next``/``waiting`` are the planner's answer, as in ``node.completed``.
-    Folds to exactly the state of the multi-event form, seq numbers aside."""
+    ``actions`` are the execution's action records as served (labelled ``reused``), each
+    with the event's seq; the fold makes them the execution's own, shared, not copied. On
+    the wire they are listed without ``seq`` (:func:`~forklab.engine.actions.served_wire`).
+    ``tainted`` names the written keys that are tainted; ``next``/``waiting`` are the
+    planner's answer, as in ``node.completed``. Folds to exactly the state of the
+    multi-event form, seq numbers aside."""
 
     TYPE: ClassVar[str] = "node.reused"
     kind: str
     fingerprint: str
     reads: dict[str, Any]
-    actions: list[dict[str, Any]]
+    actions: tuple[Action, ...]
     writes: dict[str, Any]
     deletes: list[str]
     tainted: list[str]
     next: list[str]
     waiting: list[str] = field(default_factory=list)
+
+    def payload(self) -> dict[str, Any]:
+        payload = Event.payload(self)
+        payload["actions"] = [served_wire(record) for record in self.actions]
+        return payload
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -391,6 +400,10 @@ def from_wire(data: dict[str, Any], *, run_id: str | None = None,
         raise EventGapError(f"unknown event type {data['type']!r} at seq {data.get('seq')}")
     payload = data.get("payload") or {}
     payload = upcast(data["type"], int(data.get("v", 1)), payload if owned else dict(payload))
+    if cls is NodeReused:  # its records on the wire have no seq: each takes the event's
+        seq = int(data["seq"])
+        payload["actions"] = tuple(action_from_wire(a, seq=seq)
+                                   for a in payload.get("actions") or ())
     event = cls(
         run_id=run_id or data["run_id"],
         seq=int(data["seq"]),

@@ -18,6 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
+from forklab.engine import actions as action_records
+from forklab.engine.actions import Action
 from forklab.engine.canonical import loads
 from forklab.engine.status import (
     ACTIVE_STATUSES,
@@ -123,7 +125,7 @@ class Execution:
     next: list[str] = field(default_factory=list)
     route: str | None = None
     memo: bool = False
-    actions: list[dict[str, Any]] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
@@ -153,7 +155,8 @@ class Execution:
             "started_at": self.started_at, "status": self.status, "end_seq": self.end_seq,
             "finished_at": self.finished_at, "writes": self.writes, "deletes": self.deletes,
             "next": self.next, "route": self.route, "memo": self.memo,
-            "actions": self.actions, "input_tokens": self.input_tokens,
+            "actions": [action_records.to_wire(a) for a in self.actions],
+            "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens, "cost_usd": self.cost_usd,
             "labels": self.labels, "error": self.error,
             "prior_iteration": self.prior_iteration,
@@ -162,7 +165,13 @@ class Execution:
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Execution:
-        return cls(**_private(data))
+        return cls.from_owned_wire(_private(data))
+
+    @classmethod
+    def from_owned_wire(cls, data: dict[str, Any]) -> Execution:
+        """An execution from a wire form the caller gives away (its dicts are kept)."""
+        data["actions"] = [action_records.from_wire(a) for a in data.get("actions", ())]
+        return cls(**data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,9 +327,10 @@ class RunState:
         data["taint"] = set(data.get("taint", ()))
         data["status"] = RunStatus(data.get("status", RunStatus.QUEUED))
         data["run_kind"] = RunKind(data.get("run_kind", RunKind.PRIMARY))
-        data["executions"] = [Execution(**e) for e in data.get("executions", ())]
-        data["current"] = Execution(**data["current"]) if data.get("current") else None
-        data["interrupted"] = [Execution(**e) for e in data.get("interrupted", ())]
+        execution = Execution.from_owned_wire
+        data["executions"] = [execution(e) for e in data.get("executions", ())]
+        data["current"] = execution(data["current"]) if data.get("current") else None
+        data["interrupted"] = [execution(e) for e in data.get("interrupted", ())]
         data["calls"] = [Call(**c) for c in data.get("calls", ())]
         data["fork"] = ForkOrigin.from_wire(data["fork"]) if data.get("fork") else None
         return cls(**data)

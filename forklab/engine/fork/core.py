@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from forklab.engine.actions import RouteTaken
 from forklab.engine.environment import Environment
 from forklab.engine.errors import (
     ForkPointNotFound,
@@ -285,7 +286,8 @@ def _routes_used(plan: ForkPlan) -> list[str]:
                 continue
             for ex in plan.prefix_state.executions[link.own_start:]:
                 if ex.node == item.source and any(
-                        a["type"] == "route" and a["label"] == "simulated" for a in ex.actions):
+                        isinstance(a, RouteTaken) and a.label == "simulated"
+                        for a in ex.actions):
                     used.append(item.source)
     return sorted(set(used))
 
