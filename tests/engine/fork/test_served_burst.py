@@ -50,7 +50,7 @@ def test_a_cancellation_stops_a_burst_between_two_served_nodes(
     result = fork(base, at={"before_node": base.state.executions[0].node}, policy=MEMOIZE,
                   on_event=cancel_after_the_first_served, cancel=cancel)
 
-    own = result.state.executions[result.state.fork["prefix_executions"]:]
+    own = result.state.executions[result.state.prefix_executions:]
     assert result.state.status == "cancelled"
     assert [ex.memo for ex in own] == [True]
     assert gc.isenabled()
