@@ -65,7 +65,7 @@ def fork(directory: Path, kind: str) -> None:
 
     gc.callbacks.append(collector)
     result.prepare_fork = _timed(spent, "setup", result.prepare_fork)  # type: ignore[attr-defined]
-    core.load_base = _timed(spent, "load", core.load_base)  # type: ignore[attr-defined]
+    core.load_base = _timed(spent, "load", core.load_base)
     variant.begin_variant = _timed(spent, "open", variant.begin_variant)
     result.diff_runs = _timed(spent, "diff", result.diff_runs)  # type: ignore[attr-defined]
     runner.Runner.resume_loop = _timed(  # type: ignore[method-assign]

@@ -391,14 +391,68 @@ def from_wire(data: dict[str, Any], *, run_id: str | None = None,
         raise EventGapError(f"unknown event type {data['type']!r} at seq {data.get('seq')}")
     payload = data.get("payload") or {}
     payload = upcast(data["type"], int(data.get("v", 1)), payload if owned else dict(payload))
-    event = cls(
-        run_id=run_id or data["run_id"],
-        seq=int(data["seq"]),
-        at=_parse_at(data.get("at", 0.0)),
-        node=data.get("node"),
-        occurrence=data.get("occurrence"),
-        iteration=data.get("iteration"),
-        **payload,
-    )
+    rid, seq, at = run_id or data["run_id"], int(data["seq"]), _parse_at(data.get("at", 0.0))
+    node, occurrence, iteration = data.get("node"), data.get("occurrence"), data.get("iteration")
+    builder = _BUILDERS.get(cls) or _builder(cls)
+    if builder.fits(payload):
+        return builder.build((rid, seq, at, node, occurrence, iteration),  # type: ignore[return-value]
+                             payload)
+    # a payload with a key the class lacks or without a required one: the dataclass's own
+    # __init__ raises its TypeError, as it always did
+    event = cls(run_id=rid, seq=seq, at=at, node=node, occurrence=occurrence,
+                iteration=iteration, **payload)
     return event  # type: ignore[return-value]
+
+
+_ENVELOPE_ORDER = ("run_id", "seq", "at", "node", "occurrence", "iteration")
+
+
+class _Builder:
+    """Builds one event class's instances from a payload dict without its ``__init__``.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` from
+    keyword arguments; a store read rebuilds every event of a log (5,000 for a 1,000-node
+    chain), and that call was half of decoding one. This sets the same slots through their
+    descriptors, a field the payload lacks taking its declared default (or a fresh
+    ``default_factory`` value) — the same object ``__init__`` makes, field for field (tests
+    compare them for every event type). Only for a payload that :meth:`fits`: its keys are
+    payload fields and every required one is there (no event class has ``__post_init__``).
+    """
+
+    __slots__ = ("allowed", "cls", "envelope", "fields", "required")
+
+    def __init__(self, cls: type[Event]) -> None:
+        self.cls = cls
+        self.envelope = tuple(getattr(cls, name).__set__ for name in _ENVELOPE_ORDER)
+        payload = [f for f in dataclasses.fields(cls) if f.name not in _ENVELOPE]
+        self.fields = tuple(
+            (getattr(cls, f.name).__set__, f.name, f.default,
+             None if f.default_factory is dataclasses.MISSING else f.default_factory)
+            for f in payload)
+        self.allowed = frozenset(f.name for f in payload)
+        self.required = frozenset(f.name for f in payload if f.default is dataclasses.MISSING
+                                  and f.default_factory is dataclasses.MISSING)
+
+    def fits(self, payload: dict[str, Any]) -> bool:
+        keys = payload.keys()
+        return keys <= self.allowed and self.required <= keys
+
+    def build(self, envelope: tuple[Any, ...], payload: dict[str, Any]) -> Event:
+        event = object.__new__(self.cls)
+        for set_slot, value in zip(self.envelope, envelope, strict=True):
+            set_slot(event, value)
+        for set_slot, name, default, factory in self.fields:
+            if name in payload:
+                set_slot(event, payload[name])
+            else:
+                set_slot(event, default if factory is None else factory())
+        return event
+
+
+_BUILDERS: dict[type[Event], _Builder] = {}
+
+
+def _builder(cls: type[Event]) -> _Builder:
+    found = _BUILDERS[cls] = _Builder(cls)  # idempotent: two threads build equal ones
+    return found
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from forklab.engine.errors import GraphValidationError, UnboundedCycleError
 from forklab.engine import graph as graph_module
+from forklab.engine.errors import GraphValidationError, UnboundedCycleError
 from forklab.engine.graph import (
     GraphSpec,
     _bulk_fingerprint_parts,
