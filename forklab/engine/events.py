@@ -386,25 +386,28 @@ def from_wire(data: dict[str, Any], *, run_id: str | None = None,
 
     ``owned=True``: ``data`` is the caller's to give away (freshly decoded JSON), so its
     payload dict is used without a copy."""
-    cls = EVENT_TYPES.get(data["type"])
+    type_ = data["type"]
+    cls = EVENT_TYPES.get(type_)
     if cls is None:
-        raise EventGapError(f"unknown event type {data['type']!r} at seq {data.get('seq')}")
+        raise EventGapError(f"unknown event type {type_!r} at seq {data.get('seq')}")
     payload = data.get("payload") or {}
-    payload = upcast(data["type"], int(data.get("v", 1)), payload if owned else dict(payload))
-    rid, seq, at = run_id or data["run_id"], int(data["seq"]), _parse_at(data.get("at", 0.0))
-    node, occurrence, iteration = data.get("node"), data.get("occurrence"), data.get("iteration")
-    builder = _BUILDERS.get(cls) or _builder(cls)
-    if builder.fits(payload):
-        return builder.build((rid, seq, at, node, occurrence, iteration),  # type: ignore[return-value]
-                             payload)
-    # a payload with a key the class lacks or without a required one: the dataclass's own
-    # __init__ raises its TypeError, as it always did
-    event = cls(run_id=rid, seq=seq, at=at, node=node, occurrence=occurrence,
-                iteration=iteration, **payload)
+    payload = upcast(type_, int(data.get("v", 1)), payload if owned else dict(payload))
+    at = data.get("at", 0.0)
+    envelope: tuple[Any, ...] = (
+        run_id or data["run_id"], int(data["seq"]), at if type(at) is float else _parse_at(at),
+        data.get("node"), data.get("occurrence"), data.get("iteration"))
+    event = (_BUILDERS.get(cls) or _builder(cls)).build(envelope, payload)
+    if event is None:
+        # a payload with a key the class lacks or without a required one: the dataclass's
+        # own __init__ raises its TypeError, as it always did
+        event = cls(**dict(zip(_ENVELOPE_ORDER, envelope, strict=True)),
+                    **payload)
     return event  # type: ignore[return-value]
 
 
 _ENVELOPE_ORDER = ("run_id", "seq", "at", "node", "occurrence", "iteration")
+_ENVELOPE_SLOTS = tuple(getattr(Event, name).__set__ for name in _ENVELOPE_ORDER)
+"""The envelope's slots, declared by :class:`Event` and shared by every event class."""
 
 
 class _Builder:
@@ -415,38 +418,36 @@ class _Builder:
     chain), and that call was half of decoding one. This sets the same slots through their
     descriptors, a field the payload lacks taking its declared default (or a fresh
     ``default_factory`` value) — the same object ``__init__`` makes, field for field (tests
-    compare them for every event type). Only for a payload that :meth:`fits`: its keys are
-    payload fields and every required one is there (no event class has ``__post_init__``).
+    compare them for every event type; no event class has ``__post_init__``).
     """
 
-    __slots__ = ("allowed", "cls", "envelope", "fields", "required")
+    __slots__ = ("cls", "fields")
 
     def __init__(self, cls: type[Event]) -> None:
         self.cls = cls
-        self.envelope = tuple(getattr(cls, name).__set__ for name in _ENVELOPE_ORDER)
-        payload = [f for f in dataclasses.fields(cls) if f.name not in _ENVELOPE]
         self.fields = tuple(
             (getattr(cls, f.name).__set__, f.name, f.default,
              None if f.default_factory is dataclasses.MISSING else f.default_factory)
-            for f in payload)
-        self.allowed = frozenset(f.name for f in payload)
-        self.required = frozenset(f.name for f in payload if f.default is dataclasses.MISSING
-                                  and f.default_factory is dataclasses.MISSING)
+            for f in dataclasses.fields(cls) if f.name not in _ENVELOPE)
 
-    def fits(self, payload: dict[str, Any]) -> bool:
-        keys = payload.keys()
-        return keys <= self.allowed and self.required <= keys
-
-    def build(self, envelope: tuple[Any, ...], payload: dict[str, Any]) -> Event:
+    def build(self, envelope: tuple[Any, ...], payload: dict[str, Any]) -> Event | None:
+        """The event, or None when ``payload`` has a key that is no payload field of the
+        class or lacks a required one (what ``__init__`` refuses)."""
         event = object.__new__(self.cls)
-        for set_slot, value in zip(self.envelope, envelope, strict=True):
+        for set_slot, value in zip(_ENVELOPE_SLOTS, envelope, strict=True):
             set_slot(event, value)
+        found = 0
         for set_slot, name, default, factory in self.fields:
             if name in payload:
                 set_slot(event, payload[name])
+                found += 1
+            elif factory is not None:
+                set_slot(event, factory())
+            elif default is not dataclasses.MISSING:
+                set_slot(event, default)
             else:
-                set_slot(event, default if factory is None else factory())
-        return event
+                return None
+        return event if found == len(payload) else None
 
 
 _BUILDERS: dict[type[Event], _Builder] = {}
