@@ -390,9 +390,13 @@ class _KnownParts:
         self.complete = complete
 
     def without(self, node_id: str) -> _KnownParts:
-        """What a graph with ``node_id`` replaced still knows (its other nodes' parts)."""
-        return _KnownParts({k: v for k, v in self.parts.items() if k != node_id},
-                           self.complete)
+        """What a graph with ``node_id`` replaced still knows (its other nodes' parts).
+
+        ``dict()`` copies in one step under the GIL, so a thread adding parts meanwhile
+        (a run of the same cached graph) cannot break the copy as iterating would."""
+        parts = dict(self.parts)
+        parts.pop(node_id, None)
+        return _KnownParts(parts, self.complete)
 
 
 def _inline_agent_parts(node: Any, config: dict[str, Any],
