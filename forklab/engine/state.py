@@ -18,6 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
+import orjson
+
 from forklab.engine import actions as action_records
 from forklab.engine.actions import Action
 from forklab.engine.canonical import loads
@@ -35,10 +37,26 @@ __all__ = ["ACTIVE_STATUSES", "FINISHED_STATUSES"]  # re-exported for the state'
 
 
 def _private(data: Any) -> Any:
-    """A private copy of JSON data (a JSON round trip: several times faster than deepcopy;
-    decoded by :func:`~forklab.engine.canonical.loads`, which returns what ``json.loads``
-    would, in a fraction of its time)."""
-    return loads(json.dumps(data))
+    """A private copy of JSON data: what a JSON round trip through the json module returns
+    (several times faster than deepcopy), made by orjson when that is provably the same.
+
+    orjson writes JSON ~8x faster, and reading back what it wrote gives what the json
+    module's round trip gives, except that it writes NaN and infinities as ``null``. It
+    refuses (TypeError) what the json module would write differently or refuse too —
+    integers wider than 64 bits, non-string keys, sets, lone surrogates, dataclasses and
+    datetimes (passed through to be refused) — and those take the json module's round trip.
+    The copy is compared with the original: a NaN or an infinity turned ``null`` makes them
+    differ, as does whatever orjson wrote that the json module would have refused (a plain
+    ``Enum``, a UUID: neither equals its JSON value), and those take the json module's
+    round trip as well, which copies the NaN and raises on the rest, as it always did."""
+    try:
+        copied = orjson.loads(orjson.dumps(data, option=_REFUSED_BY_JSON))
+    except TypeError:
+        return loads(json.dumps(data))
+    return copied if copied == data else loads(json.dumps(data))
+
+
+_REFUSED_BY_JSON = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
 class NodesSoFar(Sequence[str]):
