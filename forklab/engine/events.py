@@ -402,9 +402,8 @@ def from_wire(data: dict[str, Any], *, run_id: str | None = None,
     payload = data.get("payload") or {}
     payload = upcast(type_, int(data.get("v", 1)), payload if owned else dict(payload))
     seq = int(data["seq"])
-    if cls is NodeReused:  # its records on the wire have no seq: each takes the event's
-        payload["actions"] = tuple(action_from_wire(a, seq=seq)
-                                   for a in payload.get("actions") or ())
+    if cls is NodeReused and "actions" in payload:  # listed without seq: each takes the event's
+        payload["actions"] = tuple(action_from_wire(a, seq=seq) for a in payload["actions"] or ())
     at = data.get("at", 0.0)
     envelope: tuple[Any, ...] = (
         run_id or data["run_id"], seq, at if type(at) is float else _parse_at(at),

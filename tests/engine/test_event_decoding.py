@@ -12,9 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forklab.engine.events import _ENVELOPE, EVENT_TYPES, Event, from_wire
+from forklab.engine import actions
+from forklab.engine.events import _ENVELOPE, EVENT_TYPES, Event, NodeReused, from_wire
 from forklab.engine.scenarios import SCENARIOS
 from tests.engine.golden_tool import load_golden
+from tests.engine.test_actions import records
 
 ENVELOPE = {"run_id": "r", "seq": 3, "at": 12.5, "node": "n", "occurrence": 2, "iteration": 1}
 VALUES = st.none() | st.integers() | st.text(max_size=5) | st.lists(st.integers(), max_size=3) \
@@ -33,6 +35,23 @@ def _wire(cls: type[Event], payload: dict[str, Any]) -> dict[str, Any]:
     return {**ENVELOPE, "type": cls.TYPE, "v": cls.SCHEMA, "payload": payload}
 
 
+def _values(cls: type[Event], name: str) -> st.SearchStrategy[Any]:
+    """Any JSON-ish value; a ``node.reused`` event's ``actions`` are served records' wire
+    forms (listed without seq)."""
+    if cls is NodeReused and name == "actions":
+        return st.lists(records.map(actions.served_wire), max_size=3)
+    return VALUES
+
+
+def _typed(cls: type[Event], payload: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments ``__init__`` takes for ``payload``: a ``node.reused`` event's
+    records typed, each at the event's seq."""
+    if cls is NodeReused and "actions" in payload:
+        return {**payload, "actions": tuple(actions.from_wire(a, seq=ENVELOPE["seq"])
+                                            for a in payload["actions"])}
+    return payload
+
+
 def _fields(event: Event) -> dict[str, Any]:
     return {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
 
@@ -43,10 +62,10 @@ def test_a_decoded_event_is_the_one_its_init_builds(data: st.DataObject,
     payload = {}
     for field in _payload_fields(cls):
         if _required(field) or data.draw(st.booleans(), label=field.name):
-            payload[field.name] = data.draw(VALUES, label=field.name)
+            payload[field.name] = data.draw(_values(cls, field.name), label=field.name)
     for owned in (False, True):
         decoded = from_wire(_wire(cls, dict(payload)), owned=owned)
-        expected = cls(**ENVELOPE, **payload)  # type: ignore[arg-type]
+        expected = cls(**ENVELOPE, **_typed(cls, payload))  # type: ignore[arg-type]
         assert type(decoded) is cls and decoded == expected
         assert _fields(decoded) == _fields(expected)
 
