@@ -44,6 +44,17 @@ def test_floats_of_every_magnitude_and_every_code_point_are_written_alike() -> N
         assert canonical_json_stripped(value) == _REFERENCE.encode(value), repr(value)[:80]
 
 
+def test_strings_that_look_like_floats_orjson_spells_apart_change_nothing() -> None:
+    """The marks of such a float (a digit then ``e``, ``.0000``, ``null``) in strings, keys
+    and hex digests, beside floats of both kinds: the text is the json module's."""
+    marks = ["answer 3d6e17076f8d24c2", "null", "0.00001", "1E5", "x.0000y", "NaN", "inf"]
+    floats = [0.5, 1e-4, 1e15, 123456789.125, -0.0, 1e-5, 1e16, math.nan, -math.inf]
+    for mark in marks:
+        for number in [None, 1, *floats]:
+            value = {mark: [mark, {"f": number, "s": mark}], "t": (mark, number)}
+            assert canonical_json_stripped(value) == _REFERENCE.encode(value), value
+
+
 def test_what_orjson_refuses_is_written_by_the_json_module() -> None:
     for value in ({"n": 2**70}, [2**64], {1: "a"}, "\ud800", {"k": [1.5, -(2**65)]}):
         assert canonical_json_stripped(value) == _REFERENCE.encode(value)
