@@ -34,8 +34,15 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 
 
 def canonical_json(value: Any) -> str:
-    """Serialize ``value`` with sorted keys, no whitespace, and ``None``-valued keys dropped."""
-    return canonical_json_stripped(_strip_none(value))
+    """Serialize ``value`` with sorted keys, no whitespace, and ``None``-valued keys dropped.
+
+    When orjson writes ``value`` without a ``null`` it holds no ``None`` (nor a key to
+    convert: orjson refuses non-string keys), so the walk that drops them would copy it
+    unchanged: its text is orjson's, checked as in :func:`canonical_json_stripped`."""
+    data = _orjson(value)
+    if data is None or b"null" in data:
+        return canonical_json_stripped(_strip_none(value))
+    return _checked(value, data)
 
 
 _ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
@@ -59,10 +66,23 @@ def canonical_json_stripped(value: Any) -> str:
     json module raises TypeError on those it cannot write, as before. (orjson still writes
     a plain ``Enum`` or a ``UUID`` — the json module would refuse them; engine values are
     plain JSON data, so neither reaches here.)"""
-    try:
-        data = orjson.dumps(value, option=_ORJSON_OPTIONS)
-    except TypeError:
+    data = _orjson(value)
+    if data is None:
         return _CANONICAL.encode(value)
+    return _checked(value, data)
+
+
+def _orjson(value: Any) -> bytes | None:
+    """orjson's canonical text of ``value``, or None where it refuses it (TypeError)."""
+    try:
+        return orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except TypeError:
+        return None
+
+
+def _checked(value: Any, data: bytes) -> str:
+    """``data`` (orjson's text of ``value``) unless the json module writes ``value``
+    otherwise: then the json module's text."""
     if _may_spell_a_float_apart(data) and _float_spelled_apart(value):
         return _CANONICAL.encode(value)
     return data.decode()
