@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
 
 import orjson
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -723,6 +722,9 @@ def parse_stored_graph(data: str | dict[str, Any]) -> GraphSpec:
 
 def loads_graph(text: str, *, fmt: Literal["json", "yaml"] = "yaml") -> GraphSpec:
     """Parse graph text; YAML is a superset of JSON, so ``yaml`` reads both."""
+    import yaml  # on first use: a run never parses YAML, and every imported module is heap
+    # that each full garbage collection of the process walks
+
     try:
         data = json.loads(text) if fmt == "json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
