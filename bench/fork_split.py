@@ -1,18 +1,25 @@
-"""CPU seconds of one worker-0 fan-out fork, split into setup / tail / the rest.
+"""CPU seconds of one fork of a recorded 1,000-node base, split into setup / tail / the rest.
 
-    .venv/bin/python bench/fork_split.py record DIR        # record the 1,000-worker base once
-    .venv/bin/python bench/fork_split.py fork DIR          # one fork of a fresh copy of it
+    .venv/bin/python bench/fork_split.py record DIR          # record both bases once
+    .venv/bin/python bench/fork_split.py fork DIR            # one worker-0 fan-out fork
+    .venv/bin/python bench/fork_split.py fork DIR last       # one fork before a chain's last node
 
-Fork in a fresh process each time (the parsed-graph cache would otherwise hide setup):
-``fork`` copies DIR, runs ``bench.peers.forklab_peer.fork_run("worker0", 1000, 20, copy)``
-(20 ms model, 2 live calls) and prints ``time.process_time()`` of the whole fork, of fork
-setup (``prepare_fork``), of the tail (``Runner.resume_loop``) and of the rest (opening the
-variant: the fork graph's hash, ``run.forked``; the result's diff). Interleave trees with
-``PYTHONPATH=<tree>`` to compare them (docs/benchmarks.md).
+``record`` records the peers' 1,000-worker fan-out (20 ms model) into ``DIR/worker0`` and
+their 1,000-node chain (0 ms) into ``DIR/last``. Fork in a fresh process each time (the
+parsed-graph cache would otherwise hide setup): ``fork`` copies the base's directory, runs
+``bench.peers.forklab_peer.fork_run(kind, 1000, latency, copy)`` — ``worker0`` changes
+worker 0's prompt (2 live calls), ``last`` the last chain node's (1 live call) — and prints
+``time.process_time()`` of the whole fork, of fork setup (``prepare_fork``; ``load`` of it is
+``load_base``), of the tail (``Runner.resume_loop``) and of the rest (``other``: opening the
+variant — ``open``, the fork graph's hash and ``run.forked`` — the result's diff — ``diff``
+— and what is left); ``gc`` is the cyclic collector's share of the whole, wherever it ran.
+Interleave trees with ``PYTHONPATH=<tree>`` to compare them
+(docs/benchmarks.md); the phases a tree lacks are timed as zero.
 """
 
 from __future__ import annotations
 
+import gc
 import shutil
 import sys
 import tempfile
@@ -23,9 +30,10 @@ from typing import Any
 
 from bench.peers import forklab_peer
 from forklab.engine import runner
-from forklab.engine.fork import result
+from forklab.engine.fork import core, result, variant
 
-N, LATENCY_MS = 1000, 20
+N = 1000
+SHAPES = {"worker0": ("fanout", 20), "last": ("chain", 0)}  # kind -> (base shape, model ms)
 
 
 def _timed(spent: dict[str, float], name: str, func: Callable[..., Any]) -> Callable[..., Any]:
@@ -38,29 +46,49 @@ def _timed(spent: dict[str, float], name: str, func: Callable[..., Any]) -> Call
     return wrapper
 
 
-def main(op: str, directory: Path) -> None:
-    if op == "record":
-        directory.mkdir(parents=True, exist_ok=True)
-        outcome = forklab_peer.record("fanout", N, LATENCY_MS, directory)
-        print(f"recorded: {outcome.calls} calls, {outcome.seconds:.2f} s")
-        return
-    spent = {"setup": 0.0, "tail": 0.0}
+def record(directory: Path) -> None:
+    for kind, (shape, latency_ms) in SHAPES.items():
+        (directory / kind).mkdir(parents=True, exist_ok=True)
+        outcome = forklab_peer.record(shape, N, latency_ms, directory / kind)
+        print(f"recorded {shape} for {kind}: {outcome.calls} calls, {outcome.seconds:.2f} s")
+
+
+def fork(directory: Path, kind: str) -> None:
+    spent = dict.fromkeys(("setup", "load", "tail", "open", "diff", "gc"), 0.0)
+    collecting: list[float] = []
+
+    def collector(phase: str, info: dict[str, int]) -> None:  # time inside the phases too
+        if phase == "start":
+            collecting.append(time.process_time())
+        elif collecting:
+            spent["gc"] += time.process_time() - collecting.pop()
+
+    gc.callbacks.append(collector)
     result.prepare_fork = _timed(spent, "setup", result.prepare_fork)  # type: ignore[attr-defined]
+    core.load_base = _timed(spent, "load", core.load_base)
+    variant.begin_variant = _timed(spent, "open", variant.begin_variant)
+    result.diff_runs = _timed(spent, "diff", result.diff_runs)  # type: ignore[attr-defined]
     runner.Runner.resume_loop = _timed(  # type: ignore[method-assign]
         spent, "tail", runner.Runner.resume_loop)
     scratch = Path(tempfile.mkdtemp())
     try:
-        shutil.copytree(directory, scratch / "base")
+        shutil.copytree(directory / kind, scratch / "base")
         started = time.process_time()
-        outcome = forklab_peer.fork_run("worker0", N, LATENCY_MS, scratch / "base")
+        outcome = forklab_peer.fork_run(kind, N, SHAPES[kind][1], scratch / "base")
         total = time.process_time() - started
     finally:
         shutil.rmtree(scratch)
-    print(f"total={total:.3f} setup={spent['setup']:.3f} tail={spent['tail']:.3f} "
-          f"other={total - spent['setup'] - spent['tail']:.3f} calls={outcome.calls}")
+    other = total - spent["setup"] - spent["tail"]
+    print(f"{kind} total={total:.3f} setup={spent['setup']:.3f} tail={spent['tail']:.3f} "
+          f"other={other:.3f} calls={outcome.calls} | load={spent['load']:.3f} "
+          f"open={spent['open']:.3f} diff={spent['diff']:.3f} gc={spent['gc']:.3f}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("record", "fork"):
+    args = sys.argv[1:]
+    if args[:1] == ["record"] and len(args) == 2:
+        record(Path(args[1]))
+    elif args[:1] == ["fork"] and len(args) in (2, 3) and (args[2:] or ["worker0"])[0] in SHAPES:
+        fork(Path(args[1]), (args[2:] or ["worker0"])[0])
+    else:
         sys.exit(__doc__)
-    main(sys.argv[1], Path(sys.argv[2]))

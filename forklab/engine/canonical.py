@@ -34,8 +34,15 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 
 
 def canonical_json(value: Any) -> str:
-    """Serialize ``value`` with sorted keys, no whitespace, and ``None``-valued keys dropped."""
-    return canonical_json_stripped(_strip_none(value))
+    """Serialize ``value`` with sorted keys, no whitespace, and ``None``-valued keys dropped.
+
+    When orjson writes ``value`` without a ``null`` it holds no ``None`` (nor a key to
+    convert: orjson refuses non-string keys), so the walk that drops them would copy it
+    unchanged: its text is orjson's, checked as in :func:`canonical_json_stripped`."""
+    data = _orjson(value)
+    if data is None or b"null" in data:
+        return canonical_json_stripped(_strip_none(value))
+    return _checked(value, data)
 
 
 _ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
@@ -49,24 +56,64 @@ def canonical_json_stripped(value: Any) -> str:
     Written by orjson (sorted keys; ~10x faster than the json module's C encoder) when its
     text is provably the json module's: both escape strings alike (every code point
     compared) and sort keys in the same (code point) order; they differ only on floats —
-    orjson writes ``1e-05`` as ``0.00001`` and NaN/infinity as ``null`` — so a text holding
-    a digit followed by ``e``, ``.0000`` or ``null`` anywhere (a string too: that only costs
-    the slower encoder) is written by the json module instead, as is whatever orjson refuses
+    orjson writes ``1e-05`` as ``0.00001`` and NaN/infinity as ``null``. So when the text
+    holds a digit followed by ``e``, ``.0000`` or ``null`` anywhere, the value is walked for
+    such a float (:func:`_float_spelled_apart`; the marks are mostly in strings — a hex
+    digest, a model's answer saying "null") and written by the json module if it has one.
+    So is whatever orjson refuses
     (integers wider than 64 bits, non-string keys, sets, lone surrogates) or passes through
     (dataclasses, datetimes, subclasses of str/int/dict/list such as a ``StrEnum``): the
     json module raises TypeError on those it cannot write, as before. (orjson still writes
     a plain ``Enum`` or a ``UUID`` — the json module would refuse them; engine values are
     plain JSON data, so neither reaches here.)"""
+    data = _orjson(value)
+    if data is None:
+        return _CANONICAL.encode(value)
+    return _checked(value, data)
+
+
+def _orjson(value: Any) -> bytes | None:
+    """orjson's canonical text of ``value``, or None where it refuses it (TypeError)."""
     try:
-        data = orjson.dumps(value, option=_ORJSON_OPTIONS)
+        return orjson.dumps(value, option=_ORJSON_OPTIONS)
     except TypeError:
-        return _CANONICAL.encode(value)
-    if b"null" in data or b".0000" in data:
-        return _CANONICAL.encode(value)
-    marked = data.translate(_DIGITS_TO_ZERO)  # a digit then e/E: find beats a regex 10x
-    if b"0e" in marked or b"0E" in marked:
+        return None
+
+
+def _checked(value: Any, data: bytes) -> str:
+    """``data`` (orjson's text of ``value``) unless the json module writes ``value``
+    otherwise: then the json module's text."""
+    if _may_spell_a_float_apart(data) and _float_spelled_apart(value):
         return _CANONICAL.encode(value)
     return data.decode()
+
+
+def _may_spell_a_float_apart(data: bytes) -> bool:
+    """Whether orjson's text ``data`` has a mark of a float the json module writes otherwise
+    (a cheap test on the text; strings may hold the marks too)."""
+    if b"null" in data or b".0000" in data:
+        return True
+    marked = data.translate(_DIGITS_TO_ZERO)  # a digit then e/E: find beats a regex 10x
+    return b"0e" in marked or b"0E" in marked
+
+
+def _float_spelled_apart(value: Any) -> bool:
+    """Whether ``value`` (which orjson wrote) holds a float orjson and the json module write
+    differently, or anything but plain JSON data (then the json module decides, as before).
+    Both write a float as its ``repr`` unless that has an exponent (``1e-05``: orjson writes
+    ``0.00001``; ``1e+16``: ``1e16``) or is ``nan``/``inf`` (orjson: ``null``); tests
+    compare the two on floats of every magnitude."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return False
+    if kind is float:
+        text = repr(value)
+        return "e" in text or "n" in text
+    if kind is dict:
+        return any(map(_float_spelled_apart, value.values()))
+    if kind is list or kind is tuple:
+        return any(map(_float_spelled_apart, value))
+    return True
 
 
 def loads(text: str) -> Any:

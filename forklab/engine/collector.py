@@ -10,9 +10,12 @@ harmlessly (the last one out may find it on already; collections still happen).
 A run's node loop is deliberately *not* such a pass: it is unbounded (a node may wait
 minutes on a provider), and a server runs runs in threads beside its requests, so pausing
 the collector there would leave the whole process without cycle detection for as long as a
-call takes. A fresh process pays its first full collection (20-30 ms over the imported
-modules) inside its first recording; long-lived processes pay it once (web processes
-freeze their start-up heap, ``forklab.serving``).
+call takes. A burst of served nodes in a fork tail (consecutive memo hits, one
+``node.reused`` event each; ``Runner._serve_burst``) is such a pass: it calls nothing, and
+serves each execution of the recording it reads at most once. A fresh process pays its
+first full collection (20-30 ms over the imported modules) inside its first recording;
+long-lived processes pay it once (web processes freeze their start-up heap,
+``forklab.serving``).
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from forklab.engine.actions import Action, served_wire
+from forklab.engine.actions import from_wire as action_from_wire
 from forklab.engine.errors import EventGapError
 from forklab.engine.status import CallKind, CallLabel, RunKind, RunStatus
 
@@ -176,21 +178,28 @@ class NodeReused(Event):
     ``node.completed`` of the same execution carried
     (docs/forking.md#served-nodes-one-nodereused-event).
 
-    ``actions`` are the execution's action records without ``seq`` (the fold gives each the
-    event's seq), labelled as served (``reused``); ``tainted`` names the written keys that are
-    tainted; ``next``/``waiting`` are the planner's answer, as in ``node.completed``.
-    Folds to exactly the state of the multi-event form, seq numbers aside."""
+    ``actions`` are the execution's action records as served (labelled ``reused``), each
+    with the event's seq; the fold makes them the execution's own, shared, not copied. On
+    the wire they are listed without ``seq`` (:func:`~forklab.engine.actions.served_wire`).
+    ``tainted`` names the written keys that are tainted; ``next``/``waiting`` are the
+    planner's answer, as in ``node.completed``. Folds to exactly the state of the
+    multi-event form, seq numbers aside."""
 
     TYPE: ClassVar[str] = "node.reused"
     kind: str
     fingerprint: str
     reads: dict[str, Any]
-    actions: list[dict[str, Any]]
+    actions: tuple[Action, ...]
     writes: dict[str, Any]
     deletes: list[str]
     tainted: list[str]
     next: list[str]
     waiting: list[str] = field(default_factory=list)
+
+    def payload(self) -> dict[str, Any]:
+        payload = Event.payload(self)
+        payload["actions"] = [served_wire(record) for record in self.actions]
+        return payload
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -386,19 +395,77 @@ def from_wire(data: dict[str, Any], *, run_id: str | None = None,
 
     ``owned=True``: ``data`` is the caller's to give away (freshly decoded JSON), so its
     payload dict is used without a copy."""
-    cls = EVENT_TYPES.get(data["type"])
+    type_ = data["type"]
+    cls = EVENT_TYPES.get(type_)
     if cls is None:
-        raise EventGapError(f"unknown event type {data['type']!r} at seq {data.get('seq')}")
+        raise EventGapError(f"unknown event type {type_!r} at seq {data.get('seq')}")
     payload = data.get("payload") or {}
-    payload = upcast(data["type"], int(data.get("v", 1)), payload if owned else dict(payload))
-    event = cls(
-        run_id=run_id or data["run_id"],
-        seq=int(data["seq"]),
-        at=_parse_at(data.get("at", 0.0)),
-        node=data.get("node"),
-        occurrence=data.get("occurrence"),
-        iteration=data.get("iteration"),
-        **payload,
-    )
+    payload = upcast(type_, int(data.get("v", 1)), payload if owned else dict(payload))
+    seq = int(data["seq"])
+    if cls is NodeReused and "actions" in payload:  # listed without seq: each takes the event's
+        payload["actions"] = tuple(action_from_wire(a, seq=seq) for a in payload["actions"] or ())
+    at = data.get("at", 0.0)
+    envelope: tuple[Any, ...] = (
+        run_id or data["run_id"], seq, at if type(at) is float else _parse_at(at),
+        data.get("node"), data.get("occurrence"), data.get("iteration"))
+    event = (_BUILDERS.get(cls) or _builder(cls)).build(envelope, payload)
+    if event is None:
+        # a payload with a key the class lacks or without a required one: the dataclass's
+        # own __init__ raises its TypeError, as it always did
+        event = cls(**dict(zip(_ENVELOPE_ORDER, envelope, strict=True)),
+                    **payload)
     return event  # type: ignore[return-value]
+
+
+_ENVELOPE_ORDER = ("run_id", "seq", "at", "node", "occurrence", "iteration")
+_ENVELOPE_SLOTS = tuple(getattr(Event, name).__set__ for name in _ENVELOPE_ORDER)
+"""The envelope's slots, declared by :class:`Event` and shared by every event class."""
+
+
+class _Builder:
+    """Builds one event class's instances from a payload dict without its ``__init__``.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` from
+    keyword arguments; a store read rebuilds every event of a log (5,000 for a 1,000-node
+    chain), and that call was half of decoding one. This sets the same slots through their
+    descriptors, a field the payload lacks taking its declared default (or a fresh
+    ``default_factory`` value) — the same object ``__init__`` makes, field for field (tests
+    compare them for every event type; no event class has ``__post_init__``).
+    """
+
+    __slots__ = ("cls", "fields")
+
+    def __init__(self, cls: type[Event]) -> None:
+        self.cls = cls
+        self.fields = tuple(
+            (getattr(cls, f.name).__set__, f.name, f.default,
+             None if f.default_factory is dataclasses.MISSING else f.default_factory)
+            for f in dataclasses.fields(cls) if f.name not in _ENVELOPE)
+
+    def build(self, envelope: tuple[Any, ...], payload: dict[str, Any]) -> Event | None:
+        """The event, or None when ``payload`` has a key that is no payload field of the
+        class or lacks a required one (what ``__init__`` refuses)."""
+        event = object.__new__(self.cls)
+        for set_slot, value in zip(_ENVELOPE_SLOTS, envelope, strict=True):
+            set_slot(event, value)
+        found = 0
+        for set_slot, name, default, factory in self.fields:
+            if name in payload:
+                set_slot(event, payload[name])
+                found += 1
+            elif factory is not None:
+                set_slot(event, factory())
+            elif default is not dataclasses.MISSING:
+                set_slot(event, default)
+            else:
+                return None
+        return event if found == len(payload) else None
+
+
+_BUILDERS: dict[type[Event], _Builder] = {}
+
+
+def _builder(cls: type[Event]) -> _Builder:
+    found = _BUILDERS[cls] = _Builder(cls)  # idempotent: two threads build equal ones
+    return found
 

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
 
 import orjson
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -271,21 +270,31 @@ class GraphSpec(_Model):
         return copied
 
     @cached_property
-    def _fingerprint_parts(self) -> dict[str, FingerprintParts]:
-        """Every node's parts that :func:`_bulk_fingerprint_parts` can write, in one pass
-        (the rest are computed per node on first use)."""
-        return _bulk_fingerprint_parts(self)
+    def _fingerprint_parts(self) -> _KnownParts:
+        """The nodes' fingerprint parts computed so far (see :meth:`fingerprint_parts`)."""
+        return _KnownParts()
 
     def fingerprint_parts(self, node_id: str) -> FingerprintParts:
         """The canonical JSON of the node's config and agents (the parts of its fingerprint
-        that do not depend on the execution), serialised once per graph version."""
-        parts = self._fingerprint_parts.get(node_id)
+        that do not depend on the execution), serialised once per graph version.
+
+        The first :data:`PER_NODE_FIRST` nodes asked are serialised one by one; the next
+        miss serialises every node :func:`_bulk_fingerprint_parts` can write in one pass. A
+        run that executes a few nodes (a fork before the last node of a chain) so never
+        pays for all of them, and one that executes many pays the one pass. Both paths
+        write the same text, character for character (tests compare them)."""
+        known = self._fingerprint_parts
+        parts = known.parts.get(node_id)
+        if parts is None and not known.complete and len(known.parts) >= PER_NODE_FIRST:
+            known.complete = True
+            known.parts.update(_bulk_fingerprint_parts(self))
+            parts = known.parts.get(node_id)
         if parts is None:
             node = self.node(node_id)
             config = node.model_dump(mode="json", exclude={"description"})
             parts = _inline_agent_parts(node, config) or FingerprintParts(
                 config=canonical_json(config), agents=canonical_json(node_agents(self, node)))
-            self._fingerprint_parts[node_id] = parts
+            known.parts[node_id] = parts
         return parts
 
     def node(self, node_id: str) -> AgentNode | ToolNode | RouterNode | ApprovalNode | SubgraphNode:
@@ -331,8 +340,9 @@ class GraphSpec(_Model):
         nodes = [*self.nodes[:position], node, *self.nodes[position + 1:]]
         graph = self.model_copy(update={"nodes": nodes})
         graph.__dict__["index"] = self.index.with_node(node)
-        graph.__dict__["_fingerprint_parts"] = {  # agents resolve in the unchanged registry
-            k: v for k, v in self._fingerprint_parts.items() if k != node.id}
+        known = self.__dict__.get("_fingerprint_parts")
+        if known is not None:  # agents resolve in the unchanged registry
+            graph.__dict__["_fingerprint_parts"] = known.without(node.id)
         if self.max_iterations is None and _targets(node) != _targets(old) and has_cycle(graph):
             raise UnboundedCycleError(
                 f"node {node.id!r}: its targets make a cycle in graph {self.id!r}, which sets "
@@ -358,6 +368,34 @@ class FingerprintParts(NamedTuple):
 
     config: str
     agents: str
+
+
+PER_NODE_FIRST = 8
+"""How many nodes' fingerprint parts a graph serialises one by one before one pass writes
+them all (:meth:`GraphSpec.fingerprint_parts`)."""
+
+
+class _KnownParts:
+    """A graph's fingerprint parts by node id, and whether the one pass has filled them.
+
+    Only ever added to (a graph version's parts never change), so threads sharing a graph
+    may fill it together: at worst two of them serialise the same node, to the same text."""
+
+    __slots__ = ("complete", "parts")
+
+    def __init__(self, parts: dict[str, FingerprintParts] | None = None,
+                 complete: bool = False) -> None:
+        self.parts = parts or {}
+        self.complete = complete
+
+    def without(self, node_id: str) -> _KnownParts:
+        """What a graph with ``node_id`` replaced still knows (its other nodes' parts).
+
+        ``dict()`` copies in one step under the GIL, so a thread adding parts meanwhile
+        (a run of the same cached graph) cannot break the copy as iterating would."""
+        parts = dict(self.parts)
+        parts.pop(node_id, None)
+        return _KnownParts(parts, self.complete)
 
 
 def _inline_agent_parts(node: Any, config: dict[str, Any],
@@ -684,6 +722,9 @@ def parse_stored_graph(data: str | dict[str, Any]) -> GraphSpec:
 
 def loads_graph(text: str, *, fmt: Literal["json", "yaml"] = "yaml") -> GraphSpec:
     """Parse graph text; YAML is a superset of JSON, so ``yaml`` reads both."""
+    import yaml  # on first use: a run never parses YAML, and every imported module is heap
+    # that each full garbage collection of the process walks
+
     try:
         data = json.loads(text) if fmt == "json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:

@@ -11,8 +11,20 @@ memoization stays invisible to taint as well.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_never
 
+from forklab.engine.actions import (
+    Action,
+    AgentAnswer,
+    AgentAsked,
+    CallFailure,
+    ChildOutcome,
+    ChildStarted,
+    HumanDecision,
+    RouteTaken,
+    ToolCall,
+    ToolResult,
+)
 from forklab.engine.context import NodeContext, write_memory
 from forklab.engine.events import (
     AgentResponded,
@@ -29,34 +41,37 @@ from forklab.engine.oracle import NodeFailure
 from forklab.engine.state import Execution
 
 
-def _emit_action(ctx: NodeContext, action: dict[str, Any]) -> None:
-    kind = action["type"]
-    if kind == "agent_result":
-        ctx.emit(
-            AgentResponded, role=action["role"], index=action["index"],
-            model=action["model"], text=action["text"], input_tokens=action["input_tokens"],
-            output_tokens=action["output_tokens"], cost_usd=action["cost_usd"], latency_ms=0.0,
-            label="reused", request_hash=action["request_hash"])
-    elif kind == "tool":  # what the tool was called with
-        ctx.emit(ToolCalled, tool=action["tool"],
-                              effect=getattr(ctx.graph.node(ctx.call.node), "effect", "read"),
-                              args=action["args"], args_hash=action["args_hash"])
-    elif kind == "tool_result":
-        ctx.emit(ToolReturned, result=action["result"], label="reused")
-    elif kind == "call_failed":
-        ctx.emit(CallFailed, kind=action["kind"], role=action["role"],
-                              index=action["index"], model=action["model"], label="reused",
-                              error=action["error"], request_hash=action["request_hash"])
-    elif kind == "human":
-        ctx.emit(HumanAnswered, decision=action["decision"],
-                              data=action["data"], memory_updates=action["memory_updates"],
-                              label="reused")
-    elif kind == "subgraph_result":
-        ctx.emit(SubgraphCompleted, child_run_id=action["child_run_id"],
-                              status=action["status"], output=action["output"], label="reused",
-                              cost_usd=action["cost_usd"], input_tokens=action["input_tokens"],
-                              output_tokens=action["output_tokens"],
-                              tainted=list(action.get("tainted") or []))
+def _emit_action(ctx: NodeContext, record: Action) -> None:
+    """Re-emit the event a served record stands for (requests, child starts and routes are
+    not re-emitted: the route is decided once, by :func:`replay_memo`)."""
+    match record:
+        case AgentAnswer():
+            ctx.emit(AgentResponded, role=record.role, index=record.index, model=record.model,
+                     text=record.text, input_tokens=record.input_tokens,
+                     output_tokens=record.output_tokens, cost_usd=record.cost_usd,
+                     latency_ms=0.0, label="reused", request_hash=record.request_hash)
+        case ToolCall():  # what the tool was called with
+            ctx.emit(ToolCalled, tool=record.tool,
+                     effect=getattr(ctx.graph.node(ctx.call.node), "effect", "read"),
+                     args=record.args, args_hash=record.args_hash)
+        case ToolResult():
+            ctx.emit(ToolReturned, result=record.result, label="reused")
+        case CallFailure():
+            ctx.emit(CallFailed, kind=record.kind, role=record.role, index=record.index,
+                     model=record.model, label="reused", error=record.error,
+                     request_hash=record.request_hash)
+        case HumanDecision():
+            ctx.emit(HumanAnswered, decision=record.decision, data=record.data,
+                     memory_updates=record.memory_updates, label="reused")
+        case ChildOutcome():
+            ctx.emit(SubgraphCompleted, child_run_id=record.child_run_id,
+                     status=record.status, output=record.output, label="reused",
+                     cost_usd=record.cost_usd, input_tokens=record.input_tokens,
+                     output_tokens=record.output_tokens, tainted=list(record.tainted))
+        case AgentAsked() | ChildStarted() | RouteTaken():
+            pass
+        case _:
+            assert_never(record)
 
 
 def _write_taint(ctx: NodeContext, recorded: Execution) -> dict[str, bool]:
@@ -71,10 +86,10 @@ def write_taint(node: Any, reads_tainted: bool, recorded: Execution) -> dict[str
         return dict.fromkeys(recorded.writes, False)
     read_taint = reads_tainted or (isinstance(node, ToolNode) and not node.trusted)
     if isinstance(node, SubgraphNode):
-        child = set()
-        for action in recorded.actions:
-            if action["type"] == "subgraph_result":
-                child = set(action.get("tainted") or [])
+        child: set[str] = set()
+        for record in recorded.actions:
+            if isinstance(record, ChildOutcome):
+                child = set(record.tainted)
         fed = {key: node.output.get(key) in child for key in recorded.writes}
         return {key: read_taint or fed[key] for key in recorded.writes}
     return dict.fromkeys(recorded.writes, read_taint)
@@ -84,54 +99,60 @@ def served_route(node: Any, recorded: Execution) -> str | None:
     """The route a served execution takes: the recorded one, or an approval's rejection."""
     if recorded.route is not None:
         return recorded.route
-    decisions = [a["decision"] for a in recorded.actions if a["type"] == "human"]
+    decisions = [a.decision for a in recorded.actions if isinstance(a, HumanDecision)]
     if isinstance(node, ApprovalNode) and decisions and decisions[-1] == "rejected":
         return node.on_reject
     return None
 
 
-def reused_actions(recorded: Execution) -> list[dict[str, Any]]:
-    """The action records serving ``recorded`` makes, without their ``seq``: exactly what
-    :func:`replay_memo`'s events fold to (requests and child starts are not re-emitted, the
-    route is ``memoized``, every call is labelled ``reused`` with no latency)."""
-    actions: list[dict[str, Any]] = []
+def reused_actions(recorded: Execution, seq: int) -> tuple[Action, ...]:
+    """The action records serving ``recorded`` makes, at ``seq``: exactly what
+    :func:`replay_memo`'s events fold to, seq numbers aside (requests and child starts are
+    not re-emitted, the route is ``memoized``, every call is labelled ``reused`` with no
+    latency)."""
+    served: list[Action] = []
     for a in recorded.actions:
-        kind = a["type"]
-        if kind == "agent_result":
-            actions.append({
-                "type": kind, "request_hash": a["request_hash"], "text": a["text"],
-                "role": a["role"], "index": a["index"], "model": a["model"],
-                "input_tokens": a["input_tokens"], "output_tokens": a["output_tokens"],
-                "cost_usd": a["cost_usd"], "latency_ms": 0.0, "label": "reused"})
-        elif kind == "tool":
-            actions.append({"type": kind, "args_hash": a["args_hash"], "args": a["args"],
-                            "tool": a["tool"]})
-        elif kind == "tool_result":
-            actions.append({"type": kind, "result": a["result"], "label": "reused"})
-        elif kind == "call_failed":
-            actions.append({"type": kind, "kind": a["kind"], "role": a["role"],
-                            "index": a["index"], "model": a["model"], "label": "reused",
-                            "error": a["error"], "request_hash": a["request_hash"]})
-        elif kind == "human":
-            actions.append({"type": kind, "decision": a["decision"], "data": a["data"],
-                            "memory_updates": a["memory_updates"], "label": "reused"})
-        elif kind == "subgraph_result":
-            actions.append({
-                "type": kind, "child_run_id": a["child_run_id"], "status": a["status"],
-                "output": a["output"], "label": "reused", "cost_usd": a["cost_usd"],
-                "input_tokens": a["input_tokens"], "output_tokens": a["output_tokens"],
-                "tainted": list(a.get("tainted") or [])})
+        match a:
+            case AgentAnswer():
+                served.append(AgentAnswer(
+                    seq=seq, request_hash=a.request_hash, text=a.text, role=a.role,
+                    index=a.index, model=a.model, input_tokens=a.input_tokens,
+                    output_tokens=a.output_tokens, cost_usd=a.cost_usd, latency_ms=0.0,
+                    label="reused"))
+            case ToolCall():
+                served.append(ToolCall(seq=seq, args_hash=a.args_hash, args=a.args,
+                                       tool=a.tool))
+            case ToolResult():
+                served.append(ToolResult(seq=seq, result=a.result, label="reused"))
+            case CallFailure():
+                served.append(CallFailure(seq=seq, kind=a.kind, role=a.role, index=a.index,
+                                          model=a.model, label="reused", error=a.error,
+                                          request_hash=a.request_hash))
+            case HumanDecision():
+                served.append(HumanDecision(seq=seq, decision=a.decision, data=a.data,
+                                            memory_updates=a.memory_updates, label="reused"))
+            case ChildOutcome():
+                served.append(ChildOutcome(
+                    seq=seq, child_run_id=a.child_run_id, status=a.status, output=a.output,
+                    label="reused", cost_usd=a.cost_usd, input_tokens=a.input_tokens,
+                    output_tokens=a.output_tokens, tainted=a.tainted))
+            case AgentAsked() | ChildStarted() | RouteTaken():
+                pass
+            case _:
+                assert_never(a)
     if recorded.route is not None:
-        actions.append({"type": "route", "to": recorded.route, "reason": "memoized",
-                        "label": "reused"})
-    return actions
+        served.append(RouteTaken(seq=seq, to=recorded.route, reason="memoized",
+                                 label="reused"))
+    return tuple(served)
 
 
-def reused_payload(node: Any, reads_tainted: bool, recorded: Execution) -> dict[str, Any]:
+def reused_payload(node: Any, reads_tainted: bool, recorded: Execution,
+                   seq: int) -> dict[str, Any]:
     """The ``node.reused`` payload fields that come from the recording (a completed
-    execution): actions, writes, deletes and the written keys that are tainted."""
+    execution), for the event at ``seq``: actions, writes, deletes and the written keys
+    that are tainted."""
     taint = write_taint(node, reads_tainted, recorded)
-    return {"actions": reused_actions(recorded), "writes": dict(recorded.writes),
+    return {"actions": reused_actions(recorded, seq), "writes": dict(recorded.writes),
             "deletes": list(recorded.deletes),
             "tainted": [key for key, tainted in taint.items() if tainted]}
 
@@ -142,8 +163,8 @@ def replay_memo(ctx: NodeContext, recorded: Execution) -> str | None:
     Returns the recorded route (or an approval's rejection target); raises NodeFailure when
     the recorded execution failed.
     """
-    for action in recorded.actions:
-        _emit_action(ctx, action)
+    for record in recorded.actions:
+        _emit_action(ctx, record)
     if recorded.status == "failed":
         error = recorded.error or {}
         raise NodeFailure(str(error.get("type", "failed")), str(error.get("message", "")))

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from forklab.engine.actions import AgentAnswer, ToolCall, ToolResult
 from forklab.engine.canonical import canonical_json, fingerprint
 from forklab.engine.errors import ForklabError, InvalidInput
 from forklab.engine.graph import ApprovalNode, RouterNode, SubgraphNode, ToolNode
@@ -50,15 +51,15 @@ class RecordedTool:
     writes: dict[str, Any]
 
     @classmethod
-    def of(cls, execution: Execution, action: dict[str, Any]) -> Any:
-        """Serve ``action`` (a ``tool_result`` of ``execution``) as the recording holds it.
+    def of(cls, execution: Execution, action: ToolResult) -> Any:
+        """Serve ``action`` (a tool result of ``execution``) as the recording holds it.
 
         A failed execution made no writes: its plain result is served, so the node fails
         again the same way (redaction keeps a value's shape).
         """
         if execution.status == "failed":
-            return action["result"]
-        return cls(result=action["result"], writes=dict(execution.writes))
+            return action.result
+        return cls(result=action.result, writes=dict(execution.writes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,19 +258,19 @@ class ResumeOracle:
     def __init__(self, inner: Any, interrupted: list[Execution]) -> None:
         self.inner = inner
         self.captures_reflections = inner.captures_reflections
-        self._agents: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+        self._agents: dict[tuple[str, int, str], list[AgentAnswer]] = {}
         self._tools: dict[tuple[str, int, str], list[tuple[Any, dict[str, Any]]]] = {}
         for execution in interrupted:
             pending_args: str | None = None
             for action in execution.actions:
                 key = (execution.node, execution.occurrence)
-                if action["type"] == "agent_result":
-                    self._agents.setdefault((*key, action["request_hash"]), []).append(action)
-                elif action["type"] == "tool":
-                    pending_args = action["args_hash"]
-                elif action["type"] == "tool_result" and pending_args is not None:
+                if isinstance(action, AgentAnswer):
+                    self._agents.setdefault((*key, action.request_hash), []).append(action)
+                elif isinstance(action, ToolCall):
+                    pending_args = action.args_hash
+                elif isinstance(action, ToolResult) and pending_args is not None:
                     self._tools.setdefault((*key, pending_args), []).append(
-                        (action["result"], execution.writes))
+                        (action.result, execution.writes))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -280,9 +281,9 @@ class ResumeOracle:
         if not recorded:
             return self.inner.agent(call, request, role, index)  # type: ignore[no-any-return]
         action = recorded.pop(0)
-        return Served(text=action["text"], input_tokens=action["input_tokens"],
-                      output_tokens=action["output_tokens"], latency_ms=0.0,
-                      label="reused", cost_usd=action["cost_usd"], recorded=True)
+        return Served(text=action.text, input_tokens=action.input_tokens,
+                      output_tokens=action.output_tokens, latency_ms=0.0,
+                      label="reused", cost_usd=action.cost_usd, recorded=True)
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
              ctx: ToolContext) -> tuple[Any, CallLabel]:

@@ -13,8 +13,20 @@ run has while it executes and the state rebuilt from its log are the same by con
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, assert_never
+from typing import assert_never
 
+from forklab.engine.actions import (
+    AgentAnswer,
+    AgentAsked,
+    CallFailure,
+    CallRecord,
+    ChildOutcome,
+    ChildStarted,
+    HumanDecision,
+    RouteTaken,
+    ToolCall,
+    ToolResult,
+)
 from forklab.engine.canonical import merge_patch
 from forklab.engine.collector import collector_paused
 from forklab.engine.errors import EventGapError
@@ -117,32 +129,31 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
         case NodeCompleted():
             _complete_node(state, event)
         case AgentRequested():
-            _current(state, event).actions.append(
-                {"type": "agent", "seq": event.seq, "request_hash": event.request_hash,
-                 "role": event.role, "index": event.index}
-            )
+            _current(state, event).actions.append(AgentAsked(
+                seq=event.seq, request_hash=event.request_hash, role=event.role,
+                index=event.index))
         case AgentResponded():
-            _agent_responded(state, event)
+            _record_call(state, _current(state, event), AgentAnswer(
+                seq=event.seq, request_hash=event.request_hash, text=event.text,
+                role=event.role, index=event.index, model=event.model,
+                input_tokens=event.input_tokens, output_tokens=event.output_tokens,
+                cost_usd=event.cost_usd, latency_ms=event.latency_ms, label=event.label))
         case ToolCalled():
-            _current(state, event).actions.append(
-                {"type": "tool", "seq": event.seq, "args_hash": event.args_hash,
-                 "args": event.args, "tool": event.tool}
-            )
+            _current(state, event).actions.append(ToolCall(
+                seq=event.seq, args_hash=event.args_hash, args=event.args, tool=event.tool))
         case ToolReturned():
-            current = _current(state, event)
-            current.actions.append({"type": "tool_result", "seq": event.seq,
-                                    "result": event.result, "label": event.label})
-            current.labels.append(event.label)
-            state.calls.append(Call(seq=event.seq, node=current.node,
-                                    occurrence=current.occurrence, kind="tool",
-                                    label=event.label, cost_usd=0.0))
+            _record_call(state, _current(state, event), ToolResult(
+                seq=event.seq, result=event.result, label=event.label))
         case CallFailed():
-            _call_failed(state, event)
+            _record_call(state, _current(state, event), CallFailure(
+                seq=event.seq, kind=event.kind, role=event.role, index=event.index,
+                model=event.model, label=event.label, error=event.error,
+                request_hash=event.request_hash))
         case RouteDecided():
             current = _current(state, event)
             current.route = event.to
-            current.actions.append({"type": "route", "seq": event.seq, "to": event.to,
-                                    "reason": event.reason, "label": event.label})
+            current.actions.append(RouteTaken(seq=event.seq, to=event.to,
+                                              reason=event.reason, label=event.label))
         case NodeReused():  # a fork tail's served node (rare in a primary run's log: after)
             _reuse_node(state, event)
         case RunStarted():
@@ -172,24 +183,22 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
             state.status = RunStatus.RUNNING
             state.pending_human = None
             current.status = "running"
-            current.labels.append(event.label)
-            current.actions.append({"type": "human", "seq": event.seq,
-                                    "decision": event.decision, "data": event.data,
-                                    "memory_updates": event.memory_updates,
-                                    "label": event.label})
-            state.calls.append(Call(seq=event.seq, node=current.node,
-                                    occurrence=current.occurrence, kind="human",
-                                    label=event.label, cost_usd=0.0))
+            _record_call(state, current, HumanDecision(
+                seq=event.seq, decision=event.decision, data=event.data,
+                memory_updates=event.memory_updates, label=event.label))
         case EffectSuppressed():
             state.suppressed_effects.append(
                 {"node": event.node, "inputs": event.inputs, "reason": event.reason}
             )
         case SubgraphStarted():
             _current(state, event).actions.append(
-                {"type": "subgraph", "seq": event.seq, "child_run_id": event.child_run_id}
-            )
+                ChildStarted(seq=event.seq, child_run_id=event.child_run_id))
         case SubgraphCompleted():
-            _subgraph_completed(state, event)
+            _record_call(state, _current(state, event), ChildOutcome(
+                seq=event.seq, child_run_id=event.child_run_id, status=event.status,
+                output=event.output, label=event.label, cost_usd=event.cost_usd,
+                input_tokens=event.input_tokens, output_tokens=event.output_tokens,
+                tainted=tuple(event.tainted)))
         case ReflectionDiscarded():
             state.discarded_reflections.append(
                 {"node": event.node, "store": event.store, "key": event.key,
@@ -277,46 +286,6 @@ def _start_node(state: RunState, event: NodeStarted | NodeReused) -> None:
     state.current = execution
 
 
-def _agent_responded(state: RunState, event: AgentResponded) -> None:
-    current = _current(state, event)
-    cost = event.cost_usd
-    current.actions.append({"type": "agent_result", "seq": event.seq,
-                            "request_hash": event.request_hash, "text": event.text,
-                            "role": event.role, "index": event.index, "model": event.model,
-                            "input_tokens": event.input_tokens,
-                            "output_tokens": event.output_tokens, "cost_usd": cost,
-                            "latency_ms": event.latency_ms, "label": event.label})
-    current.labels.append(event.label)
-    state.calls.append(Call(seq=event.seq, node=current.node, occurrence=current.occurrence,
-                            kind="agent", label=event.label, role=event.role,
-                            index=event.index, model=event.model,
-                            input_tokens=event.input_tokens,
-                            output_tokens=event.output_tokens, cost_usd=cost))
-    # Reused answers count in the totals too: their cost is inherited from the base run
-    # (what the tail itself paid is the sum over calls labelled live/changed).
-    current.input_tokens += event.input_tokens
-    current.output_tokens += event.output_tokens
-    state.input_tokens += event.input_tokens
-    state.output_tokens += event.output_tokens
-    if cost is None:
-        state.unpriced_calls += 1
-    else:
-        current.cost_usd += cost
-        state.cost_usd += cost
-
-
-def _call_failed(state: RunState, event: CallFailed) -> None:
-    current = _current(state, event)
-    current.actions.append({"type": "call_failed", "seq": event.seq, "kind": event.kind,
-                            "role": event.role, "index": event.index, "model": event.model,
-                            "label": event.label, "error": event.error,
-                            "request_hash": event.request_hash})
-    current.labels.append(event.label)
-    state.calls.append(Call(seq=event.seq, node=current.node, occurrence=current.occurrence,
-                            kind=event.kind, label=event.label, role=event.role,
-                            index=event.index, model=event.model, cost_usd=0.0))
-
-
 def _memory_written(state: RunState, event: MemoryWritten) -> None:
     if state.current is None:  # outside a node: a fork change, applied at once
         if event.deleted:
@@ -336,23 +305,6 @@ def _memory_written(state: RunState, event: MemoryWritten) -> None:
     state.pending_taint[event.key] = event.tainted
 
 
-def _subgraph_completed(state: RunState, event: SubgraphCompleted) -> None:
-    current = _current(state, event)
-    current.actions.append({"type": "subgraph_result", "seq": event.seq,
-                            "child_run_id": event.child_run_id, "status": event.status,
-                            "output": event.output, "label": event.label,
-                            "cost_usd": event.cost_usd, "input_tokens": event.input_tokens,
-                            "output_tokens": event.output_tokens, "tainted": event.tainted})
-    current.labels.append(event.label)
-    state.calls.append(Call(seq=event.seq, node=current.node, occurrence=current.occurrence,
-                            kind="subgraph", label=event.label,
-                            input_tokens=event.input_tokens,
-                            output_tokens=event.output_tokens, cost_usd=event.cost_usd))
-    state.input_tokens += event.input_tokens
-    state.output_tokens += event.output_tokens
-    state.cost_usd += event.cost_usd
-
-
 def _complete_node(state: RunState, event: NodeCompleted) -> None:
     _close_node(state, _current(state, event), event.seq, event.at, event.next, event.waiting,
                 memo=event.memo)
@@ -360,14 +312,20 @@ def _complete_node(state: RunState, event: NodeCompleted) -> None:
 
 def _reuse_node(state: RunState, event: NodeReused) -> None:
     """``node.reused``: the node's start, its served action records, its writes and its
-    completion, applied as the multi-event form would apply them one by one."""
+    completion, applied as the multi-event form would apply them one by one. The event's
+    records (each with the event's seq) become the execution's own: shared, not copied."""
     _start_node(state, event)
     current = state.current
     assert current is not None
-    seq = event.seq
-    for action in event.actions:
-        current.actions.append({"seq": seq, **action})
-        _served_action(state, current, action, seq)
+    for record in event.actions:
+        current.actions.append(record)
+        match record:
+            case RouteTaken():
+                current.route = record.to
+            case AgentAsked() | ToolCall() | ChildStarted():
+                pass  # what a call was made with: recorded, not itself a call
+            case _:
+                _count_call(state, current, record)
     deletes = list(event.deletes)
     state.pending_deletes = deletes
     state.pending_writes = dict(event.writes)
@@ -376,59 +334,56 @@ def _reuse_node(state: RunState, event: NodeReused) -> None:
     for key in event.writes:
         taint[key] = key in tainted
     state.pending_taint = taint
-    _close_node(state, current, seq, event.at, event.next, event.waiting, memo=True)
+    _close_node(state, current, event.seq, event.at, event.next, event.waiting, memo=True)
 
 
-def _served_action(state: RunState, current: Execution, action: dict[str, Any],
-                   seq: int) -> None:
-    """What folding the event an action record came from adds beyond the record itself:
-    its label, its call, the totals (one branch per recorded action type)."""
-    kind = action["type"]
-    if kind == "route":
-        current.route = action["to"]
-        return
-    if kind not in _CALL_ACTIONS:
-        return
-    label = action["label"]
+def _record_call(state: RunState, current: Execution, record: CallRecord) -> None:
+    current.actions.append(record)
+    _count_call(state, current, record)
+
+
+def _count_call(state: RunState, current: Execution, record: CallRecord) -> None:
+    """What a call adds beyond its record: its label, its entry in ``calls``, the totals.
+
+    Reused answers count in the totals too: their cost is inherited from the base run (what
+    the tail itself paid is the sum over calls labelled live/changed)."""
+    label, seq = record.label, record.seq
     current.labels.append(label)
     node, occurrence = current.node, current.occurrence
-    if kind == "agent_result":
-        cost, tokens_in, tokens_out = action["cost_usd"], action["input_tokens"], \
-            action["output_tokens"]
-        state.calls.append(Call(seq=seq, node=node, occurrence=occurrence, kind="agent",
-                                label=label, role=action["role"], index=action["index"],
-                                model=action["model"], input_tokens=tokens_in,
-                                output_tokens=tokens_out, cost_usd=cost))
-        current.input_tokens += tokens_in
-        current.output_tokens += tokens_out
-        state.input_tokens += tokens_in
-        state.output_tokens += tokens_out
-        if cost is None:
-            state.unpriced_calls += 1
-        else:
-            current.cost_usd += cost
+    match record:
+        case AgentAnswer(cost_usd=cost, input_tokens=tokens_in, output_tokens=tokens_out):
+            state.calls.append(Call(seq=seq, node=node, occurrence=occurrence, kind="agent",
+                                    label=label, role=record.role, index=record.index,
+                                    model=record.model, input_tokens=tokens_in,
+                                    output_tokens=tokens_out, cost_usd=cost))
+            current.input_tokens += tokens_in
+            current.output_tokens += tokens_out
+            state.input_tokens += tokens_in
+            state.output_tokens += tokens_out
+            if cost is None:
+                state.unpriced_calls += 1
+            else:
+                current.cost_usd += cost
+                state.cost_usd += cost
+        case CallFailure():
+            state.calls.append(Call(seq=seq, node=node, occurrence=occurrence,
+                                    kind=record.kind, label=label, role=record.role,
+                                    index=record.index, model=record.model, cost_usd=0.0))
+        case ChildOutcome(cost_usd=cost, input_tokens=tokens_in, output_tokens=tokens_out):
+            state.calls.append(Call(seq=seq, node=node, occurrence=occurrence, kind="subgraph",
+                                    label=label, input_tokens=tokens_in,
+                                    output_tokens=tokens_out, cost_usd=cost))
+            state.input_tokens += tokens_in
+            state.output_tokens += tokens_out
             state.cost_usd += cost
-    elif kind == "call_failed":
-        state.calls.append(Call(seq=seq, node=node, occurrence=occurrence, kind=action["kind"],
-                                label=label, role=action["role"], index=action["index"],
-                                model=action["model"], cost_usd=0.0))
-    elif kind == "subgraph_result":
-        state.calls.append(Call(seq=seq, node=node, occurrence=occurrence, kind="subgraph",
-                                label=label, input_tokens=action["input_tokens"],
-                                output_tokens=action["output_tokens"],
-                                cost_usd=action["cost_usd"]))
-        state.input_tokens += action["input_tokens"]
-        state.output_tokens += action["output_tokens"]
-        state.cost_usd += action["cost_usd"]
-    else:  # tool_result, human
-        state.calls.append(Call(seq=seq, node=node, occurrence=occurrence,
-                                kind="tool" if kind == "tool_result" else "human",
-                                label=label, cost_usd=0.0))
-
-
-# recorded action types that are calls (labelled, listed in ``calls``)
-_CALL_ACTIONS = frozenset({"agent_result", "tool_result", "call_failed", "human",
-                           "subgraph_result"})
+        case ToolResult():
+            state.calls.append(Call(seq=seq, node=node, occurrence=occurrence, kind="tool",
+                                    label=label, cost_usd=0.0))
+        case HumanDecision():
+            state.calls.append(Call(seq=seq, node=node, occurrence=occurrence, kind="human",
+                                    label=label, cost_usd=0.0))
+        case _:
+            assert_never(record)
 
 
 def _close_node(state: RunState, current: Execution, seq: int, at: float,

@@ -375,6 +375,8 @@ class Runner:
                 if node_id is None:
                     self.emit(RunCompleted)
                     break
+                if self._serve_burst(node_id, scheduler):
+                    continue
                 scheduler.launch()
                 flight = scheduler.flights.get(node_id)
                 if flight is not None:
@@ -393,6 +395,39 @@ class Runner:
         finally:
             scheduler.close()
         return self.state
+
+    def _serve_burst(self, node_id: str, scheduler: Scheduler) -> bool:
+        """Serve the head ``node_id`` and the heads after it while each is a completed memo
+        hit, each as one ``node.reused`` event; False (nothing done) when the head is not one.
+
+        No scheduler walk: a walk stops at a head served at once, so none could start a node
+        ahead of it. The collector is paused across the burst: serving calls nothing, so it
+        is a bounded pass building long-lived state (``engine.collector``), and a fork tail
+        of N served nodes would otherwise run tens of collections over what it builds."""
+        served = self._served_head(node_id, scheduler)
+        if served is None:
+            return False
+        with collector_paused():
+            while served is not None:
+                self._reuse(*served)
+                head = next_node(self.state)
+                if head is None or self.state.status != "running" or self.cancel.cancelled:
+                    break
+                served = self._served_head(head, scheduler)
+        return True
+
+    def _served_head(self, node_id: str, scheduler: Scheduler) -> tuple[NodeCall, Any] | None:
+        """(call, recorded execution) when the head ``node_id`` is served whole now: a
+        completed memo hit within ``max_iterations``, the one-event form on."""
+        if not self.one_event_reuse or node_id in scheduler.flights:
+            return None
+        p = scheduler.predict_head(node_id)
+        limit = self.graph.max_iterations
+        if (p.call is None or p.memo is None or p.memo.status != "completed"
+                or (limit is not None and p.iteration > limit)):
+            return None
+        scheduler.forget(node_id)
+        return p.call, p.memo
 
     def _head_call(self, node_id: str, scheduler: Scheduler) -> NodeCall | None:
         """The execution of the head node (from the scheduler's prediction when it made one),
@@ -427,10 +462,11 @@ class Runner:
         ready, waiting = successors(self.graph, self.state, call.node,
                                     served_route(node, recorded))
         self._settle(call)
+        # the records are built with the seq emit gives the event (the fold shares them)
         self.emit(NodeReused, node=call.node, occurrence=call.occurrence,
                   iteration=call.iteration, kind=call.kind, fingerprint=call.fingerprint,
                   reads=call.reads, next=ready, waiting=waiting,
-                  **reused_payload(node, tainted, recorded))
+                  **reused_payload(node, tainted, recorded, self.state.version + 1))
 
     def _execute(self, call: NodeCall, substitute: dict[str, Any] | None, memo: Any) -> None:
         """Execute the head node in place, its events queued as they happen (see flush points)."""

@@ -49,7 +49,7 @@ from opentelemetry import context as otel_context
 from forklab.engine.context import Cancelled
 from forklab.engine.graph import AgentNode, ApprovalNode, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import NodeCall
-from forklab.engine.planner import IterationSeen, read_slice
+from forklab.engine.planner import IterationSeen, next_execution, read_slice
 from forklab.engine.subgraphs import execution_fingerprint
 from forklab.engine.telemetry import node_span
 
@@ -96,6 +96,7 @@ class Prediction:
     call: NodeCall | None = None
     tainted: frozenset[str] = frozenset()
     instant: bool = False
+    memo: Any = None  # the recorded execution the oracle serves the call (not substituted)
     worst: tuple[int | None, float | None] | None = None
 
 
@@ -181,6 +182,15 @@ class Scheduler:
         """The node started at the head: its prediction is used up."""
         self.predictions.pop(node_id, None)
 
+    def predict_head(self, node_id: str) -> Prediction:
+        """The prediction of the head ``node_id`` (not running ahead), made now: its call is
+        final, as nothing runs before it, and what the oracle serves it is what it serves
+        now (one made earlier, in a walk, may be stale: a sweep's shared memo changes). Kept
+        for the walk (:meth:`launch`) until :meth:`forget`."""
+        self.predictions.pop(node_id, None)
+        _, iteration = next_execution(self.runner.state, node_id, self.seen)
+        return self._predict(node_id, iteration, set())
+
     def launch(self) -> None:
         """Start every node that may run ahead now (the head included), in frontier order."""
         if not self.enabled or self.stop.is_set():
@@ -263,14 +273,14 @@ class Scheduler:
             p.call = NodeCall(node=node_id, kind=p.node.kind, occurrence=p.occurrence,
                               iteration=p.iteration, fingerprint=fp, reads=reads)
             p.tainted = frozenset(k for k in reads if k in state.taint)
-            p.instant = self._instant(p.call)
+            # served without a call (a substituted output, a memo hit): run at the head
+            oracle = self.runner.oracle
+            p.instant = oracle.output(p.call) is not None
+            if not p.instant:
+                p.memo = oracle.memo(p.call)
+                p.instant = p.memo is not None
             p.worst = (0, 0.0) if p.instant else self._worst(p.node, p.call)
         return p
-
-    def _instant(self, call: NodeCall) -> bool:
-        """Served without a call (a substituted output, a memo hit): run at the head."""
-        oracle = self.runner.oracle
-        return oracle.output(call) is not None or oracle.memo(call) is not None
 
     def _worst(self, node: Any, call: NodeCall | None) -> tuple[int | None, float | None]:
         worst = getattr(self.runner.oracle, "worst_case", None)

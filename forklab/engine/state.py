@@ -18,6 +18,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
+import orjson
+
+from forklab.engine import actions as action_records
+from forklab.engine.actions import Action
 from forklab.engine.canonical import loads
 from forklab.engine.status import (
     ACTIVE_STATUSES,
@@ -33,10 +37,26 @@ __all__ = ["ACTIVE_STATUSES", "FINISHED_STATUSES"]  # re-exported for the state'
 
 
 def _private(data: Any) -> Any:
-    """A private copy of JSON data (a JSON round trip: several times faster than deepcopy;
-    decoded by :func:`~forklab.engine.canonical.loads`, which returns what ``json.loads``
-    would, in a fraction of its time)."""
-    return loads(json.dumps(data))
+    """A private copy of JSON data: what a JSON round trip through the json module returns
+    (several times faster than deepcopy), made by orjson when that is provably the same.
+
+    orjson writes JSON ~8x faster, and reading back what it wrote gives what the json
+    module's round trip gives, except that it writes NaN and infinities as ``null``. It
+    refuses (TypeError) what the json module would write differently or refuse too —
+    integers wider than 64 bits, non-string keys, sets, lone surrogates, dataclasses and
+    datetimes (passed through to be refused) — and those take the json module's round trip.
+    The copy is compared with the original: a NaN or an infinity turned ``null`` makes them
+    differ, as does whatever orjson wrote that the json module would have refused (a plain
+    ``Enum``, a UUID: neither equals its JSON value), and those take the json module's
+    round trip as well, which copies the NaN and raises on the rest, as it always did."""
+    try:
+        copied = orjson.loads(orjson.dumps(data, option=_REFUSED_BY_JSON))
+    except TypeError:
+        return loads(json.dumps(data))
+    return copied if copied == data else loads(json.dumps(data))
+
+
+_REFUSED_BY_JSON = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
 class NodesSoFar(Sequence[str]):
@@ -123,7 +143,7 @@ class Execution:
     next: list[str] = field(default_factory=list)
     route: str | None = None
     memo: bool = False
-    actions: list[dict[str, Any]] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
@@ -153,7 +173,8 @@ class Execution:
             "started_at": self.started_at, "status": self.status, "end_seq": self.end_seq,
             "finished_at": self.finished_at, "writes": self.writes, "deletes": self.deletes,
             "next": self.next, "route": self.route, "memo": self.memo,
-            "actions": self.actions, "input_tokens": self.input_tokens,
+            "actions": [action_records.to_wire(a) for a in self.actions],
+            "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens, "cost_usd": self.cost_usd,
             "labels": self.labels, "error": self.error,
             "prior_iteration": self.prior_iteration,
@@ -162,7 +183,13 @@ class Execution:
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Execution:
-        return cls(**_private(data))
+        return cls.from_owned_wire(_private(data))
+
+    @classmethod
+    def from_owned_wire(cls, data: dict[str, Any]) -> Execution:
+        """An execution from a wire form the caller gives away (its dicts are kept)."""
+        data["actions"] = [action_records.from_wire(a) for a in data.get("actions", ())]
+        return cls(**data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,9 +345,10 @@ class RunState:
         data["taint"] = set(data.get("taint", ()))
         data["status"] = RunStatus(data.get("status", RunStatus.QUEUED))
         data["run_kind"] = RunKind(data.get("run_kind", RunKind.PRIMARY))
-        data["executions"] = [Execution(**e) for e in data.get("executions", ())]
-        data["current"] = Execution(**data["current"]) if data.get("current") else None
-        data["interrupted"] = [Execution(**e) for e in data.get("interrupted", ())]
+        execution = Execution.from_owned_wire
+        data["executions"] = [execution(e) for e in data.get("executions", ())]
+        data["current"] = execution(data["current"]) if data.get("current") else None
+        data["interrupted"] = [execution(e) for e in data.get("interrupted", ())]
         data["calls"] = [Call(**c) for c in data.get("calls", ())]
         data["fork"] = ForkOrigin.from_wire(data["fork"]) if data.get("fork") else None
         return cls(**data)

@@ -26,6 +26,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from forklab.engine.actions import AgentAnswer, ToolResult
 from forklab.engine.events import (
     AgentResponded,
     Event,
@@ -110,15 +111,15 @@ def _reused(event: NodeReused, kind: str) -> list[Observation]:
     found: list[Observation] = [NODES.labels(kind, event.kind, "completed").inc,
                                 lambda: NODE_SECONDS.labels(kind, event.kind).observe(0.0)]
     for action in event.actions:
-        if action["type"] == "agent_result":
+        if isinstance(action, AgentAnswer):
             found.extend(_model_call(AgentResponded(
                 run_id=event.run_id, seq=event.seq, at=event.at, node=event.node,
-                role=action["role"], index=action["index"], model=action["model"], text="",
-                input_tokens=action["input_tokens"], output_tokens=action["output_tokens"],
-                cost_usd=action["cost_usd"], latency_ms=0.0, label=action["label"],
-                request_hash=action["request_hash"]), kind))
-        elif action["type"] == "tool_result":
-            found.append(TOOL_CALLS.labels(kind, action["label"]).inc)
+                role=action.role, index=action.index, model=action.model, text="",
+                input_tokens=action.input_tokens, output_tokens=action.output_tokens,
+                cost_usd=action.cost_usd, latency_ms=0.0, label=action.label,
+                request_hash=action.request_hash), kind))
+        elif isinstance(action, ToolResult):
+            found.append(TOOL_CALLS.labels(kind, action.label).inc)
     return found
 
 

@@ -36,6 +36,7 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 from pydantic import ValidationError
 
+from forklab.engine.actions import AgentAnswer
 from forklab.engine.errors import ForklabError
 from forklab.engine.events import (
     TERMINAL_TYPES,
@@ -148,22 +149,28 @@ class UsageProjection:
         ]
         usage.extend(_reused_usage(batch.run_id, e) for e in batch.events
                      if isinstance(e, NodeReused)
-                     and any(a["type"] == "agent_result" for a in e.actions))
+                     and any(isinstance(a, AgentAnswer) for a in e.actions))
         if usage:
             m.UsageRecord.objects.using(batch.using).bulk_create(usage)
 
 
 def _reused_usage(run_id: str, event: NodeReused) -> Any:
-    answers = [a for a in event.actions if a["type"] == "agent_result"]
-    roles = [a["role"] if a["index"] is None else f"{a['role']}[{a['index']}]"
-             for a in answers if a["role"] is not None]
-    costs = [a["cost_usd"] for a in answers]
+    answers = [a for a in event.actions if isinstance(a, AgentAnswer)]
+    roles = [a.role if a.index is None else f"{a.role}[{a.index}]"
+             for a in answers if a.role is not None]
+    costs = [a.cost_usd for a in answers]
     return m.UsageRecord(
         run_id=run_id, seq=event.seq, node=event.node or "", role=",".join(roles)[:100],
-        model=answers[0]["model"], label="reused",
-        input_tokens=sum(a["input_tokens"] for a in answers),
-        output_tokens=sum(a["output_tokens"] for a in answers),
-        cost_usd=None if None in costs else _usd(sum(costs)), created_at=_when(event.at))
+        model=answers[0].model, label="reused",
+        input_tokens=sum(a.input_tokens for a in answers),
+        output_tokens=sum(a.output_tokens for a in answers),
+        cost_usd=_usd(_total(costs)), created_at=_when(event.at))
+
+
+def _total(costs: list[float | None]) -> float | None:
+    """The sum of the costs, or None when one is unknown (an unpriced model)."""
+    known = [c for c in costs if c is not None]
+    return sum(known) if len(known) == len(costs) else None
 
 
 class FinalStateProjection:

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.utils.safestring import SafeString
 
+from forklab.engine.actions import HumanDecision, ToolResult
 from forklab.engine.fork.apply import agent_at
 from forklab.engine.fork.changes import (
     AgentChange,
@@ -112,8 +113,8 @@ def _output_change(change: OutputChange, before: Before) -> ChangeView:
 
 def _tool_change(change: ToolChange, before: Before) -> ChangeView:
     recorded = _recorded(before, change.node)
-    results = [a["result"] for a in (recorded.actions if recorded else [])
-               if a["type"] == "tool_result"]
+    results = [a.result for a in (recorded.actions if recorded else [])
+               if isinstance(a, ToolResult)]
     old = results[-1] if results else _MISSING
     return ChangeView(kind=change.kind, title=f"tool result of {change.node} (simulated)",
                       lines=[_line("result", old, change.result)])
@@ -142,7 +143,8 @@ def _input_patch(change: InputPatchChange, before: Before) -> ChangeView:
 
 def _human_response(change: HumanResponseChange, before: Before) -> ChangeView:
     gate = next((ex for ex in before.after_point if ex.kind == "approval"), None)
-    decisions = [a["decision"] for a in (gate.actions if gate else []) if a["type"] == "human"]
+    decisions = [a.decision for a in (gate.actions if gate else [])
+                 if isinstance(a, HumanDecision)]
     view = ChangeView(kind=change.kind, title="answer at approval gates", lines=[
         _line("decision", decisions[-1] if decisions else _MISSING, change.decision)])
     if change.data is not None:

@@ -7,8 +7,15 @@ from typing import Any
 
 import pytest
 
+from forklab.engine import graph as graph_module
 from forklab.engine.errors import GraphValidationError, UnboundedCycleError
-from forklab.engine.graph import GraphSpec, load_graph, parse_graph, parse_stored_graph
+from forklab.engine.graph import (
+    GraphSpec,
+    _bulk_fingerprint_parts,
+    load_graph,
+    parse_graph,
+    parse_stored_graph,
+)
 from forklab.engine.planner import fingerprint_reference, node_fingerprint
 
 SCENARIOS = sorted((Path(__file__).parents[2] / "forklab/engine/scenarios").glob("*.yaml"))
@@ -82,8 +89,13 @@ def test_a_node_with_an_inline_agent_has_the_parts_of_the_general_path() -> None
         assert tuple(graph.fingerprint_parts(node.id)) == (config, agents), node.id
 
 
-def test_swapping_a_node_in_equals_parsing_the_changed_graph() -> None:
+@pytest.mark.parametrize("known", ["none", "some", "all"])
+def test_swapping_a_node_in_equals_parsing_the_changed_graph(
+        known: str, monkeypatch: pytest.MonkeyPatch) -> None:
     graph = _graph()
+    monkeypatch.setattr(graph_module, "PER_NODE_FIRST", 1)
+    for node in graph.nodes[:{"none": 0, "some": 1, "all": len(graph.nodes)}[known]]:
+        graph.fingerprint_parts(node.id)  # what the swapped graph inherits: none, one, all
     data = graph.to_wire()
     data["nodes"][1]["agent"]["system_prompt"] = "changed"
     swapped = graph.with_node(data["nodes"][1])
@@ -147,7 +159,8 @@ def test_the_parts_computed_for_the_whole_graph_equal_the_per_node_ones(path: Pa
         assert tuple(graph.fingerprint_parts(node.id)) == _reference_parts(graph, node), node.id
 
 
-def test_the_one_pass_leaves_nulls_registry_agents_and_roles_to_the_per_node_path() -> None:
+def test_the_one_pass_leaves_nulls_registry_agents_and_roles_to_the_per_node_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     graph = parse_graph({
         "id": "bulk", "start": "t", "agents": {"named": {"system_prompt": "n"}},
         "nodes": [
@@ -166,7 +179,12 @@ def test_the_one_pass_leaves_nulls_registry_agents_and_roles_to_the_per_node_pat
         "edges": [{"from": "t", "to": "u"}, {"from": "u", "to": "p"}, {"from": "p", "to": "q"},
                   {"from": "q", "to": "n"}, {"from": "n", "to": "r"}],
     })
-    bulk = graph._fingerprint_parts
+    bulk = _bulk_fingerprint_parts(graph)
     assert {"u", "q"} <= set(bulk) and not {"t", "p", "n"} & set(bulk)
-    for node in graph.nodes:
-        assert tuple(graph.fingerprint_parts(node.id)) == _reference_parts(graph, node), node.id
+    for per_node_first in (0, 1, 3, 100):  # the one pass after none, some or every node
+        monkeypatch.setattr(graph_module, "PER_NODE_FIRST", per_node_first)
+        fresh = parse_graph(graph.to_wire())
+        for node in [*fresh.nodes[3:], *fresh.nodes[:3]]:
+            assert tuple(fresh.fingerprint_parts(node.id)) == _reference_parts(fresh, node), \
+                (per_node_first, node.id)
+        assert fresh._fingerprint_parts.complete == (per_node_first < len(fresh.nodes))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -234,3 +236,18 @@ def test_an_unpriced_model_records_no_cost(fake: FakeServer) -> None:
     assert responded.cost_usd is None
     assert recorded.state.unpriced_calls == 1
     assert recorded.state.cost_usd == 0.0
+
+
+def test_the_engine_imports_neither_httpx_nor_yaml_until_they_are_used() -> None:
+    """A fresh process importing the engine and recording a run leaves httpx (with the CLI
+    packages it pulls in) and yaml unimported: the imported heap is what a process's full
+    garbage collections walk, so optional dependencies load on first use."""
+    script = ("import sys; import forklab.engine as e; "
+              "from forklab.engine.sqlite_store import SqliteStore; "
+              "e.run_recorded(e.parse_graph({'id': 'g', 'start': 'a', 'nodes': [{'id': 'a', "
+              "'kind': 'agent', 'writes': ['x'], 'agent': {'provider': 'scripted', "
+              "'model': 'm', 'system_prompt': 's'}}], 'edges': []}), {}); "
+              "print(sorted(m for m in ('httpx', 'yaml', 'rich', 'click') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True, timeout=120)
+    assert done.stdout.strip() == "[]"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from forklab.engine.actions import ToolResult
 from forklab.engine.fork.changes import parse_changes
 from forklab.engine.fork.wire import RunDiffWire
 from forklab.engine.graph import load_graph
@@ -154,7 +155,8 @@ def test_each_change_kind_shows_what_the_base_had_before_it() -> None:
                     input={"ticket": "t"}, after_point=[
                         _ex("route", {}, route="reply", kind="router"),
                         _ex("escalate", {"page": {"paged": "x"}},
-                            [{"type": "tool_result", "result": {"page": {"paged": "x"}}}])])
+                            [ToolResult(seq=2, result={"page": {"paged": "x"}},
+                                        label="live")])])
     views = describe(parse_changes([
         {"kind": "model", "target": "reply", "model": "gpt-4o"},
         {"kind": "temperature", "target": "reply", "temperature": 1.1},

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from forklab.engine.actions import RouteTaken
+from forklab.engine.collector import collector_paused
 from forklab.engine.environment import Environment
 from forklab.engine.errors import (
     ForkPointNotFound,
@@ -164,11 +166,17 @@ def prepare_fork(
     env: Environment | None = None, graph_version: int | None = None,
     where: Callable[[RunState], bool] | None = None,
 ) -> ForkPlan:
-    """Resolve and validate a fork without running anything (no model or tool calls)."""
-    base = base if isinstance(base, BaseRun) else load_base(base, store=store, env=env)
-    return plan_at(base, resolve_request(base, at=at, source=source, where=where),
-                   change=change, policy=policy, budget=budget, ignore_budget=ignore_budget,
-                   graph_version=graph_version)
+    """Resolve and validate a fork without running anything (no model or tool calls).
+
+    A bounded pass that builds what the fork keeps (the base, its index, the effective
+    graph), so the cyclic collector is paused across all of it — one pause instead of a
+    pause for the base and collections over the freshly built base while planning (see
+    :func:`~forklab.engine.collector.collector_paused`)."""
+    with collector_paused():
+        base = base if isinstance(base, BaseRun) else load_base(base, store=store, env=env)
+        return plan_at(base, resolve_request(base, at=at, source=source, where=where),
+                       change=change, policy=policy, budget=budget,
+                       ignore_budget=ignore_budget, graph_version=graph_version)
 
 
 def plan_at(
@@ -285,7 +293,8 @@ def _routes_used(plan: ForkPlan) -> list[str]:
                 continue
             for ex in plan.prefix_state.executions[link.own_start:]:
                 if ex.node == item.source and any(
-                        a["type"] == "route" and a["label"] == "simulated" for a in ex.actions):
+                        isinstance(a, RouteTaken) and a.label == "simulated"
+                        for a in ex.actions):
                     used.append(item.source)
     return sorted(set(used))
 

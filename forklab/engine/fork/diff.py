@@ -245,13 +245,26 @@ def _align(base: list[Execution], variant: list[Execution], inherited: int,
     return steps
 
 
+_PLAIN = frozenset({str, int, bool})
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Whether two memory values have the same canonical JSON. Two strings, integers or
+    booleans of the same exact type have it exactly when they are equal (their JSON text
+    is a function of the value, different for different values), so the common case — a
+    fork's copy of a model's text — is one comparison instead of two serialisations."""
+    if type(a) is type(b) and type(a) in _PLAIN:
+        return bool(a == b)
+    return canonical_json(a) == canonical_json(b)
+
+
 def _memory(base: RunState, variant: RunState) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for key in sorted(set(base.memory) | set(variant.memory)):
         in_b, in_v = key in base.memory, key in variant.memory
         b_val, v_val = base.memory.get(key), variant.memory.get(key)
         taint_moved = (key in base.taint) != (key in variant.taint)
-        if in_b and in_v and canonical_json(b_val) == canonical_json(v_val) and not taint_moved:
+        if in_b and in_v and _same_value(b_val, v_val) and not taint_moved:
             continue
         op = "added" if not in_b else "removed" if not in_v else "changed"
         delta = (json_size(v_val) if in_v else 0) - (json_size(b_val) if in_b else 0)

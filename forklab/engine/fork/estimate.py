@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from forklab.engine.actions import AgentAnswer, ChildOutcome, ToolCall
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.apply import Target, config_targets
 from forklab.engine.fork.changes import (
@@ -82,22 +83,22 @@ class _Walk:
 
     def count(self, ex: Execution, node: Any, graph: GraphSpec | None) -> None:
         for action in ex.actions:
-            if action.get("label") == "simulated":
-                continue  # supplied by a change: never a call
-            if action["type"] == "agent_result":
+            # a simulated answer or child result was supplied by a change: never a call
+            if isinstance(action, AgentAnswer) and action.label != "simulated":
                 self._agent(graph, node, action)
-            elif action["type"] == "tool" and isinstance(node, ToolNode) and (
+            elif isinstance(action, ToolCall) and isinstance(node, ToolNode) and (
                     node.effect == "read" or self.policy.allows(node.id)):
                 self.est.live_calls += 1
-            elif action["type"] == "subgraph_result" and self.policy.allows(ex.node):
-                child = self.base.load_run(str(action["child_run_id"]))
+            elif (isinstance(action, ChildOutcome) and action.label != "simulated"
+                  and self.policy.allows(ex.node)):
+                child = self.base.load_run(action.child_run_id)
                 if child is not None:
                     self._child(child)
 
-    def _agent(self, graph: GraphSpec | None, node: Any, action: dict[str, Any]) -> None:
-        model = (str(action["model"]) if graph is None or node is None
-                 else _model_for(graph, node, action["role"], action["index"]))
-        tokens_in, tokens_out = int(action["input_tokens"]), int(action["output_tokens"])
+    def _agent(self, graph: GraphSpec | None, node: Any, action: AgentAnswer) -> None:
+        model = (action.model if graph is None or node is None
+                 else _model_for(graph, node, action.role, action.index))
+        tokens_in, tokens_out = action.input_tokens, action.output_tokens
         cost = self.prices.cost(model, tokens_in, tokens_out)
         self.est.live_calls += 1
         self.est.tokens += tokens_in + tokens_out

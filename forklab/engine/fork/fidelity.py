@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from forklab.engine.actions import HumanDecision
 from forklab.engine.canonical import canonical_equals, canonical_json
 from forklab.engine.environment import Environment
 from forklab.engine.errors import ForklabError
@@ -234,10 +235,10 @@ def recorded_human(state: RunState) -> Human:
     answers: dict[tuple[str, str], HumanAnswer] = {}
     for ex in state.executions:
         for action in ex.actions:
-            if action["type"] == "human":
+            if isinstance(action, HumanDecision):
                 answers.setdefault((ex.node, canonical_json(ex.reads)), HumanAnswer(
-                    decision=action["decision"], data=action["data"],
-                    memory_updates=action["memory_updates"], answered_by="forkcheck"))
+                    decision=action.decision, data=action.data,
+                    memory_updates=action.memory_updates, answered_by="forkcheck"))
 
     def answer(request: dict[str, Any]) -> HumanAnswer | None:
         return answers.get((request["node"], canonical_json(request.get("context") or {})))

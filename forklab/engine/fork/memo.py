@@ -20,8 +20,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from forklab.engine.actions import (
+    AgentAnswer,
+    CallFailure,
+    ChildOutcome,
+    ChildStarted,
+    ToolCall,
+    ToolResult,
+)
 from forklab.engine.canonical import canonical_json
 from forklab.engine.state import Execution, RunState
 
@@ -66,12 +73,12 @@ def index_execution(by_fp: dict[str, Execution], ambiguous: set[str], ex: Execut
     by_fp.setdefault(ex.fingerprint, ex)
 
 
-def _call_action(ex: Execution | None, kinds: tuple[str, ...], role: str | None,
-                 index: int | None) -> dict[str, Any] | None:
+def _agent_action(ex: Execution | None, role: str | None,
+                  index: int | None) -> AgentAnswer | CallFailure | None:
     for action in ex.actions if ex else ():
-        if (action["type"] in kinds and action.get("role") == role
-                and action.get("index") == index
-                and (action["type"] != "call_failed" or action["kind"] == "agent")):
+        if (isinstance(action, (AgentAnswer, CallFailure)) and action.role == role
+                and action.index == index
+                and (isinstance(action, AgentAnswer) or action.kind == "agent")):
             return action
     return None
 
@@ -112,29 +119,30 @@ class Recording:
         return self.effects.get(fp)
 
     def agent_call(self, node: str, occurrence: int, role: str | None,
-                   index: int | None) -> dict[str, Any] | None:
+                   index: int | None) -> AgentAnswer | CallFailure | None:
         """The recorded answer (or failure) of that model call in the base, if any."""
-        return _call_action(self.by_occurrence.get((node, occurrence)),
-                            ("agent_result", "call_failed"), role, index)
+        return _agent_action(self.by_occurrence.get((node, occurrence)), role, index)
 
-    def tool_call(self, node: str, occurrence: int) -> tuple[str | None, dict[str, Any] | None]:
-        """(args hash, result or failure action) of that tool call in the base."""
+    def tool_call(self, node: str,
+                  occurrence: int) -> tuple[str | None, ToolResult | CallFailure | None]:
+        """(args hash, result or failure record) of that tool call in the base."""
         ex = self.by_occurrence.get((node, occurrence))
-        args_hash, outcome = None, None
+        args_hash: str | None = None
+        outcome: ToolResult | CallFailure | None = None
         for action in ex.actions if ex else ():
-            if action["type"] == "tool":
-                args_hash = str(action["args_hash"])
-            elif action["type"] == "tool_result" or (action["type"] == "call_failed"
-                                                     and action["kind"] == "tool"):
+            if isinstance(action, ToolCall):
+                args_hash = action.args_hash
+            elif isinstance(action, ToolResult) or (isinstance(action, CallFailure)
+                                                    and action.kind == "tool"):
                 outcome = action
         return args_hash, outcome
 
     def child(self, node: str, occurrence: int) -> Recording:
         """The recording of the child run that execution started in the base (may be empty)."""
         ex = self.by_occurrence.get((node, occurrence))
-        child_id = next((a["child_run_id"] for a in (ex.actions if ex else ())
-                         if a["type"] in ("subgraph", "subgraph_result")
-                         and a["child_run_id"] != "(simulated)"), None)
+        child_id = next((a.child_run_id for a in (ex.actions if ex else ())
+                         if isinstance(a, (ChildStarted, ChildOutcome))
+                         and a.child_run_id != "(simulated)"), None)
         state = self.load_run(child_id) if child_id and self.load_run else None
         if state is None:
             return Recording(load_run=self.load_run)

@@ -14,6 +14,14 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from forklab.engine.actions import (
+    AgentAnswer,
+    CallFailure,
+    ChildOutcome,
+    HumanDecision,
+    RouteTaken,
+    ToolResult,
+)
 from forklab.engine.canonical import canonical_json
 from forklab.engine.environment import Environment
 from forklab.engine.errors import ReplayDivergence
@@ -85,8 +93,8 @@ class RecordedOracle:
         came before it (a ``tool`` change, by contrast, follows the tool's call)."""
         ex = self.by_occurrence.get((call.node, call.occurrence))
         first = ex.actions[0] if ex is not None and ex.actions else None
-        if (first is not None and first.get("label") == "simulated"
-                and first["type"] in ("agent_result", "tool_result", "subgraph_result")):
+        if (isinstance(first, (AgentAnswer, ToolResult, ChildOutcome))
+                and first.label == "simulated"):
             return dict(ex.writes)  # type: ignore[union-attr]
         return None
 
@@ -103,19 +111,19 @@ class RecordedOracle:
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
               index: int | None) -> Served:
         for action in self._exec(call).actions:
-            if action["type"] not in ("agent_result", "call_failed") or (
-                    action.get("role"), action.get("index")) != (role, index):
+            if not isinstance(action, (AgentAnswer, CallFailure)) or (
+                    action.role, action.index) != (role, index):
                 continue
-            if self.strict and action["request_hash"] != request.request_hash:
+            if self.strict and action.request_hash != request.request_hash:
                 raise ReplayDivergence(
                     f"{call.node!r} execution {call.occurrence} now sends a different "
                     "request than the recording (prompt, model or inputs drifted)",
                     node=call.node, occurrence=call.occurrence)
-            if action["type"] == "call_failed":
+            if isinstance(action, CallFailure):
                 raise _recorded_failure(action)
-            return Served(text=action["text"], input_tokens=action["input_tokens"],
-                          output_tokens=action["output_tokens"], latency_ms=0.0,
-                          label=action["label"], cost_usd=action["cost_usd"], recorded=True)
+            return Served(text=action.text, input_tokens=action.input_tokens,
+                          output_tokens=action.output_tokens, latency_ms=0.0,
+                          label=action.label, cost_usd=action.cost_usd, recorded=True)
         raise NodeFailure("missing_context", f"no recorded answer for {call.node!r} role "
                           f"{role!r}[{index}]")
 
@@ -125,9 +133,9 @@ class RecordedOracle:
         ex = self._exec(call)
         ctx.captured.extend(self.reflections.get((call.node, call.occurrence), ()))
         for action in ex.actions:
-            if action["type"] == "tool_result":
-                return RecordedTool.of(ex, action), action["label"]
-            if action["type"] == "call_failed":
+            if isinstance(action, ToolResult):
+                return RecordedTool.of(ex, action), action.label
+            if isinstance(action, CallFailure):
                 raise _recorded_failure(action)
         error = ex.error or {"type": "missing_context", "message": "no recorded tool result"}
         raise NodeFailure(str(error.get("type")), str(error.get("message")))
@@ -135,16 +143,16 @@ class RecordedOracle:
     def route(self, call: NodeCall, node: RouterNode) -> str | None:
         route = self._exec(call).route
         for action in self._exec(call).actions:
-            if action["type"] == "route" and action["label"] == "simulated":
+            if isinstance(action, RouteTaken) and action.label == "simulated":
                 return route  # a forced route is part of what was recorded
         return None
 
     def human(self, call: NodeCall, node: ApprovalNode) -> HumanAnswer | None:
         for action in self._exec(call).actions:
-            if action["type"] == "human":
-                return HumanAnswer(decision=action["decision"], data=action["data"],
-                                   memory_updates=action["memory_updates"],
-                                   label=action["label"],
+            if isinstance(action, HumanDecision):
+                return HumanAnswer(decision=action.decision, data=action.data,
+                                   memory_updates=action.memory_updates,
+                                   label=action.label,
                                    answered_by=self.answered_by.get((call.node,
                                                                      call.occurrence), ""))
         return None
@@ -153,13 +161,11 @@ class RecordedOracle:
                  run_child: Callable[[], ChildResult]) -> ChildResult:
         self._check_blocked(call)
         for action in self._exec(call).actions:
-            if action["type"] == "subgraph_result":
-                return ChildResult(child_run_id=action["child_run_id"], status=action["status"],
-                                   output=action["output"], label=action["label"],
-                                   cost_usd=action.get("cost_usd", 0.0),
-                                   input_tokens=action.get("input_tokens", 0),
-                                   output_tokens=action.get("output_tokens", 0),
-                                   tainted=tuple(action.get("tainted") or ()))
+            if isinstance(action, ChildOutcome):
+                return ChildResult(child_run_id=action.child_run_id, status=action.status,
+                                   output=action.output, label=action.label,
+                                   cost_usd=action.cost_usd, input_tokens=action.input_tokens,
+                                   output_tokens=action.output_tokens, tainted=action.tainted)
         raise NodeFailure("missing_context", f"no recorded child run for {call.node!r}")
 
     def child(self, call: NodeCall, node: SubgraphNode) -> Any:
@@ -167,9 +173,9 @@ class RecordedOracle:
         return self
 
 
-def _recorded_failure(action: dict[str, Any]) -> NodeFailure:
-    error = action["error"]
-    return NodeFailure(str(error.get("type")), str(error.get("message")), label=action["label"])
+def _recorded_failure(action: CallFailure) -> NodeFailure:
+    error = action.error
+    return NodeFailure(str(error.get("type")), str(error.get("message")), label=action.label)
 
 
 def _comparable(event: AnyEvent) -> str:

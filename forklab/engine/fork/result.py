@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from forklab.engine.collector import collector_paused
 from forklab.engine.environment import Environment
 from forklab.engine.events import AnyEvent, Event
 from forklab.engine.fork.changes import Change, wire
@@ -133,9 +134,15 @@ def _describe(changes: Sequence[dict[str, Any]]) -> list[str]:
 def result_of(plan: ForkPlan, state: RunState | None, *, run_id: str | None, label: str,
               fork_group_id: str | None,
               scorer: Callable[[RunState], float] | None = None) -> ForkResult:
+    """The result of a planned fork whose tail ended in ``state`` (None: a dry run).
+
+    The diff walks both runs whole and builds a step per execution, a bounded pass: the
+    cyclic collector is paused for it (see
+    :func:`~forklab.engine.collector.collector_paused`)."""
     own = wire(plan.changes)
-    diff = None if state is None else diff_runs(plan.base.state, state, scorer=scorer,
-                                                changes=_describe(own))
+    with collector_paused():
+        diff = None if state is None else diff_runs(plan.base.state, state, scorer=scorer,
+                                                    changes=_describe(own))
     return ForkResult(
         run_id=run_id, base_run_id=plan.base.run_id, fork_sequence_id=plan.point.seq,
         fork_node_id=plan.effective.node, state=state, base_state=plan.base.state,

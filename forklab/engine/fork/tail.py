@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from forklab.engine.actions import AgentAnswer, CallFailure, ChildOutcome, ToolResult
 from forklab.engine.canonical import fingerprint
 from forklab.engine.fork.apply import Target, config_targets
 from forklab.engine.fork.changes import (
@@ -56,24 +57,22 @@ from forklab.engine.tools import ToolContext
 __all__ = ["Budget", "ForkOracle", "Policy", "Recording", "SharedMemo", "Spend"]
 
 
-def _reused_result(ex: Execution, kind: str) -> dict[str, Any]:
-    """The recorded result action of ``ex`` (``tool_result``/``subgraph_result``), or raise
-    its recorded failure as a reused one."""
+def _reused_result[R: (ToolResult, ChildOutcome)](ex: Execution, kind: type[R]) -> R:
+    """The recorded result record of ``ex`` (a tool's or a child run's), or raise its
+    recorded failure as a reused one."""
     for action in ex.actions:
-        if action["type"] == kind:
+        if isinstance(action, kind):
             return action
-    failed = next((a["error"] for a in ex.actions if a["type"] == "call_failed"), None)
+    failed = next((a.error for a in ex.actions if isinstance(a, CallFailure)), None)
     error = failed or ex.error or {"type": "failed", "message": "recorded failure"}
     raise NodeFailure(str(error.get("type")), str(error.get("message")), label="reused")
 
 
-def _child_result(action: dict[str, Any], label: CallLabel) -> ChildResult:
-    return ChildResult(child_run_id=action["child_run_id"], status=action["status"],
-                       output=action["output"], label=label,
-                       cost_usd=action.get("cost_usd", 0.0),
-                       input_tokens=action.get("input_tokens", 0),
-                       output_tokens=action.get("output_tokens", 0),
-                       tainted=tuple(action.get("tainted") or ()))
+def _child_result(action: ChildOutcome, label: CallLabel) -> ChildResult:
+    return ChildResult(child_run_id=action.child_run_id, status=action.status,
+                       output=action.output, label=label, cost_usd=action.cost_usd,
+                       input_tokens=action.input_tokens, output_tokens=action.output_tokens,
+                       tainted=action.tainted)
 
 
 class ForkOracle:
@@ -162,7 +161,7 @@ class ForkOracle:
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
               index: int | None) -> Served:
         recorded = self.recording.agent_call(call.node, call.occurrence, role, index)
-        recorded_hash = None if recorded is None else str(recorded["request_hash"])
+        recorded_hash = None if recorded is None else recorded.request_hash
         if self.memoize and recorded is not None and recorded_hash == request.request_hash:
             return self._reuse_agent(recorded)
         label = self._label(call.node, role, index, recorded_hash, request.request_hash)
@@ -180,13 +179,13 @@ class ForkOracle:
                       label=label)
 
     @staticmethod
-    def _reuse_agent(action: dict[str, Any]) -> Served:
-        if action["type"] == "call_failed":
-            error = action["error"]
+    def _reuse_agent(action: AgentAnswer | CallFailure) -> Served:
+        if isinstance(action, CallFailure):
+            error = action.error
             raise NodeFailure(str(error.get("type")), str(error.get("message")), label="reused")
-        return Served(text=action["text"], input_tokens=action["input_tokens"],
-                      output_tokens=action["output_tokens"], latency_ms=0.0, label="reused",
-                      cost_usd=action["cost_usd"], recorded=True)
+        return Served(text=action.text, input_tokens=action.input_tokens,
+                      output_tokens=action.output_tokens, latency_ms=0.0, label="reused",
+                      cost_usd=action.cost_usd, recorded=True)
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
              ctx: ToolContext) -> tuple[Any, CallLabel]:
@@ -194,12 +193,12 @@ class ForkOracle:
             return self.tools[node.id], "simulated"
         if node.effect == "write" and not self.policy.allows(node.id):
             ex = self._guard(call, args)
-            return RecordedTool.of(ex, _reused_result(ex, "tool_result")), "reused"
+            return RecordedTool.of(ex, _reused_result(ex, ToolResult)), "reused"
         args_hash = fingerprint(args)
         recorded_hash, outcome = self.recording.tool_call(node.id, call.occurrence)
         if self.memoize and outcome is not None and recorded_hash == args_hash:
-            if outcome["type"] == "call_failed":
-                error = outcome["error"]
+            if isinstance(outcome, CallFailure):
+                error = outcome.error
                 raise NodeFailure(str(error.get("type")), str(error.get("message")),
                                   label="reused")
             ex = self.recording.by_occurrence[(node.id, call.occurrence)]
@@ -250,7 +249,7 @@ class ForkOracle:
                  run_child: Callable[[], ChildResult]) -> ChildResult:
         if not self.policy.allows(node.id):
             ex = self._guard(call, child_input)
-            return _child_result(_reused_result(ex, "subgraph_result"), "reused")
+            return _child_result(_reused_result(ex, ChildOutcome), "reused")
         result = run_child()
         labels = set(result.call_labels)
         label: CallLabel

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from forklab.engine.actions import ChildOutcome, RouteTaken
 from forklab.engine.canonical import canonical_json
 from forklab.engine.collector import collector_paused
 from forklab.engine.environment import Environment
@@ -146,8 +147,8 @@ def run_plan(
 def _child_run_id(state: RunState, seq: int) -> str | None:
     for ex in state.all_executions():
         for action in ex.actions:
-            if action["seq"] == seq and action["type"] == "subgraph_result":
-                return str(action["child_run_id"])
+            if action.seq == seq and isinstance(action, ChildOutcome):
+                return action.child_run_id
     return None
 
 
@@ -198,7 +199,7 @@ def fork_runner(
     used = set(forked.routes_used)
     own = state.executions[state.prefix_executions:]
     used |= {ex.node for ex in own for a in ex.actions
-             if a["type"] == "route" and a["label"] == "simulated"}
+             if isinstance(a, RouteTaken) and a.label == "simulated"}
     oracle = ForkOracle(
         LiveOracle(env), recording=_recording(base), changes=changes,
         targets=config_targets(changes[forked.inherited_changes:]),

@@ -8,13 +8,14 @@ engine records them as a failed node, never as an escaping traceback.
 from __future__ import annotations
 
 import time
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from forklab.engine.errors import ProviderError
 from forklab.engine.providers.base import ChatRequest, ChatResponse
 from forklab.engine.providers.scripted import estimate_tokens
+
+if TYPE_CHECKING:
+    import httpx
 
 
 class OpenAICompatibleProvider:
@@ -28,6 +29,10 @@ class OpenAICompatibleProvider:
         timeout_s: float = 60.0,
         client: httpx.Client | None = None,
     ) -> None:
+        import httpx  # on first use, not with the engine: httpx (with click, rich and
+        # pygments, which its CLI pulls in) was a quarter of the engine's imported heap —
+        # objects every full garbage collection walks — and most runs never make HTTP calls
+
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = client or httpx.Client(timeout=timeout_s, headers=headers)
@@ -47,6 +52,8 @@ class OpenAICompatibleProvider:
         return body
 
     def complete(self, request: ChatRequest) -> ChatResponse:
+        import httpx  # imported by __init__ already: a dictionary lookup
+
         started = time.perf_counter()
         url = f"{self.base_url}/chat/completions"
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -351,3 +352,16 @@ def test_not_reached_steps_are_base_steps_after_everything_the_variant_ran(
         assert all(s["variant"] is None for s in aligned[flagged[0]:])  # … of base-only steps
     reached_tokens = 20 * (len(a) - len(flagged))
     assert diff.cost["tokens_delta"] == 20 * len(b) - reached_tokens
+
+
+_SCALARS = (st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-2, 2, allow_nan=False)
+            | st.sampled_from(["", "a", "é", "1", "true", "null"]))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3)
+                       | st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2),
+                       max_leaves=6)
+
+
+@given(_VALUES, _VALUES)
+def test_memory_values_are_the_same_exactly_when_their_canonical_json_is(a: Any, b: Any) -> None:
+    assert diff_module._same_value(a, b) == (canonical_json(a) == canonical_json(b))
+    assert diff_module._same_value(a, a) and diff_module._same_value(b, b)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from forklab.engine import HumanAnswer, change, fork, prepare_fork, replay, run_case, save_case
+from forklab.engine.actions import ChildOutcome
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.graph import Condition, parse_graph
 from forklab.engine.recording import RecordedRun, run_recorded
@@ -77,8 +78,8 @@ def _record(input: dict[str, Any] | None = None) -> RecordedRun:
 
 
 def _child_state(result: Any) -> Any:
-    child_id = next(a["child_run_id"] for ex in result.state.executions for a in ex.actions
-                    if a["type"] == "subgraph_result" and ex.node == "sub")
+    child_id = next(a.child_run_id for ex in result.state.executions for a in ex.actions
+                    if isinstance(a, ChildOutcome) and ex.node == "sub")
     return fold(result.store.read(child_id))
 
 

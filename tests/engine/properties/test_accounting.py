@@ -15,6 +15,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from forklab.engine import fork, fork_points
+from forklab.engine.actions import AgentAnswer, ChildOutcome, ToolCall, ToolResult
 from forklab.engine.errors import LiveBudgetExceeded, UnpricedModel
 from forklab.engine.fork.changes import OutputChange, ToolChange, parse_changes
 from forklab.engine.graph import ToolNode
@@ -38,13 +39,13 @@ thrown away)."""
 
 def paid_calls(store: Store, state: RunState, before: set[str]) -> list[Any]:
     """The tail's paid calls in order, a live subgraph call replaced by its child's."""
-    children = {a["child_run_id"]: a for ex in state.executions for a in ex.actions
-                if a["type"] == "subgraph_result" and a["child_run_id"] not in before}
+    children = {a.child_run_id: a for ex in state.executions for a in ex.actions
+                if isinstance(a, ChildOutcome) and a.child_run_id not in before}
     start = state.tail_from_call
     calls: list[Any] = []
     for call in state.calls[start:]:
         if call.kind == "subgraph":
-            child = next((c for c, a in children.items() if a["seq"] == call.seq), None)
+            child = next((c for c, a in children.items() if a.seq == call.seq), None)
             if child is not None:
                 calls += paid_calls(store, fold(store.read(child)), before)
         elif call.label in PAID and call.kind in ("agent", "tool"):
@@ -108,11 +109,11 @@ def _recorded(state: RunState) -> dict[tuple[str, int], Execution]:
 
 def _recorded_hash(ex: Execution | None, kind: str, role: Any, index: Any) -> str | None:
     for action in ex.actions if ex is not None else ():
-        if kind == "agent" and action["type"] == "agent_result" and (
-                action["role"], action["index"]) == (role, index):
-            return str(action["request_hash"])
-        if kind == "tool" and action["type"] == "tool":
-            return str(action["args_hash"])
+        if kind == "agent" and isinstance(action, AgentAnswer) and (
+                action.role, action.index) == (role, index):
+            return action.request_hash
+        if kind == "tool" and isinstance(action, ToolCall):
+            return action.args_hash
     return None
 
 
@@ -145,31 +146,32 @@ def test_each_call_is_labelled_by_its_own_cause(case: Any, data: st.DataObject) 
         node = case.graph.node(ex.node)
         pending_args = None
         for action in ex.actions:
-            where = f"{ex.node}#{ex.occurrence} {action.get('role')}[{action.get('index')}]"
-            if action["type"] == "tool":
-                pending_args = action["args_hash"]
+            role = action.role if isinstance(action, AgentAnswer) else None
+            index = action.index if isinstance(action, AgentAnswer) else None
+            where = f"{ex.node}#{ex.occurrence} {role}[{index}]"
+            if isinstance(action, ToolCall):
+                pending_args = action.args_hash
                 continue
-            if action["type"] not in ("agent_result", "tool_result"):
+            if not isinstance(action, (AgentAnswer, ToolResult)):
                 continue
-            label = action["label"]
+            label = action.label
             if ex.memo:
                 assert label == "reused", (where, label)
                 continue
             if ex.node in substituted:
                 assert label == "simulated", (where, label)
                 continue
-            kind = "agent" if action["type"] == "agent_result" else "tool"
+            kind = "agent" if isinstance(action, AgentAnswer) else "tool"
             if kind == "tool" and isinstance(node, ToolNode) and node.effect == "write" and \
                     label not in PAID:
                 assert label == "reused", (where, label)
                 continue
-            actual = action["request_hash"] if kind == "agent" else pending_args
+            actual = action.request_hash if isinstance(action, AgentAnswer) else pending_args
             want = expected_label(
                 memoize=memoize,
-                targeted=any(t.covers(ex.node, action.get("role"), action.get("index"))
-                             for t in targets),
+                targeted=any(t.covers(ex.node, role, index) for t in targets),
                 recorded=_recorded_hash(recorded.get((ex.node, ex.occurrence)), kind,
-                                        action.get("role"), action.get("index")),
+                                        role, index),
                 actual=str(actual))
             if want is not None:
                 assert label == want, f"{where}: labelled {label!r}, expected {want!r}"

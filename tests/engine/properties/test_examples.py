@@ -22,6 +22,7 @@ from forklab.engine import (
     run_case,
     save_case,
 )
+from forklab.engine.actions import ChildStarted
 from forklab.engine.errors import ConflictingChanges, ForklabError, ForkPointNotFound
 from forklab.engine.graph import Condition, GraphSpec
 from forklab.engine.recording import run_recorded
@@ -258,7 +259,9 @@ def test_the_estimate_counts_the_calls_a_subgraph_will_make() -> None:
 def test_taint_crosses_into_the_child_and_back_out() -> None:
     h = Harness()
     base = record(h, _parent(), {}, _child())
-    child = fold(base.store.read(base.state.executions[1].actions[0]["child_run_id"]))
+    started = base.state.executions[1].actions[0]
+    assert isinstance(started, ChildStarted)
+    child = fold(base.store.read(started.child_run_id))
 
     assert {"q", "r1", "r2", "r3"} <= child.taint  # derived from the untrusted page
     assert "answer" in base.state.taint

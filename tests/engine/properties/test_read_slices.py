@@ -15,6 +15,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from forklab.engine import change, fork, fork_points
+from forklab.engine.actions import ToolCall
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import GraphValidationError
 from forklab.engine.graph import GraphSpec, RouterNode, SubgraphNode, parse_graph
@@ -126,9 +127,9 @@ def test_every_node_is_handed_exactly_its_declared_slice(case: Any) -> None:
             node = graph.node(ex.node)
             assert set(ex.reads) <= set(node.reads), (ex.node, ex.reads, node.reads)
             for action in ex.actions:
-                if action["type"] == "tool":
-                    assert set(action["args"]) <= set(node.params) | set(node.reads), (
-                        ex.node, sorted(action["args"]))
+                if isinstance(action, ToolCall):
+                    assert set(action.args) <= set(node.params) | set(node.reads), (
+                        ex.node, sorted(action.args))
     for request in asked:
         node = case.graph.node(request["node"])
         assert set(request["context"]) <= set(node.reads), request

@@ -14,6 +14,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from forklab.engine import fork, fork_points, replay, run_case, save_case
+from forklab.engine.actions import ChildOutcome
 from forklab.engine.errors import LiveBudgetExceeded
 from forklab.engine.graph import AgentNode, Condition, GraphSpec, SubgraphNode, parse_graph
 from forklab.engine.recording import run_recorded
@@ -39,9 +40,9 @@ def child_runs(state: RunState, *, live_only: bool = False) -> list[tuple[Execut
     found = []
     for ex in state.executions:
         for action in ex.actions:
-            if action["type"] == "subgraph_result" and (
-                    not live_only or action["label"] in ("live", "changed")):
-                found.append((ex, action["child_run_id"]))
+            if isinstance(action, ChildOutcome) and (
+                    not live_only or action.label in ("live", "changed")):
+                found.append((ex, action.child_run_id))
     return found
 
 

@@ -1,0 +1,211 @@
+"""Action records: what a node execution did, one typed record per action event folded.
+
+The reducers build them (``Execution.actions``), readers match on their classes (``match`` /
+``isinstance``; mypy checks a ``match`` over :data:`Action` ending in ``assert_never`` for
+exhaustiveness). A record is frozen and never changed after it is built, so one record may
+be shared: a served node's records (``node.reused``) are the same objects in the event and
+in the folded state.
+
+**Wire form.** ``{"type": TYPE, "seq": seq, <fields in declaration order>}`` — exactly the
+dicts the folded state held before records were typed, so state snapshots, a fork's
+``run.forked`` prefix and canonical state comparisons are unchanged. :func:`to_wire` and
+:func:`from_wire` are the one conversion; ``node.reused`` payloads carry the same form
+without ``seq`` (:func:`served_wire`). Fields that hold JSON values (``args``, ``error``,
+``data``, ``output``, …) hold them as decoded; like the records, they are never mutated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from forklab.engine.status import CallKind, CallLabel, RunStatus
+
+
+class _Record:
+    """What every record shares: immutability, so copying a state shares its records."""
+
+    __slots__ = ()
+
+    def __copy__(self) -> _Record:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Record:
+        return self
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentAsked(_Record):
+    """``agent.requested``: a model call was requested."""
+
+    TYPE: ClassVar[Literal["agent"]] = "agent"
+    seq: int
+    request_hash: str
+    role: str | None
+    index: int | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentAnswer(_Record):
+    """``agent.responded``: a model call's answer."""
+
+    TYPE: ClassVar[Literal["agent_result"]] = "agent_result"
+    seq: int
+    request_hash: str
+    text: str
+    role: str | None
+    index: int | None
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    latency_ms: float
+    label: CallLabel
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCall(_Record):
+    """``tool.called``: what a tool was called with."""
+
+    TYPE: ClassVar[Literal["tool"]] = "tool"
+    seq: int
+    args_hash: str
+    args: dict[str, Any]
+    tool: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolResult(_Record):
+    """``tool.returned``: a tool's result."""
+
+    TYPE: ClassVar[Literal["tool_result"]] = "tool_result"
+    seq: int
+    result: Any
+    label: CallLabel
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallFailure(_Record):
+    """``call.failed``: a model or tool call failed (``kind`` says which)."""
+
+    TYPE: ClassVar[Literal["call_failed"]] = "call_failed"
+    seq: int
+    kind: CallKind
+    role: str | None
+    index: int | None
+    model: str | None
+    label: CallLabel
+    error: dict[str, Any]
+    request_hash: str | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RouteTaken(_Record):
+    """``route.decided``: where a router (or a served node) sends the run."""
+
+    TYPE: ClassVar[Literal["route"]] = "route"
+    seq: int
+    to: str
+    reason: str
+    label: CallLabel
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HumanDecision(_Record):
+    """``human.answered``: an approval gate's answer."""
+
+    TYPE: ClassVar[Literal["human"]] = "human"
+    seq: int
+    decision: str
+    data: Any
+    memory_updates: dict[str, Any]
+    label: CallLabel
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChildStarted(_Record):
+    """``subgraph.started``: a subgraph node started its child run."""
+
+    TYPE: ClassVar[Literal["subgraph"]] = "subgraph"
+    seq: int
+    child_run_id: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChildOutcome(_Record):
+    """``subgraph.completed``: a child run's result (counted as one call of the parent).
+
+    The defaults read records stored before the totals and taint were recorded."""
+
+    TYPE: ClassVar[Literal["subgraph_result"]] = "subgraph_result"
+    seq: int
+    child_run_id: str
+    status: RunStatus
+    output: dict[str, Any]
+    label: CallLabel
+    cost_usd: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tainted: tuple[str, ...] = ()
+
+
+Action = (AgentAsked | AgentAnswer | ToolCall | ToolResult | CallFailure | RouteTaken
+          | HumanDecision | ChildStarted | ChildOutcome)
+"""Every action record; a new kind is a class here and a branch in each exhaustive match."""
+
+ACTION_TYPES: dict[str, type[Action]] = {cls.TYPE: cls for cls in (
+    AgentAsked, AgentAnswer, ToolCall, ToolResult, CallFailure, RouteTaken, HumanDecision,
+    ChildStarted, ChildOutcome,
+)}
+
+CallRecord = AgentAnswer | ToolResult | CallFailure | HumanDecision | ChildOutcome
+"""The records that are calls: labelled, each listed once in the run's ``calls``."""
+
+_FIELDS: dict[type, tuple[str, ...]] = {
+    cls: tuple(f.name for f in dataclasses.fields(cls) if f.name != "seq")
+    for cls in ACTION_TYPES.values()
+}
+
+
+def served_wire(record: Action) -> dict[str, Any]:
+    """``record``'s wire form without ``seq`` (how a ``node.reused`` payload lists it)."""
+    return _with_fields({"type": record.TYPE}, record)
+
+
+def to_wire(record: Action) -> dict[str, Any]:
+    """``record``'s wire form (the module's docstring): ``type``, ``seq``, its fields."""
+    return _with_fields({"type": record.TYPE, "seq": record.seq}, record)
+
+
+def _with_fields(wire: dict[str, Any], record: Action) -> dict[str, Any]:
+    for name in _FIELDS[type(record)]:
+        wire[name] = getattr(record, name)
+    if isinstance(record, ChildOutcome):  # a list on the wire, as the event has it
+        wire["tainted"] = list(record.tainted)
+    return wire
+
+
+def from_wire(data: dict[str, Any], *, seq: int | None = None) -> Action:
+    """The record ``data`` (a wire form) describes; ``seq`` gives one to a form without it
+    (a ``node.reused`` payload's). An unknown type or a missing field raises ValueError."""
+    cls = ACTION_TYPES.get(data.get("type", ""))
+    if cls is None:
+        raise ValueError(f"unknown action record type {data.get('type')!r}; expected one "
+                         f"of {sorted(ACTION_TYPES)}")
+    fields = {k: v for k, v in data.items() if k != "type"}
+    if seq is not None:
+        fields["seq"] = seq
+    if cls is ChildOutcome:
+        fields["tainted"] = tuple(fields.get("tainted") or ())
+    try:
+        return cls(**fields)
+    except TypeError as exc:
+        raise ValueError(f"malformed {cls.TYPE!r} action record: {exc}") from None
+
+
+__all__ = [
+    "ACTION_TYPES", "Action", "AgentAnswer", "AgentAsked", "CallFailure", "CallRecord",
+    "ChildOutcome", "ChildStarted", "HumanDecision", "RouteTaken", "ToolCall", "ToolResult",
+    "from_wire", "served_wire", "to_wire",
+]

@@ -1,0 +1,105 @@
+"""Decoding an event (``events.from_wire``) builds the object its dataclass ``__init__``
+builds, without calling it: for every event type, any subset of its optional payload
+fields, and every event of the golden logs; a payload the class cannot take still raises
+the ``__init__``'s TypeError."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from forklab.engine import actions
+from forklab.engine.events import _ENVELOPE, EVENT_TYPES, Event, NodeReused, from_wire
+from forklab.engine.scenarios import SCENARIOS
+from tests.engine.golden_tool import load_golden
+from tests.engine.test_actions import records
+
+ENVELOPE = {"run_id": "r", "seq": 3, "at": 12.5, "node": "n", "occurrence": 2, "iteration": 1}
+VALUES = st.none() | st.integers() | st.text(max_size=5) | st.lists(st.integers(), max_size=3) \
+    | st.dictionaries(st.text(max_size=3), st.integers(), max_size=3)
+
+
+def _payload_fields(cls: type[Event]) -> list[dataclasses.Field[Any]]:
+    return [f for f in dataclasses.fields(cls) if f.name not in _ENVELOPE]
+
+
+def _required(field: dataclasses.Field[Any]) -> bool:
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
+def _wire(cls: type[Event], payload: dict[str, Any]) -> dict[str, Any]:
+    return {**ENVELOPE, "type": cls.TYPE, "v": cls.SCHEMA, "payload": payload}
+
+
+def _values(cls: type[Event], name: str) -> st.SearchStrategy[Any]:
+    """Any JSON-ish value; a ``node.reused`` event's ``actions`` are served records' wire
+    forms (listed without seq)."""
+    if cls is NodeReused and name == "actions":
+        return st.lists(records.map(actions.served_wire), max_size=3)
+    return VALUES
+
+
+def _typed(cls: type[Event], payload: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments ``__init__`` takes for ``payload``: a ``node.reused`` event's
+    records typed, each at the event's seq."""
+    if cls is NodeReused and "actions" in payload:
+        return {**payload, "actions": tuple(actions.from_wire(a, seq=ENVELOPE["seq"])
+                                            for a in payload["actions"])}
+    return payload
+
+
+def _fields(event: Event) -> dict[str, Any]:
+    return {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+
+
+@given(data=st.data(), cls=st.sampled_from(sorted(EVENT_TYPES.values(), key=lambda c: c.TYPE)))
+def test_a_decoded_event_is_the_one_its_init_builds(data: st.DataObject,
+                                                    cls: type[Event]) -> None:
+    payload = {}
+    for field in _payload_fields(cls):
+        if _required(field) or data.draw(st.booleans(), label=field.name):
+            payload[field.name] = data.draw(_values(cls, field.name), label=field.name)
+    for owned in (False, True):
+        decoded = from_wire(_wire(cls, dict(payload)), owned=owned)
+        expected = cls(**ENVELOPE, **_typed(cls, payload))  # type: ignore[arg-type]
+        assert type(decoded) is cls and decoded == expected
+        assert _fields(decoded) == _fields(expected)
+
+
+def test_defaults_made_by_a_factory_are_fresh_per_event() -> None:
+    for cls in EVENT_TYPES.values():
+        factories = [f.name for f in _payload_fields(cls)
+                     if f.default_factory is not dataclasses.MISSING]
+        required = {f.name: None for f in _payload_fields(cls) if _required(f)}
+        one, two = (from_wire(_wire(cls, dict(required))) for _ in range(2))
+        for name in factories:
+            assert getattr(one, name) == getattr(cls(**ENVELOPE, **required), name)
+            assert getattr(one, name) is not getattr(two, name), (cls.TYPE, name)
+
+
+@pytest.mark.parametrize("cls", sorted(EVENT_TYPES.values(), key=lambda c: c.TYPE),
+                         ids=lambda c: str(c.TYPE))
+def test_a_payload_the_class_cannot_take_raises_what_its_init_raises(
+        cls: type[Event]) -> None:
+    required = {f.name: None for f in _payload_fields(cls) if _required(f)}
+    with pytest.raises(TypeError, match="unexpected keyword argument 'not_a_field'"):
+        from_wire(_wire(cls, {**required, "not_a_field": 1}))
+    with pytest.raises(TypeError, match="multiple values for keyword argument 'node'"):
+        from_wire(_wire(cls, {**required, "node": "x"}))
+    for name in required:
+        with pytest.raises(TypeError, match=f"missing 1 required keyword-only argument: '{name}'"):
+            from_wire(_wire(cls, {k: v for k, v in required.items() if k != name}))
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_every_golden_event_decodes_to_what_its_init_builds(name: str) -> None:
+    for wire in load_golden(name)["events"]:
+        cls = EVENT_TYPES[wire["type"]]
+        expected = cls(run_id=wire["run_id"], seq=wire["seq"], at=from_wire(wire).at,
+                       node=wire["node"], occurrence=wire["occurrence"],
+                       iteration=wire["iteration"], **wire["payload"])
+        assert _fields(from_wire(wire)) == _fields(expected)
