@@ -12,7 +12,7 @@ no network and no browser:
 | `run page at a point` | ``/runs/<id>/?at=<midpoint>``: the same plus the state inspector and the fork composer there (folds the log up to the point) |
 | `filtered timeline` | ``/runs/<id>/?node=think&label=live&q=count&tl=2``: every execution's labels (one SQL read of label fields), a SQL text search of the payloads, page 2 of what is kept (its calls read by seq ranges) |
 | `jump to first changed` | ``/runs/<fork>/?jump=changed``: the fork's labels, the page holding its first changed execution, the state and composer before it |
-| `diff page` | ``/compare/<base>/<fork>/``: both final states, diff_runs, the folded path page, memory word diffs, calls, explain() |
+| `diff page` | ``/compare/<base>/<fork>/``: both final states, the fork's stored diff, the folded path page, memory word diffs, calls, explain() |
 
 Each is measured *cold* (the per-process caches of finished runs' logs and folded states
 emptied before each render: the first visitor's wait; templates are compiled by one render

@@ -24,6 +24,7 @@ from forklab.engine.fork.wire import (
     StoredForkResult,
     SuppressedEffect,
 )
+from forklab.engine.graph import Condition
 from forklab.engine.status import ForkState
 from forklab.runs.models import RunKind, RunStatus
 from forklab.runs.readmodel import RunView
@@ -167,9 +168,12 @@ class EstimateSerializer(Shape):
     cost_usd = s.FloatField()
 
 
+#: the read model's own fields of a stored result, not in the Fork shape (the dashboard's)
+_READ_MODEL_ONLY = ("point", "base_version")
 #: the Fork result fields, null until the fork finished (``changes`` are always there: the
-#: request's, from the row; ``point`` is the dashboard's)
-RESULT_FIELDS = tuple(f for f in StoredForkResult.model_fields if f not in ("changes", "point"))
+#: request's, from the row)
+RESULT_FIELDS = tuple(f for f in StoredForkResult.model_fields
+                      if f not in ("changes", *_READ_MODEL_ONLY))
 
 
 class ForkSerializer(RunSerializer):
@@ -208,7 +212,8 @@ def _fork_fields(view: RunView) -> dict[str, Any]:
             **dict.fromkeys(RESULT_FIELDS)}
     if fork.result is not None:
         body.update(fork.result.to_wire())
-        body.pop("point", None)
+        for name in _READ_MODEL_ONLY:
+            body.pop(name, None)
     elif fork.problem is not None:
         body["warnings"] = [fork.problem]
     return body
@@ -260,7 +265,7 @@ class CaseSerializer(Shape):
     graph_version = nullable_int()
     input = JSON_OBJECT()
     changes = s.ListField(child=JSON_OBJECT())
-    criteria = s.ListField(child=JSON_OBJECT())
+    criteria = wire_list(Condition, help_text="pass criteria: conditions over final memory")
     created_at = s.DateTimeField()
 
 

@@ -233,8 +233,8 @@ class ForkResultProjection:
         from forklab.engine.fork.result import load_fork_result
         from forklab.runs.engine_env import build_environment
 
-        result = StoredForkResult.of(load_fork_result(
-            run.id, store=store, env=build_environment()).wire_model())
+        loaded = load_fork_result(run.id, store=store, env=build_environment())
+        result = StoredForkResult.of(loaded.wire_model(), base_version=loaded.base_state.version)
         # a concurrent reader or worker may store the same result first
         with contextlib.suppress(IntegrityError):
             ForkResult.objects.update_or_create(

@@ -12,6 +12,7 @@ import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -58,20 +59,25 @@ class Lru[K, V]:
             self._items.clear()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Comparison:
-    """Two runs' RunDiff and what the diff page shows beside it: the variant's own calls
-    (after its fork point) with their provenance labels, and both final states."""
+    """Two runs' RunDiff and what the diff page shows beside it: both final states and the
+    variant's own calls (after its fork point) with their provenance labels."""
 
     diff: RunDiffWire
-    calls: list[CallWire]
     base_state: RunState
     variant_state: RunState
+
+    @cached_property
+    def calls(self) -> list[CallWire]:
+        # built on first use: a finished fork's page shows its stored calls instead
+        state = self.variant_state
+        return [CallWire.from_wire(c.to_wire()) for c in state.calls[state.tail_from_call:]]
 
 
 _EVENTS: Lru[tuple[str, int], list[AnyEvent]] = Lru(EVENT_CACHE_RUNS)
 _STATES: Lru[tuple[str, int, int | None], RunState] = Lru(STATE_CACHE_SIZE)
-_COMPARISONS: Lru[tuple[str, int, str, int], Comparison] = Lru(STATE_CACHE_SIZE)
+_COMPARISONS: Lru[tuple[str, int, str, int, bool], Comparison] = Lru(STATE_CACHE_SIZE)
 _DIFFS: Lru[tuple[str, int, str, int], RunDiff] = Lru(STATE_CACHE_SIZE)
 VIEW_CACHE_SIZE = 32
 #: the read model's views of finished runs (``forklab.runs.readmodel``), emptied with the rest
@@ -172,27 +178,25 @@ def run_diff(base: Run, variant: Run) -> RunDiff:
     return diff
 
 
-def compare_runs(base: Run, variant: Run) -> Comparison:
+def compare_runs(base: Run, variant: Run, *, diff: RunDiffWire | None = None) -> Comparison:
     """The RunDiff of two runs plus what the diff page shows with it. No access check:
     callers (the dashboard's views, a resolved share link) have done it. Two finished runs'
-    comparison is cached (LRU): treat it as read-only. (A finished fork's ``explain()`` and
-    calls are its stored result: ``forklab.runs.readmodel``.)"""
-    key = (base.id, base.last_seq, variant.id, variant.last_seq)
+    comparison is cached (LRU): treat it as read-only.
+
+    ``diff``: their RunDiff when the caller holds it already — a finished fork's stored
+    result against this very base (``StoredForkResult.diff_against``), used as is instead of
+    diffing both states and validating the model again (the cold diff page's cost). (A
+    finished fork's ``explain()`` and calls are its stored result too:
+    ``forklab.runs.readmodel``.)"""
+    key = (base.id, base.last_seq, variant.id, variant.last_seq, diff is not None)
     result = _COMPARISONS.get(key)
     if result is None:
-        result = _compare(base, variant)
+        result = Comparison(
+            diff=diff or RunDiffWire.from_wire(run_diff(base, variant).wire()),
+            base_state=state_at(base), variant_state=state_at(variant))
         if base.finished and variant.finished:
             _COMPARISONS.put(key, result)
     return result
-
-
-def _compare(base: Run, variant: Run) -> Comparison:
-    base_state, variant_state = state_at(base), state_at(variant)
-    return Comparison(
-        diff=RunDiffWire.from_wire(run_diff(base, variant).wire()),
-        calls=[CallWire.from_wire(c.to_wire())
-               for c in variant_state.calls[variant_state.tail_from_call:]],
-        base_state=base_state, variant_state=variant_state)
 
 
 def compare_explain(base: Run, variant: Run) -> str:

@@ -11,7 +11,7 @@ is computed once and kept per process (LRU), keyed by what can still change on i
 its last seq and status first: a run that changes status, or gains events, is a different
 key and is read afresh. A run that is not finished is read on every call and never kept.
 Adapters may keep what they render of a view with it (:meth:`RunView.rendered`: the API's
-serialized body), so a warm read of a finished fork is one query for its row, whose access
+JSON response bytes), so a warm read of a finished fork is one query for its row, whose access
 check the caller makes anyway. Treat what a view holds as read-only.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from django.db import connection
 from django.db.models import Field as DbField
@@ -58,17 +58,19 @@ class RunView:
     run_json: dict[str, Any]
     fork: ForkView | None
     cached: bool
-    _rendered: dict[str, Any] = field(default_factory=dict)
+    # an adapter's response bytes by body name (the API's ``api.run``, ``api.fork``): bytes,
+    # so what is kept is immutable whoever reads it
+    _bodies: dict[str, bytes] = field(default_factory=dict)
 
-    def rendered[T](self, name: str, build: Callable[[], T]) -> T:
-        """What an adapter renders of this view (``build()``), kept with a cached view so a
-        finished run is rendered once per process; built afresh for a run still going."""
-        if name not in self._rendered:
-            value = build()
-            if not self.cached:
-                return value
-            self._rendered[name] = value
-        return cast(T, self._rendered[name])
+    def rendered(self, name: str, build: Callable[[], bytes]) -> bytes:
+        """A body an adapter renders of this view (``build()``), kept with a cached view so
+        a finished run is rendered once per process; built afresh for a run still going."""
+        body = self._bodies.get(name)
+        if body is None:
+            body = build()
+            if self.cached:
+                self._bodies[name] = body
+        return body
 
 
 def _key(run: Run) -> tuple[Any, ...]:

@@ -3,7 +3,7 @@
 The fork and sweep bodies, their policy and budget are the engine's wire models
 (:mod:`forklab.engine.fork.wire`), re-exported here for the use cases, the REST API (which
 documents them in the OpenAPI schema), the dashboard's forms and the CLI. The other bodies
-are run-layer pydantic models. ``parse`` turns any validation failure into one
+are run-layer pydantic models (a case's criteria are the engine's ``Condition``). ``parse`` turns any validation failure into one
 ``invalid_request`` error naming the field (a bad change is the engine's ``invalid_change``).
 """
 
@@ -22,6 +22,7 @@ from forklab.engine.fork.wire import (
     SweepSpec,
     parse_request,
 )
+from forklab.engine.graph import Condition
 
 __all__ = ["AllowList", "AnswerSpec", "Budget", "CaseSpec", "ForkSpec", "InvalidRequest",
            "Policy", "RunSpec", "SweepSpec", "parse"]
@@ -39,8 +40,12 @@ class AnswerSpec(_Spec):
 
 
 class CaseSpec(_Spec):
+    """``POST /forks/{id}/save-case/``: the case's name and its pass criteria, each the
+    engine's :class:`~forklab.engine.graph.Condition` over final memory (validated here, once:
+    a bad one is ``invalid_request`` naming ``criteria.<i>.<field>``)."""
+
     name: str = Field(min_length=1, max_length=200)
-    criteria: list[dict[str, Any]] = Field(default_factory=list)
+    criteria: list[Condition] = Field(default_factory=list)
 
 
 class RunSpec(_Spec):

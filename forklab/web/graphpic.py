@@ -10,8 +10,8 @@ template draws the SVG from the coordinates computed here.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from forklab.engine.graph import END, ApprovalNode, GraphSpec, RouterNode
 
@@ -111,9 +111,10 @@ def _layers(graph: GraphSpec, links: list[tuple[str, str, str, str]],
     return layer
 
 
-def picture(graph: GraphSpec, path: list[dict[str, Any]], *,
+def picture(graph: GraphSpec, executed: Iterable[str], *,
             hrefs: dict[str, str] | None = None, current: str | None = None) -> Picture:
-    """Lay ``graph`` out; ``path`` (the run's executions) gives the counts."""
+    """Lay ``graph`` out; ``executed`` (the node of each of the run's executions) gives the
+    counts."""
     links = _links(graph)
     back = _back_edges(graph, links)
     layer = _layers(graph, links, back)
@@ -127,7 +128,7 @@ def picture(graph: GraphSpec, path: list[dict[str, Any]], *,
         ids.sort(key=lambda n: 0 if n == END else 2 if n in looped else 1)
     tallest = max(len(c) for c in columns.values())
     height = tallest * NODE_H + (tallest - 1) * GAP_Y + 2 * PAD + 34
-    counts = Counter(step["node"] for step in path)
+    counts = Counter(executed)
     kinds = {n.id: n.kind for n in graph.nodes} | {END: "end"}
     pic = Picture(width=len(columns) * (NODE_W + GAP_X) - GAP_X + 2 * PAD, height=height)
     where: dict[str, PicNode] = {}

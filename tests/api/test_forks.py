@@ -279,6 +279,22 @@ def test_a_bad_case_request_is_invalid(world: World, body: dict[str, Any]) -> No
     assert response.json()["code"] == "invalid_request"
 
 
+@pytest.mark.parametrize(("criteria", "field"), [
+    ([{"op": "eq"}], "criteria.0.key"),
+    ([{"key": "a"}, {"key": "a", "op": "like"}], "criteria.1.op"),
+    ([{"key": "a", "extra": 1}], "criteria.0.extra"),
+    (["a"], "criteria.0"),
+    ({"key": "a"}, "criteria"),
+])
+def test_a_bad_criterion_is_named_by_its_path(world: World, criteria: Any, field: str) -> None:
+    fork = post(world, "member", "/forks/", fork_body(world)).json()
+    response = post(world, "member", f"/forks/{fork['id']}/save-case/",
+                    {"name": "x", "criteria": criteria})
+    assert response.status_code == 400, response.json()
+    assert (response.json()["code"], response.json()["field"]) == ("invalid_request", field)
+    assert response.json()["detail"].startswith(f"field '{field}': ")
+
+
 def test_a_fork_whose_request_no_longer_fits_reads_not_run_with_its_reason(
     world: World,
 ) -> None:

@@ -131,3 +131,20 @@ def test_the_redoc_page_renders_with_bundled_assets() -> None:
     assert re.search(r"/static/drf_spectacular_sidecar/redoc/bundles/"
                      r"redoc\.standalone(\.[0-9a-f]{12})?\.js", response.content.decode())
     assert finders.find("drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js")
+
+
+def test_a_cases_criteria_are_documented_as_the_engines_condition(
+    generated: dict[str, Any],
+) -> None:
+    """The save-case body and the Case it answers both spell a criterion as the engine's
+    ``Condition`` (its operators listed), not as a free-form object."""
+    schemas = generated["components"]["schemas"]
+    body = schemas["CaseSpec"]["properties"]["criteria"]["items"]
+    saved = schemas["Case"]["properties"]["criteria"]["items"]
+    ref = {"$ref": "#/components/schemas/Condition"}
+    assert body == ref and saved["allOf"] == [ref]  # the answer's field is read-only
+    condition = schemas["Condition"]
+    assert condition["required"] == ["key"]
+    assert condition["properties"]["op"]["allOf"] == [
+        {"$ref": "#/components/schemas/ConditionOpEnum"}]
+    assert {"eq", "in", "exists", "contains"} <= set(schemas["ConditionOpEnum"]["enum"])

@@ -350,3 +350,13 @@ def test_cases_refuse_a_duplicate_name(
     code, _, err = cli(capsys, "cases", "save", fork["id"], "--name", "once")
     assert code == 1 and err.startswith("error: invalid_argument: a case named 'once'")
     assert Case.objects.filter(project__slug="default").count() == 1
+
+
+def test_cases_refuse_a_bad_criterion_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI validates criteria as the API does (the engine's Condition), before saving."""
+    run = record("diamond")
+    fork = fork_json(capsys, run.id, "--at", "start", "--prompt", "left=Be brief.")
+    code, _, err = cli(capsys, "cases", "save", fork["id"], "--name", "odd",
+                       "--criteria", '[{"key": "plan", "op": "like"}]')
+    assert code == 1 and err.startswith("error: invalid_request: field 'criteria.0.op'")
+    assert not Case.objects.filter(name="odd").exists()

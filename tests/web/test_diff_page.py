@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import html as htmllib
 import re
+from typing import Any
 
 import pytest
 
 from forklab.engine.actions import ToolResult
 from forklab.engine.fork.changes import parse_changes
+from forklab.engine.fork.wire import RunDiffWire
 from forklab.engine.graph import load_graph
 from forklab.engine.state import Execution
+from forklab.runs import queries, readcache
+from forklab.runs.models import ForkResult
 from forklab.web.changeview import Before, describe, input_changes
 from forklab.web.diffview import STRIP_STEPS, path_strip
 from forklab.web.views.home import grouped
@@ -28,6 +32,45 @@ def test_a_prompt_change_is_shown_old_to_new_word_by_word_at_the_top(world: Worl
     assert "What the fork changed" in top and "system prompt of write" in top
     assert "<del>You are a science writer. </del>" in top and "<ins>poem</ins>" in top
     assert html.index('id="changes-h"') < html.index('id="path-h"')
+
+
+def test_a_finished_forks_diff_page_shows_its_stored_diff_without_diffing_again(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fork's stored result was diffed against this very base (its last seq): the page
+    shows that diff — equal to diffing both final states now — and computes none."""
+    base, fork = world.run(world.runs["research-write"]), world.run(world.fork)
+    queries.clear_caches()
+    computed = RunDiffWire.from_wire(readcache.run_diff(base, fork).wire())
+    stored = queries.fork_result(fork)
+    assert stored is not None and stored.base_version == base.last_seq
+    assert stored.diff_against(base.last_seq) == computed
+    assert stored.diff_against(base.last_seq + 1) is None
+    assert stored.diff is not None and stored.diff.to_wire() == computed.to_wire()
+
+    def no_diff(*_: Any) -> None:
+        raise AssertionError("a finished fork's diff page diffed its runs again")
+
+    queries.clear_caches()
+    monkeypatch.setattr(readcache, "run_diff", no_diff)
+    response = world.client("bob").get(f"/compare/{base.id}/{fork.id}/")
+    assert response.status_code == 200 and response.context["diff"] == computed
+
+
+def test_a_forks_diff_page_diffs_again_once_its_base_is_not_where_its_result_was_stored(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    base, fork = world.run(world.runs["research-write"]), world.run(world.fork)
+    queries.fork_result(fork)  # stored
+    row = ForkResult.objects.get(run_id=fork.id)
+    ForkResult.objects.filter(run_id=fork.id).update(
+        result={**row.result, "base_version": base.last_seq - 1})
+    queries.clear_caches()
+    diffed = []
+    real = readcache.run_diff
+    monkeypatch.setattr(readcache, "run_diff", lambda b, v: diffed.append(v.id) or real(b, v))
+    response = world.client("bob").get(f"/compare/{base.id}/{fork.id}/")
+    assert response.status_code == 200 and diffed == [fork.id]
+    assert response.context["diff"] == RunDiffWire.from_wire(real(base, fork).wire())
+    queries.clear_caches()
 
 
 def test_the_path_strip_is_centred_on_the_first_divergence() -> None:

@@ -24,7 +24,7 @@ def test_a_word_diff_keeps_words_and_marks_what_changed() -> None:
 
 def test_the_graph_picture_lays_nodes_in_layers_and_draws_loops_under_them() -> None:
     graph = SCENARIOS["review-loop"].graph()
-    path = [{"node": n} for n in ("draft", "review", "gate", "revise", "review", "gate")]
+    path = ["draft", "review", "gate", "revise", "review", "gate"]
     pic = graphpic.picture(graph, path, current="gate")
     x = {n.id: n.x for n in pic.nodes}
     assert x["draft"] < x["review"] < x["gate"] < x["revise"]

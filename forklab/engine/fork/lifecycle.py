@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -141,7 +142,7 @@ class CaseResult:
 
 
 def save_case(fork_run_id: str, *, name: str, store: Store,
-              criteria: list[dict[str, Any]] | None = None) -> Case:
+              criteria: Sequence[Condition] = ()) -> Case:
     events = store.read(fork_run_id)
     state = fold(events)
     if state.run_kind != "counterfactual" or not state.finished:
@@ -153,7 +154,7 @@ def save_case(fork_run_id: str, *, name: str, store: Store,
     return Case(name=name, fork_run_id=fork_run_id, base_run_id=state.parent_run_id,
                 graph=graph.to_wire(), input=state.input,
                 changes=state.changes, events=[e.to_wire() for e in events],
-                criteria=[Condition.model_validate(c) for c in criteria or []],
+                criteria=list(criteria),
                 final_memory=state.memory, graphs=_child_graphs(graph, store))
 
 

@@ -464,11 +464,21 @@ class StoredForkResult(OutModel):
     # where it forked (the dashboard's headers read it, not the run.forked event); None in
     # a row stored before it was kept (still served: its base may be gone, so no rebuild)
     point: ForkPointWire | None = None
+    # the base's last seq ``diff`` was computed against: while the base is still at it, the
+    # stored diff is the fork's diff against its base (the dashboard's diff page shows it
+    # instead of diffing both states again); None in a row stored before it was kept
+    base_version: int | None = None
 
     @classmethod
-    def of(cls, result: ForkResultWire) -> StoredForkResult:
-        return cls.model_validate(result.model_dump(include=set(cls.model_fields),
-                                                   exclude_unset=True))
+    def of(cls, result: ForkResultWire, *, base_version: int) -> StoredForkResult:
+        return cls.model_validate({**result.model_dump(include=set(cls.model_fields),
+                                                      exclude_unset=True),
+                                   "base_version": base_version})
+
+    def diff_against(self, base_last_seq: int) -> RunDiffWire | None:
+        """The stored diff when it is the fork's diff against its base at ``base_last_seq``
+        (the base has not changed since it was computed), else None."""
+        return self.diff if self.base_version == base_last_seq else None
 
 
 class ForkResultWire(OutModel):

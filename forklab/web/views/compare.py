@@ -37,10 +37,12 @@ def compare_context(request: HttpRequest, base: Run, variant: Run, *,
     if unstarted:  # a queued run (or one that never ran) has no state to compare yet
         return {"base": base, "variant": variant, "readonly": readonly, **access,
                 "unstarted": unstarted, "is_fork": variant.parent_run_id == base.id}
-    result = queries.compare_runs(base, variant)
     is_fork = variant.parent_run_id == base.id
-    # a finished fork's explain() and calls are its stored result: what the API serves
+    # a finished fork's diff (while its base is unchanged), explain() and calls are its
+    # stored result: what the API serves
     stored = queries.fork_result(variant) if is_fork else None
+    result = queries.compare_runs(
+        base, variant, diff=stored.diff_against(base.last_seq) if stored else None)
     diff = result.diff
     aligned = diff.path.aligned
     incurred = diff.cost.incurred_usd  # None: the tail called an unpriced model

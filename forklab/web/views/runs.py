@@ -117,4 +117,7 @@ def _picture(run: Run, graph: GraphSpec | None, tl: timeline.Timeline,
         first.setdefault(bar.node, bar.before_point)
     hrefs = {node: f"?at={seq}" for node, seq in first.items()}
     current = point.after.node if point and point.after is not None else None
-    return graphpic.picture(graph, run.path or [], hrefs=hrefs, current=current)
+    # the row's ``path`` is the SPEC §4.6 JSON column ({node, occurrence, iteration, status}
+    # per execution, written by the run-row projection); the picture counts nodes only
+    executed = (entry["node"] for entry in run.path or [])
+    return graphpic.picture(graph, executed, hrefs=hrefs, current=current)

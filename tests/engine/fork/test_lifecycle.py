@@ -6,6 +6,7 @@ import pytest
 
 from forklab.engine import Case, change, fork, promote, run_case, save_case
 from forklab.engine.errors import InvalidChange, PrefixDiverged, PromoteConflict
+from forklab.engine.graph import Condition
 from forklab.engine.reducers import fold
 from tests.engine.fork.helpers import graph_with, labels, record
 
@@ -130,8 +131,8 @@ def test_a_saved_case_with_criteria_that_hold_passes() -> None:
     base, result = _terse_fork()
 
     case = save_case(result.run_id, name="terse", store=base.store, criteria=[
-        {"key": "draft", "op": "exists"},
-        {"key": "draft", "op": "eq", "value": result.state.memory["draft"]}])
+        Condition(key="draft", op="exists"),
+        Condition(key="draft", op="eq", value=result.state.memory["draft"])])
     outcome = run_case(case)
 
     assert (outcome.name, outcome.passed, outcome.failures) == ("terse", True, [])
@@ -143,7 +144,7 @@ def test_a_saved_case_with_criteria_that_hold_passes() -> None:
 def test_a_case_survives_its_json_round_trip() -> None:
     base, result = _terse_fork()
     case = save_case(result.run_id, name="terse", store=base.store,
-                     criteria=[{"key": "draft", "op": "truthy"}])
+                     criteria=[Condition(key="draft", op="truthy")])
 
     again = Case.model_validate_json(case.model_dump_json())
 
@@ -153,7 +154,7 @@ def test_a_case_survives_its_json_round_trip() -> None:
 def test_a_criterion_that_does_not_hold_fails_the_case() -> None:
     base, result = _terse_fork()
     case = save_case(result.run_id, name="wrong", store=base.store,
-                     criteria=[{"key": "draft", "op": "eq", "value": "something else"}])
+                     criteria=[Condition(key="draft", op="eq", value="something else")])
 
     outcome = run_case(case)
 
@@ -164,7 +165,7 @@ def test_a_criterion_that_does_not_hold_fails_the_case() -> None:
 def test_a_criterion_that_no_longer_holds_under_a_changed_graph_fails_the_case() -> None:
     base, result = _terse_fork()
     case = save_case(result.run_id, name="draft-exists", store=base.store,
-                     criteria=[{"key": "draft", "op": "exists"}])
+                     criteria=[Condition(key="draft", op="exists")])
     renamed = graph_with(base.graph, "write", writes=["article"])
 
     outcome = run_case(case, graph=renamed)

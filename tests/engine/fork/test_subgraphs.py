@@ -14,7 +14,7 @@ import pytest
 from forklab.engine import HumanAnswer, change, fork, prepare_fork, replay, run_case, save_case
 from forklab.engine.actions import ChildOutcome
 from forklab.engine.canonical import canonical_equals
-from forklab.engine.graph import parse_graph
+from forklab.engine.graph import Condition, parse_graph
 from forklab.engine.recording import RecordedRun, run_recorded
 from forklab.engine.reducers import fold
 from forklab.engine.store import MemoryStore
@@ -208,8 +208,8 @@ def test_a_case_saved_from_a_subgraph_fork_passes_cases_run() -> None:
     assert result.state.status == "completed"
 
     case = save_case(result.run_id, name="sub", store=base.store,
-                     criteria=[{"key": "summary", "op": "eq",
-                                "value": result.state.memory["summary"]}])
+                     criteria=[Condition(key="summary", op="eq",
+                                         value=result.state.memory["summary"])])
 
     assert set(case.graphs) == {"child"}
     outcome = run_case(case)

@@ -24,7 +24,7 @@ from forklab.engine import (
 )
 from forklab.engine.actions import ChildStarted
 from forklab.engine.errors import ConflictingChanges, ForklabError, ForkPointNotFound
-from forklab.engine.graph import GraphSpec
+from forklab.engine.graph import Condition, GraphSpec
 from forklab.engine.recording import run_recorded
 from forklab.engine.reducers import fold
 from tests.engine.properties.builders import agent, chain, record, tool
@@ -292,7 +292,8 @@ def test_a_case_saved_from_a_fork_with_a_subgraph_passes() -> None:
     result = fork(base, at={"before_node": "sub"}, policy={"side_effects": {"allow": True}},
                   change=change.memory(set={"page": "trusted now"}))
     case = save_case(result.run_id, name="sub", store=base.store,
-                     criteria=[{"key": "answer", "op": "eq", "value": result.state.memory["answer"]}])
+                     criteria=[Condition(key="answer", op="eq",
+                                         value=result.state.memory["answer"])])
 
     assert run_case(case).passed
 
@@ -307,7 +308,7 @@ def test_a_case_saved_from_a_fork_that_substituted_a_subgraphs_output_passes() -
     base = record(h, parent, {}, _child())
     result = fork(base, at="start", change=change.output("sub", {"answer": "forced"}))
     case = save_case(result.run_id, name="forced", store=base.store,
-                     criteria=[{"key": "answer", "op": "eq", "value": "forced"}])
+                     criteria=[Condition(key="answer", op="eq", value="forced")])
 
     assert result.state.memory["answer"] == "forced"
     assert run_case(case).passed, run_case(case).failures
@@ -320,7 +321,7 @@ def test_a_case_saved_from_a_fork_that_substituted_a_tools_output_passes() -> No
     base = record(h, chain("g", tool("fetch", [], ["page"])), {"page": "kept"})
     result = fork(base, at="start", change=change.output("fetch", {}))
     case = save_case(result.run_id, name="kept", store=base.store,
-                     criteria=[{"key": "page", "op": "eq", "value": "kept"}])
+                     criteria=[Condition(key="page", op="eq", value="kept")])
 
     assert result.state.memory["page"] == "kept"
     assert run_case(case).passed, run_case(case).failures

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from forklab.engine import fork, fork_points, replay, run_case, save_case
 from forklab.engine.actions import ChildOutcome
 from forklab.engine.errors import LiveBudgetExceeded
-from forklab.engine.graph import AgentNode, GraphSpec, SubgraphNode, parse_graph
+from forklab.engine.graph import AgentNode, Condition, GraphSpec, SubgraphNode, parse_graph
 from forklab.engine.recording import run_recorded
 from forklab.engine.reducers import fold
 from forklab.engine.state import Execution, RunState
@@ -198,7 +198,7 @@ def test_a_case_saved_from_a_fork_with_subgraphs_passes(case: Any, data: st.Data
                           "memoize": data.draw(st.booleans(), label="memoize")})
     assume(result.state.finished)
     memory = result.state.memory
-    criteria = [{"key": k, "op": "eq", "value": memory[k]} for k in sorted(memory)[:4]]
+    criteria = [Condition(key=k, op="eq", value=memory[k]) for k in sorted(memory)[:4]]
     saved = save_case(result.run_id, name="sub", store=base.store, criteria=criteria)
     h.counter.reset()
 
