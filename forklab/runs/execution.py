@@ -270,6 +270,28 @@ def cancel_if_requested(run_id: str) -> bool:
     return True
 
 
+def unapplied_answer(run_id: str) -> dict[str, Any] | None:
+    """The answer stored for the gate a paused run waits at, when nobody holds the run to
+    apply it; else None.
+
+    ``control.answer`` stores the answer and enqueues ``continue_fork``; when the answer
+    arrives while the executor that paused the run still holds its lease, that task finds
+    the lease taken and is skipped, and the executor, already past its gate, will not look
+    at the row again. So once it let go (``tasks.after_work``) this says the answer is still
+    waiting, to be enqueued again. A second enqueue is harmless: whichever task claims the
+    lease first applies the answer, the other finds the run running or finished.
+    """
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status != RunStatus.PAUSED or held_live(run):
+            return None
+        work = run.work or {}
+        if work.get("task") != "answer" or work.get("at_seq") != run.last_seq:
+            return None
+        answer: dict[str, Any] = work["answer"]
+        return answer
+
+
 def held_live(run: Run) -> bool:
     """True while a live lease holder is (about to be) executing the run: it sees the flag
     at its next boundary. A run nobody holds — never started, paused, or whose executor's

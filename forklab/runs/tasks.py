@@ -46,10 +46,14 @@ def claim_and_drive(run_id: str, *, token: str | None = None) -> str:
 
 def after_work(run_ids: Sequence[str]) -> None:
     """Once a worker has let go of runs (lease released: nobody waits on it): cancel each
-    paused one whose cancel came while the worker still held it, and store the result of
-    each finished fork among them, so reading it reads no log."""
+    paused one whose cancel came while the worker still held it, continue each paused one
+    whose answer came then (its ``continue_fork`` found the lease taken), and store the
+    result of each finished fork among them, so reading it reads no log."""
     for run_id in run_ids:
-        execution.cancel_if_requested(run_id)
+        if not execution.cancel_if_requested(run_id):
+            answer = execution.unapplied_answer(run_id)
+            if answer is not None:
+                enqueue_answer(run_id, answer)
         ForkResultProjection.after_run(run_id, DjangoStore)
 
 

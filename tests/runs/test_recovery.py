@@ -382,3 +382,34 @@ def test_a_cancel_that_arrives_while_the_executor_stops_at_a_gate_still_cancels_
     assert (run.status, run.lease_owner) == ("cancelled", "")
     assert types(run_id)[-1] == "run.cancelled"
     assert_contiguous(run_id)
+
+
+def test_an_answer_that_arrives_while_the_executor_stops_at_a_gate_still_continues_the_fork(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor paused the fork but still holds its lease, so the answer's
+    ``continue_fork`` is skipped (the lease is taken) — the executor must not then let go of
+    a paused fork whose stored answer nobody will apply (the stream waited for good)."""
+    base = gated_base(world)
+    monkeypatch.setattr(tasks, "enqueue_fork", lambda run_id, spec: None)
+    run_id = start_fork(user=world.member, spec=ForkSpec(base_run=base.id, at="start")).run.id
+    real = execution.drive
+    continued: list[str] = []
+
+    def drive_then_answer(run_id: str, *, owner: str) -> str:
+        outcome = real(run_id, owner=owner)
+        if not continued:  # the first drive only: it paused at the gate, lease still held
+            answer(user=world.member, run_id=run_id, spec=AnswerSpec(decision="approved"))
+            continued.append(outcome)
+        return outcome
+
+    def enqueue_answer(run_id: str, stored: dict[str, object]) -> None:
+        continued.append(tasks.claim_and_drive(run_id))  # the queue runs it at once
+
+    monkeypatch.setattr(execution, "drive", drive_then_answer)
+    monkeypatch.setattr(tasks, "enqueue_answer", enqueue_answer)
+    assert tasks.claim_and_drive(run_id) == "paused"
+    # the answer's own task was skipped (lease taken); the one after_work enqueued ran it
+    assert continued[0].startswith("skipped") and continued[1:] == ["paused", "completed"], \
+        continued
+    assert Run.objects.get(pk=run_id).status == "completed"
+    assert_contiguous(run_id)
