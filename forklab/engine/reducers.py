@@ -249,7 +249,12 @@ def _holders(prefix: RunState) -> tuple[tuple[str, int], ...]:
 
 
 def _apply_fork(state: RunState, event: RunForked) -> None:
-    prefix = RunState.from_wire(event.prefix_state)
+    # A live fork hands over the state its wire prefix was made from: branching it gives
+    # the state decoding the wire form gives (canonically equal), without the copy. A
+    # decoded event has none (and JSON never holds a RunState).
+    given = event.prefix
+    prefix = (given.branch() if isinstance(given, RunState)
+              else RunState.from_wire(event.prefix_state))
     holders = _holders(prefix)
     for name in RunState.__slots__:
         if name not in {"run_id", "version", "run_kind", "label", "parent_run_id",
