@@ -5,6 +5,9 @@ prefix instead of decoding its wire form).
   a node too: an open ``current``);
 - folding the rest of the log into the branch gives the whole log's fold, and leaves the
   state it was taken from exactly as it was (nothing the reducers edit is shared);
+- folding on into the state a branch was taken from leaves the branch as it was, so a
+  whole log's fold can keep waypoints (``fold_with_waypoints``) and the state at any seq
+  folded on from the nearest (``fold_to``) is exactly the fold up to that seq;
 - every container slot of a state is either copied by ``branch`` or one the reducers
   replace whole (a new slot has to be classified).
 """
@@ -18,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from forklab.engine.canonical import canonical_equals, canonical_json
-from forklab.engine.reducers import fold
+from forklab.engine.reducers import WAYPOINTS, fold, fold_to, fold_with_waypoints
 from forklab.engine.state import _EDITED_IN_PLACE, RunState
 from tests.engine.properties.graphs import graph_cases
 from tests.engine.properties.profiles import examples
@@ -41,6 +44,29 @@ def test_a_branch_folds_on_to_the_whole_log_and_leaves_its_origin_unchanged(
     assert canonical_json(branch.to_wire()) == before
     assert canonical_json(fold(events[at:], branch).to_wire()) == whole
     assert canonical_json(origin.to_wire()) == before
+    kept = origin.branch()
+    fold(events[at:], origin)
+    assert canonical_json(kept.to_wire()) == before
+
+
+@examples(30)
+@given(case=graph_cases(), data=st.data())
+def test_the_state_at_any_seq_folded_from_a_waypoint_is_the_fold_up_to_it(
+        case: Any, data: st.DataObject) -> None:
+    events = record_case(case, Harness()).event_log
+    final, waypoints = fold_with_waypoints(events)
+    assert canonical_json(final.to_wire()) == canonical_json(fold(events).to_wire())
+    assert len(waypoints) < WAYPOINTS
+    assert [w.version for w in waypoints] == sorted({w.version for w in waypoints})
+    for seq in data.draw(st.lists(st.integers(min_value=1, max_value=len(events)),
+                                  min_size=1, max_size=4), label="seqs"):
+        expected = canonical_json(fold(events[:seq]).to_wire())
+        assert canonical_json(fold_to(events, seq, waypoints).to_wire()) == expected
+        assert canonical_json(fold_to(events, seq).to_wire()) == expected
+    # the waypoints are unchanged by what was folded on from them
+    again = fold_with_waypoints(events)[1]
+    assert [canonical_json(w.to_wire()) for w in waypoints] == [
+        canonical_json(w.to_wire()) for w in again]
 
 
 def test_every_container_slot_is_copied_or_replaced_whole() -> None:
