@@ -17,12 +17,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from forklab.engine.actions import Action, served_wire
 from forklab.engine.actions import from_wire as action_from_wire
 from forklab.engine.errors import EventGapError
 from forklab.engine.status import CallKind, CallLabel, RunKind, RunStatus
+
+if TYPE_CHECKING:
+    from forklab.engine.state import RunState
 
 REPLAY_VERSION = 2
 """Reducer semantics version. Bump when a reducer changes meaning; forks refuse skew.
@@ -51,7 +54,7 @@ class Event:
     def payload(self) -> dict[str, Any]:
         names = _PAYLOAD_FIELDS.get(type(self))
         if names is None:  # the payload's field names, in declaration order, once per class
-            names = tuple(f.name for f in dataclasses.fields(self) if f.name not in _ENVELOPE)
+            names = tuple(f.name for f in _payload_fields(type(self)))
             _PAYLOAD_FIELDS[type(self)] = names
         return {name: getattr(self, name) for name in names}
 
@@ -72,6 +75,13 @@ class Event:
 
 _ENVELOPE = frozenset({"run_id", "seq", "at", "node", "occurrence", "iteration"})
 _PAYLOAD_FIELDS: dict[type, tuple[str, ...]] = {}
+_NOT_WIRE = {"wire": False}
+"""A field's metadata for what an event carries in memory only: not in its payload."""
+
+
+def _payload_fields(cls: type) -> list[dataclasses.Field[Any]]:
+    return [f for f in dataclasses.fields(cls)
+            if f.name not in _ENVELOPE and f.metadata.get("wire", True)]
 
 
 # -- run lifecycle ---------------------------------------------------------------------------
@@ -118,6 +128,12 @@ class RunForked(Event):
     # log folded to S); empty otherwise (a snapshot fork's rewound state). A durable store
     # may then keep the prefix by reference to R's log instead of a copy (SqliteStore).
     prefix_ref: dict[str, Any] = field(default_factory=dict)
+    # The state ``prefix_state`` is the wire form of, when whoever made the event holds it
+    # (a live fork's folded prefix): the reducer branches it instead of decoding the wire
+    # form (see ``reducers._apply_fork``). In memory only: not in the payload, so never
+    # stored, compared or shown; an event read back from a log has None.
+    prefix: RunState | None = field(default=None, compare=False, repr=False,
+                                    metadata=_NOT_WIRE)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -433,20 +449,26 @@ class _Builder:
     compare them for every event type; no event class has ``__post_init__``).
     """
 
-    __slots__ = ("cls", "fields")
+    __slots__ = ("cls", "fields", "unset")
 
     def __init__(self, cls: type[Event]) -> None:
         self.cls = cls
         self.fields = tuple(
             (getattr(cls, f.name).__set__, f.name, f.default,
              None if f.default_factory is dataclasses.MISSING else f.default_factory)
-            for f in dataclasses.fields(cls) if f.name not in _ENVELOPE)
+            for f in _payload_fields(cls))
+        # in-memory-only fields (``_NOT_WIRE``) take their default: a log never sets them
+        self.unset = tuple((getattr(cls, f.name).__set__, f.default)
+                           for f in dataclasses.fields(cls)
+                           if f.name not in _ENVELOPE and not f.metadata.get("wire", True))
 
     def build(self, envelope: tuple[Any, ...], payload: dict[str, Any]) -> Event | None:
         """The event, or None when ``payload`` has a key that is no payload field of the
         class or lacks a required one (what ``__init__`` refuses)."""
         event = object.__new__(self.cls)
         for set_slot, value in zip(_ENVELOPE_SLOTS, envelope, strict=True):
+            set_slot(event, value)
+        for set_slot, value in self.unset:
             set_slot(event, value)
         found = 0
         for set_slot, name, default, factory in self.fields:

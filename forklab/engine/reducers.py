@@ -12,7 +12,7 @@ run has while it executes and the state rebuilt from its log are the same by con
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import assert_never
 
 from forklab.engine.actions import (
@@ -88,6 +88,43 @@ def fold(events: Iterable[AnyEvent], state: RunState | None = None) -> RunState:
             check_next(state, event)
             evolve(state, event)
     return state
+
+
+WAYPOINTS = 8
+"""How many states :func:`fold_with_waypoints` keeps along a log (evenly spaced)."""
+
+
+def fold_with_waypoints(events: Sequence[AnyEvent]) -> tuple[RunState, tuple[RunState, ...]]:
+    """``fold(events)`` of a whole log (from seq 1), keeping :data:`WAYPOINTS` branches of
+    the state taken at evenly spaced seqs on the way: what :func:`fold_to` starts from, so
+    the state at any seq of the log costs at most an eighth of its fold, not a second fold.
+
+    A branch (:meth:`RunState.branch`) shares the finished executions, calls and values
+    with the state it was taken from, and folding on into either never changes the other:
+    the waypoints cost one pointer per execution, memory key and call each.
+    """
+    state = RunState()
+    waypoints: list[RunState] = []
+    step = -(-len(events) // WAYPOINTS) or 1
+    with collector_paused():
+        for start in range(0, len(events), step):
+            if start:
+                waypoints.append(state.branch())
+            fold(events[start:start + step], state)
+    return state, tuple(waypoints)
+
+
+def fold_to(events: Sequence[AnyEvent], seq: int,
+            waypoints: Sequence[RunState] = ()) -> RunState:
+    """The state at ``seq`` of a whole log (``events`` from seq 1, contiguous): a branch
+    of the last of ``waypoints`` (:func:`fold_with_waypoints` of the same log) at or
+    before ``seq``, folded on to it, else the log folded from seq 1. Either way exactly
+    ``fold`` of the events up to ``seq``."""
+    start = max((w for w in waypoints if w.version <= seq), key=lambda w: w.version,
+                default=None)
+    if start is None:
+        return fold(e for e in events if e.seq <= seq)
+    return fold(events[start.version:seq], start.branch())
 
 
 def _current(state: RunState, event: AnyEvent) -> Execution:
@@ -249,7 +286,12 @@ def _holders(prefix: RunState) -> tuple[tuple[str, int], ...]:
 
 
 def _apply_fork(state: RunState, event: RunForked) -> None:
-    prefix = RunState.from_wire(event.prefix_state)
+    # A live fork hands over the state its wire prefix was made from: branching it gives
+    # the state decoding the wire form gives (canonically equal), without the copy. A
+    # decoded event has none (and JSON never holds a RunState).
+    given = event.prefix
+    prefix = (given.branch() if isinstance(given, RunState)
+              else RunState.from_wire(event.prefix_state))
     holders = _holders(prefix)
     for name in RunState.__slots__:
         if name not in {"run_id", "version", "run_kind", "label", "parent_run_id",

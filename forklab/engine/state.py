@@ -357,6 +357,25 @@ class RunState:
         """An independent deep copy (the fold mutates the state it owns)."""
         return copy.deepcopy(self)
 
+    def branch(self) -> RunState:
+        """A copy that folding further events into never changes ``self``, made without
+        copying what nothing edits (what a live fork's state starts from: a 1,000-execution
+        prefix in well under a millisecond, where its wire form's decoding took ~25 ms).
+
+        Shared, not copied: finished executions and interrupted attempts (the reducers edit
+        only the open execution, ``current``, and append finished ones), calls, and the JSON
+        values held in memory, input, effects and changes (replaced, never edited in place;
+        a live run already shares them with its events). Every container a reducer edits in
+        place is fresh, the lists of ``arrivals`` too; an open ``current`` (a snapshot taken
+        inside a node) is copied whole. ``canonical_equals(branch().to_wire(), to_wire())``.
+        """
+        state = copy.copy(self)
+        for name in _EDITED_IN_PLACE:
+            setattr(state, name, copy.copy(getattr(self, name)))
+        state.arrivals = {node: list(arrived) for node, arrived in self.arrivals.items()}
+        state.current = copy.deepcopy(self.current)
+        return state
+
     def outcome(self) -> dict[str, Any]:
         """What fidelity compares: the run's result with identity and timestamps left out."""
         return {
@@ -370,6 +389,13 @@ class RunState:
             "output_tokens": self.output_tokens,
             "cost_usd": round(self.cost_usd, 8),
         }
+
+
+_EDITED_IN_PLACE = ("memory", "taint", "frontier", "iteration_nodes", "occurrences",
+                    "executions", "interrupted", "pending_writes", "pending_deletes",
+                    "pending_taint", "calls", "suppressed_effects", "discarded_reflections")
+"""The containers of a state that ``evolve`` edits in place (``RunState.branch`` copies
+them; the others it shares are replaced whole, never edited)."""
 
 
 def _call_wire(call: Call) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from forklab.engine.fork.lineage import Lineage, Link, forked_event
 from forklab.engine.fork.points import ForkPoint, RunIndex
 from forklab.engine.graph import GraphSpec, parse_stored_graph
 from forklab.engine.recording import RecordedRun
-from forklab.engine.reducers import fold
+from forklab.engine.reducers import fold, fold_with_waypoints
 from forklab.engine.state import Execution, RunState
 from forklab.engine.store import Store
 
@@ -57,12 +57,14 @@ class BaseRun:
 
 
 def _final_state(run_id: str, store: Store, events: list[AnyEvent], *,
-                 fold_log: bool = False) -> RunState:
+                 fold_log: bool = False) -> tuple[RunState, tuple[RunState, ...]]:
+    """The run's final state, and the waypoints of its log's fold when it was folded whole
+    (:func:`~forklab.engine.reducers.fold_with_waypoints`: a prefix starts from one)."""
     stored = None if fold_log else store.load_final_state(run_id)  # no log folded twice
     if stored is not None and (not events or stored.version == events[-1].seq):
-        return stored
+        return stored, ()
     if events and events[0].seq == 1:
-        return fold(events)
+        return fold_with_waypoints(events)
     snapshot = store.load_snapshot(run_id)
     last = store.last_seq(run_id)
     if snapshot is None or (not events and snapshot.version < last):
@@ -71,7 +73,7 @@ def _final_state(run_id: str, store: Store, events: list[AnyEvent], *,
             + ("" if snapshot is None else f" and its newest snapshot (seq {snapshot.version}) "
                f"is not its end (seq {last})")
             + "; it cannot be forked — save runs you care about as cases", run_id=run_id)
-    return fold([e for e in events if e.seq > snapshot.version], snapshot)
+    return fold([e for e in events if e.seq > snapshot.version], snapshot), ()
 
 
 def load_base(base: str | RecordedRun, *, store: Store | None, env: Environment | None,
@@ -104,7 +106,7 @@ def _load_base(base: str | RecordedRun, *, store: Store | None, env: Environment
             raise SourceMissing(f"run {run_id!r} was archived and its events are gone; it "
                                 "cannot be forked", run_id=run_id)
         raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
-    state = _final_state(run_id, store, events, fold_log=fold_log)
+    state, waypoints = _final_state(run_id, store, events, fold_log=fold_log)
     if require_finished and not state.finished:
         raise RunInProgress(
             f"run {run_id!r} is {state.status}; only a finished run can be forked — wait for "
@@ -116,7 +118,7 @@ def _load_base(base: str | RecordedRun, *, store: Store | None, env: Environment
             run_id=run_id, recorded=state.replay_version, current=REPLAY_VERSION)
     graph = graph_of(state, events, store)
     head = Link(run_id=run_id, events=list(events), state=state, graph=graph,
-                forked=forked_event(events))
+                forked=forked_event(events), waypoints=waypoints)
     lineage = Lineage.load(head, store)
     index = RunIndex.build(events, state, reads_of=lineage.reads_of, missing=lineage.missing)
     return BaseRun(run_id=run_id, store=store, env=env, events=events, state=state,

@@ -37,7 +37,7 @@ from forklab.engine.fork.tail import Policy
 from forklab.engine.fork.variant import begin_variant, fork_runner, run_plan
 from forklab.engine.fork.wire import Budget
 from forklab.engine.recording import RecordedRun
-from forklab.engine.reducers import fold, rewind_to_boundary
+from forklab.engine.reducers import fold, fold_to, rewind_to_boundary
 from forklab.engine.state import Execution, RunState
 from forklab.engine.store import Store
 
@@ -56,7 +56,7 @@ def prefix_folder(base: BaseRun, point: ForkPoint) -> Callable[[], RunState]:
     events = link.events
     first = events[0].seq if events else 0
     if first == 1:
-        return lambda: fold([e for e in events if e.seq <= point.seq])
+        return lambda: fold_to(events, point.seq, link.waypoints)
     usable = [v for v in base.store.snapshot_versions(link.run_id) if v <= point.seq]
     if not usable or usable[-1] < first - 1:
         raise ForkPointNotFound(

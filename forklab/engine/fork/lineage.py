@@ -42,6 +42,9 @@ class Link:
     state: RunState | None  # None when its events are gone (archived)
     graph: GraphSpec | None
     forked: RunForked | None = None
+    # states along ``events``' fold (``reducers.fold_with_waypoints``), when it was folded
+    # whole: a prefix of the log is folded on from the nearest (``reducers.fold_to``)
+    waypoints: tuple[RunState, ...] = ()
 
     @property
     def own_start(self) -> int:

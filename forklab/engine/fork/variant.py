@@ -69,8 +69,9 @@ def _begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
                 graph_version=base.state.graph_version, graph_hash=graph_hash(plan.graph),
                 input=plan.new_input, start=plan.graph.start, run_kind=RunKind.COUNTERFACTUAL,
                 replay_version=REPLAY_VERSION, label=label, parent_run_id=base.run_id)
+    prefix = plan.prefix_state
     runner.emit(RunForked, base_run_id=base.run_id, fork_sequence_id=plan.point.seq,
-                fork_node_id=plan.effective.node, prefix_state=plan.prefix_state.to_wire(),
+                fork_node_id=plan.effective.node, prefix_state=prefix.to_wire(), prefix=prefix,
                 changes=plan.combined, inherited_changes=len(plan.inherited),
                 graph=plan.graph.to_wire(), fork_group_id=fork_group_id,
                 policy=plan.policy.wire(), budget=plan.budget.wire(), memoize=plan.memoize,
