@@ -57,16 +57,35 @@ def canonical_json_stripped(value: Any) -> str:
     json module raises TypeError on those it cannot write, as before. (orjson still writes
     a plain ``Enum`` or a ``UUID`` — the json module would refuse them; engine values are
     plain JSON data, so neither reaches here.)"""
+    text = orjson_canonical(value)
+    return _CANONICAL.encode(value) if text is None else text
+
+
+def orjson_canonical(value: Any) -> str | None:
+    """orjson's text of ``value`` when it is provably :func:`canonical_json_stripped`'s
+    (see there), else None.
+
+    Then so is orjson's text of every value nested in ``value``, and of a mapping of ``value``
+    with some keys left out: orjson writes a nested value the same wherever it stands, so
+    those texts are made of pieces of this one joined by ``{``, ``,`` and ``}``, which
+    cannot start or end a ``null``, a ``.0000`` or a digit followed by ``e`` — what the
+    checks look for. :func:`unchecked_canonical` writes them without the checks."""
     try:
         data = orjson.dumps(value, option=_ORJSON_OPTIONS)
     except TypeError:
-        return _CANONICAL.encode(value)
+        return None
     if b"null" in data or b".0000" in data:
-        return _CANONICAL.encode(value)
+        return None
     marked = data.translate(_DIGITS_TO_ZERO)  # a digit then e/E: find beats a regex 10x
     if b"0e" in marked or b"0E" in marked:
-        return _CANONICAL.encode(value)
+        return None
     return data.decode()
+
+
+def unchecked_canonical(value: Any) -> str:
+    """orjson's text of ``value``, unchecked: :func:`canonical_json_stripped`'s only for a
+    part of a value :func:`orjson_canonical` wrote (see there)."""
+    return orjson.dumps(value, option=_ORJSON_OPTIONS).decode()
 
 
 _STORED = json.JSONEncoder(ensure_ascii=False)
