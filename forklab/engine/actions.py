@@ -168,6 +168,30 @@ _FIELDS: dict[type, tuple[str, ...]] = {
 }
 
 
+_SLOTS: dict[type, tuple[tuple[str, Any, Any], ...]] = {
+    cls: tuple((f.name, getattr(cls, f.name).__get__, getattr(cls, f.name).__set__)
+               for f in dataclasses.fields(cls))
+    for cls in ACTION_TYPES.values()
+}
+"""Each record class's fields as (name, slot getter, slot setter), in declaration order."""
+_NAMES = {cls: frozenset(name for name, _, _ in slots) for cls, slots in _SLOTS.items()}
+
+def replaced[R: _Record](record: R, **changes: Any) -> R:
+    """``dataclasses.replace(record, **changes)`` without the frozen ``__init__``
+    (``object.__setattr__`` per field): each slot set through its descriptor, from
+    ``changes`` or from ``record``. No record class has ``__post_init__`` or a field
+    ``init`` leaves out, so this is the record ``replace`` makes, field for field (tests
+    compare them); a change naming no field of the record raises TypeError, as there. A
+    fork tail serves each of its calls' records this way (``memoized.reused_actions``)."""
+    cls = type(record)
+    if not changes.keys() <= _NAMES[cls]:
+        raise TypeError(f"{cls.__name__} has no field among {sorted(changes)}")
+    new = object.__new__(cls)
+    for name, get, set_slot in _SLOTS[cls]:
+        set_slot(new, changes[name] if name in changes else get(record))
+    return new
+
+
 def served_wire(record: Action) -> dict[str, Any]:
     """``record``'s wire form without ``seq`` (how a ``node.reused`` payload lists it)."""
     return _with_fields({"type": record.TYPE}, record)

@@ -484,6 +484,29 @@ class _Builder:
         return event if found == len(payload) else None
 
 
+def node_reused(run_id: str, seq: int, at: float, node: str, occurrence: int, iteration: int,
+                *, kind: str, fingerprint: str, reads: dict[str, Any],
+                actions: tuple[Action, ...], writes: dict[str, Any], deletes: list[str],
+                tainted: list[str], next: list[str], waiting: list[str]) -> NodeReused:
+    """``NodeReused(...)`` of these fields, built without its ``__init__``: a fork tail
+    builds one per served node, and the frozen ``__init__`` (``object.__setattr__`` per
+    field, 15 of them) was half of it. Every field is given, so this is the object
+    ``__init__`` makes, field for field (tests compare them)."""
+    event = object.__new__(NodeReused)
+    for set_slot, value in zip(_REUSED_SLOTS, (
+            run_id, seq, at, node, occurrence, iteration, kind, fingerprint, reads, actions,
+            writes, deletes, tainted, next, waiting), strict=True):
+        set_slot(event, value)
+    return event
+
+
+_REUSED_ORDER = (*_ENVELOPE_ORDER, "kind", "fingerprint", "reads", "actions", "writes",
+                 "deletes", "tainted", "next", "waiting")
+if sorted(_REUSED_ORDER) != sorted(f.name for f in dataclasses.fields(NodeReused)):
+    raise AssertionError("node_reused must set every field of NodeReused")  # pragma: no cover
+_REUSED_SLOTS = tuple(getattr(NodeReused, name).__set__ for name in _REUSED_ORDER)
+
+
 _BUILDERS: dict[type[Event], _Builder] = {}
 
 

@@ -41,6 +41,8 @@ from forklab.engine.canonical import (
     fingerprint,
     hash_text,
     loads,
+    orjson_canonical,
+    unchecked_canonical,
 )
 from forklab.engine.collector import collector_paused
 from forklab.engine.errors import GraphValidationError, UnboundedCycleError, UnknownNodeReference
@@ -430,7 +432,9 @@ def _bulk_fingerprint_parts(graph: GraphSpec) -> dict[str, FingerprintParts]:
     """
     dumped = graph.model_dump(mode="json", include={"nodes": True}, exclude_none=True,
                               exclude={"nodes": {"__all__": {"description"}}})["nodes"]
-    encode = canonical_json_stripped
+    # the texts below are parts of the dump's: checked once for all (orjson_canonical)
+    encode = (canonical_json_stripped if orjson_canonical(dumped) is None
+              else unchecked_canonical)
     parts: dict[str, FingerprintParts] = {}
     for node, config in zip(graph.nodes, dumped, strict=True):
         agent = config.get("agent")

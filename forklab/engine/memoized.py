@@ -24,6 +24,7 @@ from forklab.engine.actions import (
     RouteTaken,
     ToolCall,
     ToolResult,
+    replaced,
 )
 from forklab.engine.context import NodeContext, write_memory
 from forklab.engine.events import (
@@ -112,30 +113,13 @@ def reused_actions(recorded: Execution, seq: int) -> tuple[Action, ...]:
     latency)."""
     served: list[Action] = []
     for a in recorded.actions:
-        match a:
+        match a:  # every field copied but these (actions.replaced: no __init__ per record)
             case AgentAnswer():
-                served.append(AgentAnswer(
-                    seq=seq, request_hash=a.request_hash, text=a.text, role=a.role,
-                    index=a.index, model=a.model, input_tokens=a.input_tokens,
-                    output_tokens=a.output_tokens, cost_usd=a.cost_usd, latency_ms=0.0,
-                    label="reused"))
+                served.append(replaced(a, seq=seq, latency_ms=0.0, label="reused"))
             case ToolCall():
-                served.append(ToolCall(seq=seq, args_hash=a.args_hash, args=a.args,
-                                       tool=a.tool))
-            case ToolResult():
-                served.append(ToolResult(seq=seq, result=a.result, label="reused"))
-            case CallFailure():
-                served.append(CallFailure(seq=seq, kind=a.kind, role=a.role, index=a.index,
-                                          model=a.model, label="reused", error=a.error,
-                                          request_hash=a.request_hash))
-            case HumanDecision():
-                served.append(HumanDecision(seq=seq, decision=a.decision, data=a.data,
-                                            memory_updates=a.memory_updates, label="reused"))
-            case ChildOutcome():
-                served.append(ChildOutcome(
-                    seq=seq, child_run_id=a.child_run_id, status=a.status, output=a.output,
-                    label="reused", cost_usd=a.cost_usd, input_tokens=a.input_tokens,
-                    output_tokens=a.output_tokens, tainted=a.tainted))
+                served.append(replaced(a, seq=seq))
+            case ToolResult() | CallFailure() | HumanDecision() | ChildOutcome():
+                served.append(replaced(a, seq=seq, label="reused"))
             case AgentAsked() | ChildStarted() | RouteTaken():
                 pass
             case _:

@@ -65,13 +65,13 @@ from forklab.engine.events import (
     NodeCompleted,
     NodeFailed,
     NodeInterrupted,
-    NodeReused,
     NodeStarted,
     RunBlocked,
     RunCancelled,
     RunCompleted,
     RunFailed,
     RunStarted,
+    node_reused,
 )
 from forklab.engine.graph import END, GraphSpec
 from forklab.engine.inputs import check_json_value
@@ -175,7 +175,10 @@ class Runner:
         # microsecond precision: what the wire form (ISO time) keeps, so a log read back from
         # a durable store folds to exactly the state the runner had
         at = round(self.env.clock(), 6) if at is None else at
-        event = cls(run_id=self.run_id, seq=self.state.version + 1, at=at, **fields)
+        return self._queue(cls(run_id=self.run_id, seq=self.state.version + 1, at=at, **fields))
+
+    def _queue(self, event: Event) -> Event:
+        """Fold ``event`` (built at the state's version + 1) and queue it (see :meth:`emit`)."""
         evolve(self.state, event)  # type: ignore[arg-type]
         if self._call_began is not None:  # the first event after a call: it has returned
             self._last_call_s = time.monotonic() - self._call_began
@@ -462,11 +465,11 @@ class Runner:
         ready, waiting = successors(self.graph, self.state, call.node,
                                     served_route(node, recorded))
         self._settle(call)
-        # the records are built with the seq emit gives the event (the fold shares them)
-        self.emit(NodeReused, node=call.node, occurrence=call.occurrence,
-                  iteration=call.iteration, kind=call.kind, fingerprint=call.fingerprint,
-                  reads=call.reads, next=ready, waiting=waiting,
-                  **reused_payload(node, tainted, recorded, self.state.version + 1))
+        seq = self.state.version + 1  # the records carry the event's seq (the fold shares them)
+        self._queue(node_reused(
+            self.run_id, seq, round(self.env.clock(), 6), call.node, call.occurrence,
+            call.iteration, kind=call.kind, fingerprint=call.fingerprint, reads=call.reads,
+            next=ready, waiting=waiting, **reused_payload(node, tainted, recorded, seq)))
 
     def _execute(self, call: NodeCall, substitute: dict[str, Any] | None, memo: Any) -> None:
         """Execute the head node in place, its events queued as they happen (see flush points)."""

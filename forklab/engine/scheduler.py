@@ -272,7 +272,7 @@ class Scheduler:
                                        occurrence=p.occurrence, iteration=p.iteration)
             p.call = NodeCall(node=node_id, kind=p.node.kind, occurrence=p.occurrence,
                               iteration=p.iteration, fingerprint=fp, reads=reads)
-            p.tainted = frozenset(k for k in reads if k in state.taint)
+            p.tainted = frozenset(state.taint.intersection(reads))  # keys read and tainted
             # served without a call (a substituted output, a memo hit): run at the head
             oracle = self.runner.oracle
             p.instant = oracle.output(p.call) is not None

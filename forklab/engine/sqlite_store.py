@@ -42,7 +42,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from forklab.engine.canonical import canonical_equals, loads
+from forklab.engine.canonical import canonical_equals, loads, stored_json
 from forklab.engine.errors import GraphNotFound, RunNotFound, SeqConflictError, SourceMissing
 from forklab.engine.events import AnyEvent, Event, RunForked, RunStarted, from_wire
 from forklab.engine.graph import GraphSpec, parse_stored_graph
@@ -50,15 +50,6 @@ from forklab.engine.graph_delta import StoredVersion, apply_delta, delta
 from forklab.engine.reducers import fold
 from forklab.engine.state import RunState
 from forklab.engine.store import check_append, final_state_from_snapshots
-
-_BODY = json.JSONEncoder(ensure_ascii=False, check_circular=False)
-"""An event body's JSON: ``json.dumps(wire, ensure_ascii=False)`` without building an
-encoder per event (``encode`` keeps no state between calls). Without the circular-reference
-check (a dictionary of container ids per call, ~9% of the encoding; the text is the same):
-what events hold is checked input — run input, model replies, tool results, API bodies pass
-``check_json_value``, which bounds their depth — or plain data the engine builds, so it has
-no cycles; were one to slip through, the encoder would raise RecursionError instead of
-ValueError, and nothing would be written either way."""
 
 BUSY_TIMEOUT_S = 30.0
 WAL_CHECKPOINT_PAGES = 10_000
@@ -176,9 +167,8 @@ class SqliteStore:
                 if not events:
                     return
                 moved = False
-            encode = _BODY.encode
-            rows = [(run_id, e.seq, e.TYPE, e.at, encode(self._stored_wire(conn, e, events)))
-                    for e in events]
+            rows = [(run_id, e.seq, e.TYPE, e.at,
+                     stored_json(self._stored_wire(conn, e, events))) for e in events]
             try:
                 conn.executemany(
                     "INSERT INTO events (run_id, seq, type, at, body) VALUES (?, ?, ?, ?, ?)",

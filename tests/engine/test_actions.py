@@ -150,3 +150,23 @@ def test_the_fold_gives_a_served_node_the_event_s_records_themselves() -> None:
     assert state.executions[0].actions[0] is served[0]
     assert (state.input_tokens, state.output_tokens, state.cost_usd) == (1, 2, 0.5)
     assert [c.label for c in state.calls] == ["reused"]
+
+
+@given(st.data(), records)
+def test_replaced_is_what_dataclasses_replace_makes(data: st.DataObject,
+                                                    record: Action) -> None:
+    names = [f.name for f in dataclasses.fields(record)]
+    changed = data.draw(st.lists(st.sampled_from(names), unique=True), label="changed")
+    changes = {name: data.draw(_VALUES[name], label=name) for name in changed}
+
+    made = actions.replaced(record, **changes)
+    expected = dataclasses.replace(record, **changes)
+
+    assert type(made) is type(expected) and made == expected
+    assert all(getattr(made, name) is getattr(expected, name) for name in names)
+
+
+def test_replaced_refuses_a_change_naming_no_field() -> None:
+    record = ToolResult(seq=1, result=None, label="live")
+    with pytest.raises(TypeError, match="no field"):
+        actions.replaced(record, seq=2, latency_ms=0.0)

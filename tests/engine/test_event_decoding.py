@@ -13,7 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from forklab.engine import actions
-from forklab.engine.events import _ENVELOPE, EVENT_TYPES, Event, NodeReused, from_wire
+from forklab.engine.events import (
+    _ENVELOPE,
+    EVENT_TYPES,
+    Event,
+    NodeReused,
+    from_wire,
+    node_reused,
+)
 from forklab.engine.scenarios import SCENARIOS
 from tests.engine.golden_tool import load_golden
 from tests.engine.test_actions import records
@@ -103,3 +110,16 @@ def test_every_golden_event_decodes_to_what_its_init_builds(name: str) -> None:
                        node=wire["node"], occurrence=wire["occurrence"],
                        iteration=wire["iteration"], **wire["payload"])
         assert _fields(from_wire(wire)) == _fields(expected)
+
+
+@given(data=st.data())
+def test_node_reused_builds_what_its_init_builds(data: st.DataObject) -> None:
+    payload = {f.name: data.draw(_values(NodeReused, f.name), label=f.name)
+               for f in _payload_fields(NodeReused)}
+    fields = {**ENVELOPE, **_typed(NodeReused, payload)}
+
+    built = node_reused(**fields)
+    expected = NodeReused(**fields)
+
+    assert type(built) is NodeReused and built == expected
+    assert all(getattr(built, name) is getattr(expected, name) for name in _fields(expected))

@@ -188,3 +188,25 @@ def test_the_one_pass_leaves_nulls_registry_agents_and_roles_to_the_per_node_pat
             assert tuple(fresh.fingerprint_parts(node.id)) == _reference_parts(fresh, node), \
                 (per_node_first, node.id)
         assert fresh._fingerprint_parts.complete == (per_node_first < len(fresh.nodes))
+
+
+@pytest.mark.parametrize("odd", [None, {"n": 1e-05}, {"n": 2**70}, {"n": 0.00001, "m": 1.5}])
+def test_the_one_pass_writes_the_per_node_texts_whether_or_not_its_dump_checks_once(
+        odd: dict[str, Any] | None) -> None:
+    """The pass checks the whole dump's orjson text once and then writes each node's parts
+    unchecked; a dump that fails the check (a float orjson writes otherwise, a wide
+    integer) takes the checked path per node. The texts are the per-node ones either way."""
+    nodes: list[dict[str, Any]] = [{"id": "fan", "kind": "tool", "tool": "t.x", "writes": ["f"]}]
+    for i in range(40):
+        nodes.append({"id": f"w{i}", "kind": "agent", "reads": ["f"], "writes": [f"w{i}"],
+                      "prompt": "{f} é\u2028\"" * (i % 3),
+                      "agent": {"system_prompt": f"worker {i} \U0001f600", "temperature": i / 21,
+                                "params": {"k": [i, 2.5, {"z": "e-5", "a": True}]}}})
+    if odd is not None:
+        nodes[20]["agent"]["params"] = odd
+    graph = parse_graph({"id": "checked", "start": "fan", "nodes": nodes,
+                         "edges": [{"from": "fan", "to": f"w{i}"} for i in range(40)]})
+    bulk = _bulk_fingerprint_parts(graph)
+    assert len(bulk) == len(nodes)
+    for node in graph.nodes:
+        assert tuple(bulk[node.id]) == _reference_parts(graph, node), node.id
