@@ -93,6 +93,21 @@ def test_a_fork_that_stopped_early_shows_not_reached_steps(world: World) -> None
     assert "not reached</span>" in html.split('id="path"')[1]
 
 
+def test_a_cancelled_forks_diff_page_shows_not_reached_steps_not_its_stored_skips(
+        world: World) -> None:
+    """A fork that stopped early has a stored result too, but its stored (SPEC §4.6) diff
+    leaves out the dashboard's "not reached" marks: the page diffs again rather than show
+    those steps as skipped."""
+    base = world.runs["order-fulfilment"]
+    assert world.client("bob").post(f"/forks/{world.paused_fork}/cancel/").status_code == 302
+    fork = world.run(world.paused_fork)
+    assert fork.status == "cancelled" and queries.fork_result(fork) is not None
+    html = page(world.client("bob").get(f"/compare/{base}/{world.paused_fork}/"))
+    assert re.search(r'class="step op-not_reached"[^>]*>\?send_email</a>', html)
+    assert "not reached</span>" in html.split('id="path"')[1]
+    queries.clear_caches()
+
+
 def test_every_label_has_a_legend_on_the_run_and_diff_pages(world: World) -> None:
     client = world.client("bob")
     for url in (f"/runs/{world.fork}/", f"/compare/{world.runs['research-write']}/{world.fork}/"):
