@@ -2,7 +2,7 @@
 
 :func:`collector_paused` turns it off for a bounded pass that builds long-lived structures
 from a whole input (a fold, the fork index, a base load, a graph parse, a graph's store and
-hash). Reference counting still frees everything; only cycle detection waits until the pass
+hash, its nodes' fingerprint parts). Reference counting still frees everything; only cycle detection waits until the pass
 ends. It leaves a collector that was already off off (so sections nest) and re-enables one
 that was on. The collector is process-wide: two passes in two threads overlap their pauses
 harmlessly (the last one out may find it on already; collections still happen).

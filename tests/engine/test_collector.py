@@ -65,3 +65,25 @@ def test_a_run_collects_its_cyclic_garbage_while_it_runs(collector_on: None) -> 
     assert gc.isenabled()
     # cycles made early in the run were found before it ended
     assert during[-1] > 0
+
+
+def test_the_one_fingerprint_parts_pass_runs_with_the_collector_paused(
+        collector_on: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass that writes every node's fingerprint parts is bounded by the graph and its
+    texts live as long as the graph: it pauses the collector, which is on again after."""
+    from forklab.engine import graph as graph_module
+
+    during: list[bool] = []
+    bulk = graph_module._bulk_fingerprint_parts
+
+    def spy(graph: Any) -> Any:
+        during.append(gc.isenabled())
+        return bulk(graph)
+
+    monkeypatch.setattr(graph_module, "_bulk_fingerprint_parts", spy)
+    monkeypatch.setattr(graph_module, "PER_NODE_FIRST", 1)
+    graph = parse_graph(_chain(4))
+    for node in graph.nodes:
+        graph.fingerprint_parts(node.id)
+    assert during == [False]
+    assert gc.isenabled()
