@@ -61,6 +61,7 @@ checkpointed a 1,000-node chain five times while it ran. With 10,000 such a run
 checkpoints once, when the file's last connection closes (which also deletes the WAL). The
 price is disk: the WAL grows to ~40 MB before it is reused; readers are unaffected (they
 find a page through the WAL index whatever its size)."""
+_BY_REFERENCE = frozenset({"prefix_state"})  # what a fork keeps by reference to a log
 PREFIX_CACHE_CHARS = 64 * 1024 * 1024  # JSON text of fork prefixes kept per store
 VERSION_CACHE_SIZE = 8  # stored graph versions kept decoded for fork graph deltas
 
@@ -209,16 +210,15 @@ class SqliteStore:
         """The body stored for ``event``: its wire form, minus what a fork's ``run.forked``
         can keep by reference (see the module invariants): its prefix state when a whole log
         in this file folds to it, its graph when a stored version plus a delta rebuilds it."""
-        wire = event.to_wire()
         if not isinstance(event, RunForked):
-            return wire
-        payload = wire["payload"] = dict(wire["payload"])
+            return event.to_wire()
         ref_run, ref_seq = event.prefix_ref.get("run_id"), event.prefix_ref.get("seq")
-        prefix = event.prefix_state
-        if (isinstance(ref_run, str) and isinstance(ref_seq, int)
-                and prefix.get("run_id") == ref_run and prefix.get("version") == ref_seq
-                and self._whole_log_upto(conn, ref_run, ref_seq)):
-            del payload["prefix_state"]
+        by_reference = (isinstance(ref_run, str) and isinstance(ref_seq, int)
+                        and event.prefix_names() == (ref_run, ref_seq)
+                        and self._whole_log_upto(conn, ref_run, ref_seq))
+        # left out before it is made: a live fork's prefix wire form is made on first read
+        wire = event.to_wire(_BY_REFERENCE if by_reference else frozenset())
+        payload = wire["payload"]
         graph_delta = self._graph_delta(conn, event.graph, batch)
         if graph_delta is not None:
             del payload["graph"]
