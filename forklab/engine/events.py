@@ -51,19 +51,15 @@ class Event:
     def type(self) -> str:
         return self.TYPE
 
-    def payload(self, omit: frozenset[str] = frozenset()) -> dict[str, Any]:
-        """The payload fields by name (a fresh dict), but those named in ``omit``."""
+    def payload(self) -> dict[str, Any]:
         names = _PAYLOAD_FIELDS.get(type(self))
         if names is None:  # the payload's field names, in declaration order, once per class
             names = tuple(f.name for f in _payload_fields(type(self)))
             _PAYLOAD_FIELDS[type(self)] = names
-        if omit:
-            names = tuple(name for name in names if name not in omit)
         return {name: getattr(self, name) for name in names}
 
-    def to_wire(self, omit: frozenset[str] = frozenset()) -> dict[str, Any]:
-        """JSON-ready form: the Event shape of SPEC §4.6 plus ``run_id`` and ``v``; the
-        payload fields named in ``omit`` left out (a store keeping them elsewhere)."""
+    def to_wire(self) -> dict[str, Any]:
+        """JSON-ready form: the Event shape of SPEC §4.6 plus ``run_id`` and ``v``."""
         return {
             "run_id": self.run_id,
             "seq": self.seq,
@@ -72,7 +68,7 @@ class Event:
             "node": self.node,
             "occurrence": self.occurrence,
             "iteration": self.iteration,
-            "payload": self.payload(omit),
+            "payload": self.payload(),
             "at": datetime.fromtimestamp(self.at, UTC).isoformat(),
         }
 

@@ -33,6 +33,7 @@ Invariants (on top of the protocol's, see :mod:`forklab.engine.store`):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -61,7 +62,6 @@ checkpointed a 1,000-node chain five times while it ran. With 10,000 such a run
 checkpoints once, when the file's last connection closes (which also deletes the WAL). The
 price is disk: the WAL grows to ~40 MB before it is reused; readers are unaffected (they
 find a page through the WAL index whatever its size)."""
-_BY_REFERENCE = frozenset({"prefix_state"})  # what a fork keeps by reference to a log
 PREFIX_CACHE_CHARS = 64 * 1024 * 1024  # JSON text of fork prefixes kept per store
 VERSION_CACHE_SIZE = 8  # stored graph versions kept decoded for fork graph deltas
 
@@ -216,9 +216,12 @@ class SqliteStore:
         by_reference = (isinstance(ref_run, str) and isinstance(ref_seq, int)
                         and event.prefix_names() == (ref_run, ref_seq)
                         and self._whole_log_upto(conn, ref_run, ref_seq))
-        # left out before it is made: a live fork's prefix wire form is made on first read
-        wire = event.to_wire(_BY_REFERENCE if by_reference else frozenset())
+        if by_reference:  # replaced, not read: a live fork's prefix wire form is made on
+            event = dataclasses.replace(event, prefix_state={})  # first read (never, here)
+        wire = event.to_wire()
         payload = wire["payload"]
+        if by_reference:
+            del payload["prefix_state"]
         graph_delta = self._graph_delta(conn, event.graph, batch)
         if graph_delta is not None:
             del payload["graph"]

@@ -41,8 +41,6 @@ def test_a_deferred_prefix_reads_as_the_wire_form_made_when_the_event_was(data) 
     assert canonical_equals(deferred.to_wire(), eager.to_wire())
     assert deferred == eager
     assert _SLOT.__get__(deferred) is deferred.prefix_state  # made once, then kept
-    assert "prefix_state" not in _forked(prefix, PREFIX_FROM_STATE).to_wire(
-        frozenset({"prefix_state"}))["payload"]
 
 
 def test_a_deferred_prefix_without_its_state_is_refused() -> None:
