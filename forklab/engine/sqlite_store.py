@@ -46,7 +46,7 @@ from pathlib import Path
 from forklab.engine.canonical import canonical_equals, loads, stored_json
 from forklab.engine.errors import GraphNotFound, RunNotFound, SeqConflictError, SourceMissing
 from forklab.engine.events import AnyEvent, Event, RunForked, RunStarted, from_wire
-from forklab.engine.graph import GraphSpec, parse_stored_graph
+from forklab.engine.graph import GraphSpec, parse_stored_text
 from forklab.engine.graph_delta import StoredVersion, apply_delta, delta
 from forklab.engine.reducers import fold
 from forklab.engine.state import RunState
@@ -250,11 +250,15 @@ class SqliteStore:
             if body is None:
                 return None
             found = StoredVersion(loads(body))
-            with self._lock:  # a stored version never changes: the entry never goes stale
-                self._versions[key] = found
-                while len(self._versions) > VERSION_CACHE_SIZE:
-                    self._versions.popitem(last=False)
+            self._keep_version(key, found)
         return found
+
+    def _keep_version(self, key: tuple[str, int], version: StoredVersion) -> None:
+        with self._lock:  # a stored version never changes: the entry never goes stale
+            self._versions[key] = version
+            self._versions.move_to_end(key)
+            while len(self._versions) > VERSION_CACHE_SIZE:
+                self._versions.popitem(last=False)
 
     @staticmethod
     def _graph_body(conn: sqlite3.Connection, graph_id: str, version: int) -> str | None:
@@ -364,18 +368,21 @@ class SqliteStore:
         """A stored version (latest when None); raises GraphNotFound."""
         conn = self._conn()
         if version is None:
-            row = conn.execute("SELECT body FROM graphs WHERE graph_id = ? ORDER BY version "
-                               "DESC LIMIT 1", (graph_id,)).fetchone()
+            row = conn.execute("SELECT version, body FROM graphs WHERE graph_id = ? ORDER BY "
+                               "version DESC LIMIT 1", (graph_id,)).fetchone()
         else:
-            row = conn.execute("SELECT body FROM graphs WHERE graph_id = ? AND version = ?",
-                               (graph_id, version)).fetchone()
+            row = conn.execute("SELECT version, body FROM graphs WHERE graph_id = ? AND "
+                               "version = ?", (graph_id, version)).fetchone()
         if row is None:
             raise GraphNotFound(
                 f"no graph {graph_id!r} version {version or 'latest'}; "
                 f"known versions: {self.graph_versions(graph_id) or 'none'}",
                 graph=graph_id, version=version,
             )
-        return parse_stored_graph(row[0])
+        graph, decoded = parse_stored_text(str(row[1]))
+        if decoded is not None:  # decoded now: a fork of a run on it diffs against it next
+            self._keep_version((graph_id, int(row[0])), StoredVersion(decoded))
+        return graph
 
     def graph_versions(self, graph_id: str) -> list[int]:
         rows = self._conn().execute(
