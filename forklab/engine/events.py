@@ -135,6 +135,54 @@ class RunForked(Event):
     prefix: RunState | None = field(default=None, compare=False, repr=False,
                                     metadata=_NOT_WIRE)
 
+    def prefix_names(self) -> tuple[object, object]:
+        """``prefix_state``'s ``run_id`` and ``version``, read without making a deferred
+        wire form (:data:`PREFIX_FROM_STATE`)."""
+        if self.prefix is not None:
+            return self.prefix.run_id, self.prefix.version
+        return self.prefix_state.get("run_id"), self.prefix_state.get("version")
+
+
+class _Deferred(dict[str, Any]):
+    """The type of :data:`PREFIX_FROM_STATE` (only its one instance is ever made)."""
+
+
+PREFIX_FROM_STATE: dict[str, Any] = _Deferred()
+"""``RunForked(prefix_state=PREFIX_FROM_STATE, prefix=state)``: the event's
+``prefix_state`` is ``state.to_wire()``, made on its first read (then kept), not when the
+event is made. A live fork's prefix is a 1,000-execution state whose wire form took ~5 ms,
+and a store keeping the prefix by reference (SqliteStore) never reads it. Sound because a
+prefix state is read-only once folded (nothing edits a fork's prefix: the reducer branches
+it; see ``fork.core.SharedPrefixes``), so the wire form made later is the one made now."""
+
+
+class _PrefixWire:
+    """``RunForked.prefix_state`` read through its slot: :data:`PREFIX_FROM_STATE` there
+    reads as the wire form of the event's ``prefix``, made once and stored in the slot.
+    Writes (``__init__``, the log decoder's builder) go to the slot unchanged."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: Any) -> None:
+        self.slot = slot
+
+    def __get__(self, event: RunForked | None, owner: type | None = None) -> Any:
+        if event is None:
+            return self
+        value = self.slot.__get__(event, owner)
+        if value is PREFIX_FROM_STATE:
+            if event.prefix is None:
+                raise TypeError("run.forked: a deferred prefix_state needs the prefix state")
+            value = event.prefix.to_wire()
+            self.slot.__set__(event, value)  # frozen: the slot itself, as __init__ does
+        return value
+
+    def __set__(self, event: RunForked, value: dict[str, Any]) -> None:
+        self.slot.__set__(event, value)
+
+
+setattr(RunForked, "prefix_state", _PrefixWire(RunForked.__dict__["prefix_state"]))  # noqa: B010
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ChangeApplied(Event):

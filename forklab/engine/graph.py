@@ -714,17 +714,32 @@ def parse_stored_graph(data: str | dict[str, Any]) -> GraphSpec:
     content. Only JSON-shaped data (string keys) may come here — the key is its JSON text.
     Keeps the newest :data:`_PARSED_MAX` graphs.
     """
-    text = data if isinstance(data, str) else json.dumps(data, sort_keys=True)
+    if isinstance(data, str):
+        return parse_stored_text(data)[0]
+    return _parse_cached(json.dumps(data, sort_keys=True), data)[0]
+
+
+def parse_stored_text(text: str) -> tuple[GraphSpec, dict[str, Any] | None]:
+    """:func:`parse_stored_graph` of JSON text, and the wire dict it decoded the text to
+    when the graph was not cached (None on a hit): a store that also diffs graphs against
+    this version (``SqliteStore``'s fork graph deltas) keeps it instead of decoding the
+    text a second time. Validation never edits it; whoever keeps it must not either."""
+    return _parse_cached(text, None)
+
+
+def _parse_cached(text: str, data: dict[str, Any] | None,
+                  ) -> tuple[GraphSpec, dict[str, Any] | None]:
     with _parsed_lock:
         hit = _parsed.get(text)
     if hit is not None:
-        return hit
-    graph = parse_graph(loads(text) if isinstance(data, str) else data)
+        return hit, None
+    decoded: dict[str, Any] = loads(text) if data is None else data
+    graph = parse_graph(decoded)
     with _parsed_lock:
         _parsed[text] = graph
         while len(_parsed) > _PARSED_MAX:
             del _parsed[next(iter(_parsed))]
-    return graph
+    return graph, decoded
 
 
 def loads_graph(text: str, *, fmt: Literal["json", "yaml"] = "yaml") -> GraphSpec:

@@ -33,6 +33,7 @@ Invariants (on top of the protocol's, see :mod:`forklab.engine.store`):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -45,7 +46,7 @@ from pathlib import Path
 from forklab.engine.canonical import canonical_equals, loads, stored_json
 from forklab.engine.errors import GraphNotFound, RunNotFound, SeqConflictError, SourceMissing
 from forklab.engine.events import AnyEvent, Event, RunForked, RunStarted, from_wire
-from forklab.engine.graph import GraphSpec, parse_stored_graph
+from forklab.engine.graph import GraphSpec, parse_stored_text
 from forklab.engine.graph_delta import StoredVersion, apply_delta, delta
 from forklab.engine.reducers import fold
 from forklab.engine.state import RunState
@@ -209,15 +210,17 @@ class SqliteStore:
         """The body stored for ``event``: its wire form, minus what a fork's ``run.forked``
         can keep by reference (see the module invariants): its prefix state when a whole log
         in this file folds to it, its graph when a stored version plus a delta rebuilds it."""
-        wire = event.to_wire()
         if not isinstance(event, RunForked):
-            return wire
-        payload = wire["payload"] = dict(wire["payload"])
+            return event.to_wire()
         ref_run, ref_seq = event.prefix_ref.get("run_id"), event.prefix_ref.get("seq")
-        prefix = event.prefix_state
-        if (isinstance(ref_run, str) and isinstance(ref_seq, int)
-                and prefix.get("run_id") == ref_run and prefix.get("version") == ref_seq
-                and self._whole_log_upto(conn, ref_run, ref_seq)):
+        by_reference = (isinstance(ref_run, str) and isinstance(ref_seq, int)
+                        and event.prefix_names() == (ref_run, ref_seq)
+                        and self._whole_log_upto(conn, ref_run, ref_seq))
+        if by_reference:  # replaced, not read: a live fork's prefix wire form is made on
+            event = dataclasses.replace(event, prefix_state={})  # first read (never, here)
+        wire = event.to_wire()
+        payload = wire["payload"]
+        if by_reference:
             del payload["prefix_state"]
         graph_delta = self._graph_delta(conn, event.graph, batch)
         if graph_delta is not None:
@@ -247,11 +250,15 @@ class SqliteStore:
             if body is None:
                 return None
             found = StoredVersion(loads(body))
-            with self._lock:  # a stored version never changes: the entry never goes stale
-                self._versions[key] = found
-                while len(self._versions) > VERSION_CACHE_SIZE:
-                    self._versions.popitem(last=False)
+            self._keep_version(key, found)
         return found
+
+    def _keep_version(self, key: tuple[str, int], version: StoredVersion) -> None:
+        with self._lock:  # a stored version never changes: the entry never goes stale
+            self._versions[key] = version
+            self._versions.move_to_end(key)
+            while len(self._versions) > VERSION_CACHE_SIZE:
+                self._versions.popitem(last=False)
 
     @staticmethod
     def _graph_body(conn: sqlite3.Connection, graph_id: str, version: int) -> str | None:
@@ -361,18 +368,21 @@ class SqliteStore:
         """A stored version (latest when None); raises GraphNotFound."""
         conn = self._conn()
         if version is None:
-            row = conn.execute("SELECT body FROM graphs WHERE graph_id = ? ORDER BY version "
-                               "DESC LIMIT 1", (graph_id,)).fetchone()
+            row = conn.execute("SELECT version, body FROM graphs WHERE graph_id = ? ORDER BY "
+                               "version DESC LIMIT 1", (graph_id,)).fetchone()
         else:
-            row = conn.execute("SELECT body FROM graphs WHERE graph_id = ? AND version = ?",
-                               (graph_id, version)).fetchone()
+            row = conn.execute("SELECT version, body FROM graphs WHERE graph_id = ? AND "
+                               "version = ?", (graph_id, version)).fetchone()
         if row is None:
             raise GraphNotFound(
                 f"no graph {graph_id!r} version {version or 'latest'}; "
                 f"known versions: {self.graph_versions(graph_id) or 'none'}",
                 graph=graph_id, version=version,
             )
-        return parse_stored_graph(row[0])
+        graph, decoded = parse_stored_text(str(row[1]))
+        if decoded is not None:  # decoded now: a fork of a run on it diffs against it next
+            self._keep_version((graph_id, int(row[0])), StoredVersion(decoded))
+        return graph
 
     def graph_versions(self, graph_id: str) -> list[int]:
         rows = self._conn().execute(

@@ -19,6 +19,7 @@ from forklab.engine.collector import collector_paused
 from forklab.engine.environment import Environment
 from forklab.engine.errors import RunNotFound
 from forklab.engine.events import (
+    PREFIX_FROM_STATE,
     REPLAY_VERSION,
     ChangeApplied,
     Event,
@@ -71,7 +72,8 @@ def _begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
                 replay_version=REPLAY_VERSION, label=label, parent_run_id=base.run_id)
     prefix = plan.prefix_state
     runner.emit(RunForked, base_run_id=base.run_id, fork_sequence_id=plan.point.seq,
-                fork_node_id=plan.effective.node, prefix_state=prefix.to_wire(), prefix=prefix,
+                fork_node_id=plan.effective.node, prefix_state=PREFIX_FROM_STATE,
+                prefix=prefix,
                 changes=plan.combined, inherited_changes=len(plan.inherited),
                 graph=plan.graph.to_wire(), fork_group_id=fork_group_id,
                 policy=plan.policy.wire(), budget=plan.budget.wire(), memoize=plan.memoize,
