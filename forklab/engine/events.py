@@ -60,6 +60,14 @@ class Event:
 
     def to_wire(self) -> dict[str, Any]:
         """JSON-ready form: the Event shape of SPEC §4.6 plus ``run_id`` and ``v``."""
+        wire = self.untimed_wire()
+        wire["at"] = datetime.fromtimestamp(self.at, UTC).isoformat()
+        return wire
+
+    def untimed_wire(self) -> dict[str, Any]:
+        """:meth:`to_wire` without its last key, ``at`` (the ISO time): the body a store
+        keeps when it keeps the exact float time beside it (``SqliteStore``), so it neither
+        formats nor stores nor parses a second, coarser copy of the time."""
         return {
             "run_id": self.run_id,
             "seq": self.seq,
@@ -69,7 +77,6 @@ class Event:
             "occurrence": self.occurrence,
             "iteration": self.iteration,
             "payload": self.payload(),
-            "at": datetime.fromtimestamp(self.at, UTC).isoformat(),
         }
 
 

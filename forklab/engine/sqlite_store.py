@@ -2,7 +2,8 @@
 
 Layout: ``runs`` (one row per run: creation order and the last seq ever appended, which
 survives compaction and archiving), ``events`` (``UNIQUE(run_id, seq)``; the body is the JSON
-of ``event.to_wire()``), ``graphs`` (``UNIQUE(graph_id, version)``; the JSON of
+of ``event.untimed_wire()``: the wire form without its ISO ``at``, kept as a float beside it;
+rows written with it, before, read the same), ``graphs`` (``UNIQUE(graph_id, version)``; the JSON of
 ``graph.to_wire()`` in its own key order — a multi-role node runs its roles in mapping order,
 so sorting keys would change what a reloaded graph does; identity is canonical equality) and
 ``snapshots`` (``UNIQUE(run_id, version)``; ``RunState.to_wire()`` JSON).
@@ -16,7 +17,8 @@ Invariants (on top of the protocol's, see :mod:`forklab.engine.store`):
 - an append is committed before ``append`` returns: a process killed (even SIGKILL) after
   that loses none of it, and one killed before leaves none of it;
 - an event's ``at`` is kept as the exact float next to the wire body (the wire's ISO time has
-  microsecond resolution), so a read event equals the appended one field for field;
+  microsecond resolution, and the body leaves it out), so a read event equals the appended
+  one field for field;
 - a fork's prefix is stored by reference: a ``run.forked`` event whose ``prefix_ref`` names
   a run of this file whose log is whole from seq 1 is stored without its ``prefix_state``,
   and ``read`` puts it back (that run's log folded to the referenced seq — the state the
@@ -207,18 +209,19 @@ class SqliteStore:
     # -- fork prefixes by reference ----------------------------------------------------------
     def _stored_wire(self, conn: sqlite3.Connection, event: Event,
                      batch: Sequence[Event]) -> dict[str, object]:
-        """The body stored for ``event``: its wire form, minus what a fork's ``run.forked``
-        can keep by reference (see the module invariants): its prefix state when a whole log
-        in this file folds to it, its graph when a stored version plus a delta rebuilds it."""
+        """The body stored for ``event``: its untimed wire form, minus what a fork's
+        ``run.forked`` can keep by reference (see the module invariants): its prefix state
+        when a whole log in this file folds to it, its graph when a stored version plus a
+        delta rebuilds it."""
         if not isinstance(event, RunForked):
-            return event.to_wire()
+            return event.untimed_wire()
         ref_run, ref_seq = event.prefix_ref.get("run_id"), event.prefix_ref.get("seq")
         by_reference = (isinstance(ref_run, str) and isinstance(ref_seq, int)
                         and event.prefix_names() == (ref_run, ref_seq)
                         and self._whole_log_upto(conn, ref_run, ref_seq))
         if by_reference:  # replaced, not read: a live fork's prefix wire form is made on
             event = dataclasses.replace(event, prefix_state={})  # first read (never, here)
-        wire = event.to_wire()
+        wire = event.untimed_wire()
         payload = wire["payload"]
         if by_reference:
             del payload["prefix_state"]

@@ -1,8 +1,9 @@
 """The SQLite store passes the store contract, and keeps what it promises across processes.
 
 Invariants checked beyond the contract: events survive closing and reopening the file, an
-event's ``at`` survives exactly, the file is in WAL mode, and appenders in separate
-processes never both win the same seq.
+event's ``at`` survives exactly (kept in its column only: bodies written with the ISO time
+read the same), the file is in WAL mode, and appenders in separate processes never both win
+the same seq.
 """
 
 from __future__ import annotations
@@ -97,6 +98,24 @@ class TestSqliteStore(StoreContract):
         event = MemoryWritten(run_id="r1", seq=2, at=1_767_225_600.123456789, key="k", value=1)
         store.append("r1", [started(), event], expected_seq=0)
         assert store.read("r1")[1].at == event.at
+
+    @pytest.mark.parametrize("at", [0.0, 1_767_225_600.0, 1_767_225_600.123456789, 2.5e9])
+    def test_a_body_leaves_its_time_to_the_column_and_a_body_holding_it_reads_the_same(
+            self, at: float) -> None:
+        store = self.make_store()
+        events = [started(), MemoryWritten(run_id="r1", seq=2, at=at, key="k", value=[1.5])]
+        store.append("r1", events, expected_seq=0)
+        with sqlite3.connect(self.path) as conn:
+            bodies = [json.loads(body) for (body,) in conn.execute(
+                "SELECT body FROM events WHERE run_id = 'r1' ORDER BY seq")]
+            assert bodies == [e.untimed_wire() for e in events]
+            for e in events:  # to_wire is the untimed form, its ISO time appended last
+                assert e.to_wire() == {**e.untimed_wire(), "at": e.to_wire()["at"]}
+                assert list(e.to_wire()) == [*e.untimed_wire(), "at"]
+            conn.executemany(  # rows written when the body still held the ISO time
+                "UPDATE events SET body = ? WHERE run_id = 'r1' AND seq = ?",
+                [(json.dumps(e.to_wire()), e.seq) for e in events])
+        assert store.read("r1") == events
 
     def test_the_database_runs_in_wal_mode(self) -> None:
         self.make_store()
