@@ -42,7 +42,7 @@ def canonical_json(value: Any) -> str:
     data = _orjson(value)
     if data is None or b"null" in data:
         return canonical_json_stripped(_strip_none(value))
-    return _checked(value, data)
+    return data.decode() if _spelled_alike(value, data) else _CANONICAL.encode(value)
 
 
 _ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
@@ -66,10 +66,8 @@ def canonical_json_stripped(value: Any) -> str:
     json module raises TypeError on those it cannot write, as before. (orjson still writes
     a plain ``Enum`` or a ``UUID`` — the json module would refuse them; engine values are
     plain JSON data, so neither reaches here.)"""
-    data = _orjson(value)
-    if data is None:
-        return _CANONICAL.encode(value)
-    return _checked(value, data)
+    text = orjson_canonical(value)
+    return _CANONICAL.encode(value) if text is None else text
 
 
 def _orjson(value: Any) -> bytes | None:
@@ -80,12 +78,9 @@ def _orjson(value: Any) -> bytes | None:
         return None
 
 
-def _checked(value: Any, data: bytes) -> str:
-    """``data`` (orjson's text of ``value``) unless the json module writes ``value``
-    otherwise: then the json module's text."""
-    if _may_spell_a_float_apart(data) and _float_spelled_apart(value):
-        return _CANONICAL.encode(value)
-    return data.decode()
+def _spelled_alike(value: Any, data: bytes) -> bool:
+    """Whether the json module writes ``value`` as ``data`` (orjson's text of it)."""
+    return not (_may_spell_a_float_apart(data) and _float_spelled_apart(value))
 
 
 def orjson_canonical(value: Any) -> str | None:
@@ -97,9 +92,7 @@ def orjson_canonical(value: Any) -> str | None:
     stands, and a part of a value orjson accepts, holding no float the two encoders spell
     apart, holds none either. :func:`unchecked_canonical` writes them without the checks."""
     data = _orjson(value)
-    if data is None or (_may_spell_a_float_apart(data) and _float_spelled_apart(value)):
-        return None
-    return data.decode()
+    return data.decode() if data is not None and _spelled_alike(value, data) else None
 
 
 def unchecked_canonical(value: Any) -> str:

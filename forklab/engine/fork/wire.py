@@ -466,14 +466,17 @@ class StoredForkResult(OutModel):
     point: ForkPointWire | None = None
     # the base's last seq ``diff`` was computed against: while the base is still at it, the
     # stored diff is the fork's diff against its base (the dashboard's diff page shows it
-    # instead of diffing both states again); None in a row stored before it was kept
+    # instead of diffing both states again); None in a row stored before it was kept, and
+    # when the diff marks base steps a stopped fork never reached (the stored form leaves
+    # those marks out, so it would show them as skipped)
     base_version: int | None = None
 
     @classmethod
     def of(cls, result: ForkResultWire, *, base_version: int) -> StoredForkResult:
+        whole = result.diff is None or not result.diff.path.not_reached
         return cls.model_validate({**result.model_dump(include=set(cls.model_fields),
                                                       exclude_unset=True),
-                                   "base_version": base_version})
+                                   "base_version": base_version if whole else None})
 
     def diff_against(self, base_last_seq: int) -> RunDiffWire | None:
         """The stored diff when it is the fork's diff against its base at ``base_last_seq``

@@ -12,7 +12,6 @@ from django.views.decorators.http import require_GET
 
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import parse_changes
-from forklab.engine.fork.diff import STOPPED_EARLY
 from forklab.runs import queries
 from forklab.runs.models import Run
 from forklab.web.changeview import Before, ChangeView, describe, input_changes
@@ -40,13 +39,10 @@ def compare_context(request: HttpRequest, base: Run, variant: Run, *,
                 "unstarted": unstarted, "is_fork": variant.parent_run_id == base.id}
     is_fork = variant.parent_run_id == base.id
     # a finished fork's diff (while its base is unchanged), explain() and calls are its
-    # stored result: what the API serves. Not the diff of a fork that stopped early: the
-    # stored (SPEC §4.6) form leaves out the dashboard's "not reached" marks, so those steps
-    # would read as skipped
+    # stored result: what the API serves
     stored = queries.fork_result(variant) if is_fork else None
-    stored_diff = (stored.diff_against(base.last_seq)
-                   if stored and variant.status not in STOPPED_EARLY else None)
-    result = queries.compare_runs(base, variant, diff=stored_diff)
+    result = queries.compare_runs(
+        base, variant, diff=stored.diff_against(base.last_seq) if stored else None)
     diff = result.diff
     aligned = diff.path.aligned
     incurred = diff.cost.incurred_usd  # None: the tail called an unpriced model
