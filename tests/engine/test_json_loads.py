@@ -84,7 +84,7 @@ def test_loads_objects_falls_back_text_by_text_and_raises_as_loads_does() -> Non
 
     from forklab.engine.canonical import loads_objects
 
-    wide = ['{"n": %d}' % 2**70, '{"x": NaN}', '{"s": "\\ud800"}']
+    wide = [json.dumps({"n": 2**70}), '{"x": NaN}', '{"s": "\\ud800"}']
     assert _same(loads_objects(wide), [json.loads(text) for text in wide])
     assert type(loads_objects(wide)[0]["n"]) is int
     for broken in (['{"a": 1}', '{"b": '], ['{"a": [1', '2]}'], ['{"a": 1}, {"b": 2}'],
