@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -180,36 +179,6 @@ def loads(text: str) -> Any:
         except orjson.JSONDecodeError:
             pass
     return json.loads(text)
-
-
-def loads_objects(texts: Sequence[str]) -> list[Any]:
-    """``[loads(text) for text in texts]`` for texts that each hold one JSON object (stored
-    event bodies), decoded as one JSON array: one orjson call and one wide-integer scan
-    instead of one of each per text (~35% of decoding a 5,000-event log, issue 11).
-
-    The joined array reads each whole object exactly as reading it alone does (an object is
-    self-delimiting, so its neighbours cannot change how it parses). The fast result is
-    taken only when every text starts with ``{`` and ends with ``}`` and the array holds as
-    many objects as there are texts; anything else (a text orjson refuses, one that may hold
-    a wide integer, a malformed one) is read text by text with :func:`loads`, which raises
-    as it always did. (Only texts broken so that they complete each other — ``{"a":"}``
-    and ``{"}``… — could pass those checks: a store file edited by hand that way.)"""
-    if not texts:
-        return []
-    if all(text[:1] == "{" and text[-1:] == "}" for text in texts):
-        try:
-            data = ("[" + ",".join(texts) + "]").encode()
-        except UnicodeEncodeError:  # a lone surrogate
-            data = b""
-        if data and not _may_hold_wide_int(data):
-            try:
-                values = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                values = None
-            if (values is not None and len(values) == len(texts)
-                    and all(type(value) is dict for value in values)):
-                return values  # type: ignore[no-any-return]
-    return [loads(text) for text in texts]
 
 
 def _may_hold_wide_int(data: bytes) -> bool:

@@ -15,7 +15,6 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -489,10 +488,9 @@ def from_wire(data: dict[str, Any], *, run_id: str | None = None,
 
 
 _ENVELOPE_ORDER = ("run_id", "seq", "at", "node", "occurrence", "iteration")
-_ENVELOPE_SOURCE = {  # what each envelope field is read from, in the built function
-    "run_id": "run_id or data['run_id']", "seq": "seq", "at": "at",
-    "node": "data.get('node')", "occurrence": "data.get('occurrence')",
-    "iteration": "data.get('iteration')"}
+_SET_RUN_ID, _SET_SEQ, _SET_AT, _SET_NODE, _SET_OCCURRENCE, _SET_ITERATION = (
+    getattr(Event, name).__set__ for name in _ENVELOPE_ORDER)
+"""The envelope's slots, declared by :class:`Event` and shared by every event class."""
 _ABSENT = object()
 
 
@@ -504,52 +502,53 @@ class _Builder:
     chain), and that call was half of decoding one. This sets the same slots through their
     descriptors, a field the payload lacks taking its declared default (or a fresh
     ``default_factory`` value) — the same object ``__init__`` makes, field for field (tests
-    compare them for every event type; no event class has ``__post_init__``).
-
-    ``build`` is one function per class, written out field by field when the class is first
-    decoded (as :mod:`dataclasses` writes ``__init__``): a loop over the fields, two dict
-    lookups each and an envelope tuple were ~20% of a 5,000-event read (issue 11).
+    compare them for every event type; no event class has ``__post_init__``). The envelope
+    is read from the wire dict straight into its slots and each payload field is looked up
+    once (an envelope tuple and a second lookup per field were ~20% of building a log's
+    events; a function written out per class, as :mod:`dataclasses` writes ``__init__``,
+    was no faster once its compiling in a fresh process was counted).
     """
 
-    __slots__ = ("build", "cls")
+    __slots__ = ("cls", "fields", "unset")
 
     def __init__(self, cls: type[Event]) -> None:
         self.cls = cls
-        scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_ABSENT": _ABSENT,
-                                 "_parse_at": _parse_at, "float": float}
-        lines = ["def build(data, run_id, seq, payload):",
-                 "    event = _new(_cls)",
-                 "    at = data.get('at', 0.0)",
-                 "    if type(at) is not float:",
-                 "        at = _parse_at(at)"]
-        for name in _ENVELOPE_ORDER:
-            scope[f"set_{name}"] = getattr(cls, name).__set__
-            lines.append(f"    set_{name}(event, {_ENVELOPE_SOURCE[name]})")
+        self.fields = tuple(
+            (getattr(cls, f.name).__set__, f.name, f.default,
+             None if f.default_factory is dataclasses.MISSING else f.default_factory)
+            for f in _payload_fields(cls))
         # in-memory-only fields (``_NOT_WIRE``) take their default: a log never sets them
-        for f in dataclasses.fields(cls):
-            if f.name not in _ENVELOPE and not f.metadata.get("wire", True):
-                scope[f"set_{f.name}"] = getattr(cls, f.name).__set__
-                scope[f"default_{f.name}"] = f.default
-                lines.append(f"    set_{f.name}(event, default_{f.name})")
-        lines.append("    found = 0")
-        for f in _payload_fields(cls):
-            scope[f"set_{f.name}"] = getattr(cls, f.name).__set__
-            lines += [f"    value = payload.get({f.name!r}, _ABSENT)",
-                      "    if value is _ABSENT:"]
-            if f.default_factory is not dataclasses.MISSING:
-                scope[f"factory_{f.name}"] = f.default_factory
-                lines.append(f"        set_{f.name}(event, factory_{f.name}())")
-            elif f.default is not dataclasses.MISSING:
-                scope[f"default_{f.name}"] = f.default
-                lines.append(f"        set_{f.name}(event, default_{f.name})")
+        self.unset = tuple((getattr(cls, f.name).__set__, f.default)
+                           for f in dataclasses.fields(cls)
+                           if f.name not in _ENVELOPE and not f.metadata.get("wire", True))
+
+    def build(self, data: dict[str, Any], run_id: str | None, seq: int,
+              payload: dict[str, Any]) -> Event | None:
+        """The event, or None when ``payload`` has a key that is no payload field of the
+        class or lacks a required one (what ``__init__`` refuses)."""
+        event = object.__new__(self.cls)
+        _SET_RUN_ID(event, run_id or data["run_id"])
+        _SET_SEQ(event, seq)
+        at = data.get("at", 0.0)
+        _SET_AT(event, at if type(at) is float else _parse_at(at))
+        _SET_NODE(event, data.get("node"))
+        _SET_OCCURRENCE(event, data.get("occurrence"))
+        _SET_ITERATION(event, data.get("iteration"))
+        for set_slot, value in self.unset:
+            set_slot(event, value)
+        found = 0
+        for set_slot, name, default, factory in self.fields:
+            value = payload.get(name, _ABSENT)
+            if value is not _ABSENT:
+                set_slot(event, value)
+                found += 1
+            elif factory is not None:
+                set_slot(event, factory())
+            elif default is not dataclasses.MISSING:
+                set_slot(event, default)
             else:
-                lines.append("        return None")
-            lines += ["    else:", f"        set_{f.name}(event, value)", "        found += 1"]
-        # a key that is no payload field of the class: None, what __init__ refuses
-        lines.append("    return event if found == len(payload) else None")
-        exec("\n".join(lines), scope)  # the text is built from field names only
-        self.build: Callable[[dict[str, Any], str | None, int, dict[str, Any]],
-                             Event | None] = scope["build"]
+                return None
+        return event if found == len(payload) else None
 
 
 def node_reused(run_id: str, seq: int, at: float, node: str, occurrence: int, iteration: int,

@@ -64,32 +64,3 @@ def test_digits_inside_a_hash_take_the_fast_path() -> None:
     for wide in ([2**64], {"a": -(2**64)}, [1, 2**65], {"a": 2**64}):
         assert _may_hold_wide_int(json.dumps(wide).encode())
         assert _may_hold_wide_int(json.dumps(wide, indent=2).encode())
-
-
-_OBJECTS = st.lists(st.dictionaries(st.text(max_size=6), _VALUES, max_size=4), max_size=6)
-
-
-@settings(max_examples=300, deadline=None)
-@given(_OBJECTS, st.booleans())
-def test_loads_objects_reads_each_object_as_loads_reads_it_alone(objects: list[Any],
-                                                                 ascii_only: bool) -> None:
-    from forklab.engine.canonical import loads_objects
-
-    texts = [json.dumps(value, ensure_ascii=ascii_only) for value in objects]
-    assert _same(loads_objects(texts), [json.loads(text) for text in texts])
-
-
-def test_loads_objects_falls_back_text_by_text_and_raises_as_loads_does() -> None:
-    import pytest
-
-    from forklab.engine.canonical import loads_objects
-
-    wide = [json.dumps({"n": 2**70}), '{"x": NaN}', '{"s": "\\ud800"}']
-    assert _same(loads_objects(wide), [json.loads(text) for text in wide])
-    assert type(loads_objects(wide)[0]["n"]) is int
-    for broken in (['{"a": 1}', '{"b": '], ['{"a": [1', '2]}'], ['{"a": 1}, {"b": 2}'],
-                   ['{"a": 1}', '']):
-        with pytest.raises(json.JSONDecodeError):
-            loads_objects(broken)
-    assert loads_objects(['{"a": 1}', '[1, 2]', '3']) == [{"a": 1}, [1, 2], 3]  # as loads
-    assert loads_objects([]) == []
