@@ -504,7 +504,7 @@ class _Builder:
     ``default_factory`` value) — the same object ``__init__`` makes, field for field (tests
     compare them for every event type; no event class has ``__post_init__``). The envelope
     is read from the wire dict straight into its slots and each payload field is looked up
-    once (an envelope tuple and a second lookup per field were ~20% of building a log's
+    once (an envelope tuple and a second lookup per field were 15 to 20% of building a log's
     events; a function written out per class, as :mod:`dataclasses` writes ``__init__``,
     was no faster once its compiling in a fresh process was counted).
     """
