@@ -475,33 +475,38 @@ def from_wire(data: dict[str, Any], *, run_id: str | None = None,
     seq = int(data["seq"])
     if cls is NodeReused and "actions" in payload:  # listed without seq: each takes the event's
         payload["actions"] = tuple(action_from_wire(a, seq=seq) for a in payload["actions"] or ())
-    at = data.get("at", 0.0)
-    envelope: tuple[Any, ...] = (
-        run_id or data["run_id"], seq, at if type(at) is float else _parse_at(at),
-        data.get("node"), data.get("occurrence"), data.get("iteration"))
-    event = (_BUILDERS.get(cls) or _builder(cls)).build(envelope, payload)
+    event = (_BUILDERS.get(cls) or _builder(cls)).build(data, run_id, seq, payload)
     if event is None:
         # a payload with a key the class lacks or without a required one: the dataclass's
         # own __init__ raises its TypeError, as it always did
-        event = cls(**dict(zip(_ENVELOPE_ORDER, envelope, strict=True)),
-                    **payload)
+        at = data.get("at", 0.0)
+        envelope: tuple[Any, ...] = (
+            run_id or data["run_id"], seq, at if type(at) is float else _parse_at(at),
+            data.get("node"), data.get("occurrence"), data.get("iteration"))
+        event = cls(**dict(zip(_ENVELOPE_ORDER, envelope, strict=True)), **payload)
     return event  # type: ignore[return-value]
 
 
 _ENVELOPE_ORDER = ("run_id", "seq", "at", "node", "occurrence", "iteration")
-_ENVELOPE_SLOTS = tuple(getattr(Event, name).__set__ for name in _ENVELOPE_ORDER)
+_SET_RUN_ID, _SET_SEQ, _SET_AT, _SET_NODE, _SET_OCCURRENCE, _SET_ITERATION = (
+    getattr(Event, name).__set__ for name in _ENVELOPE_ORDER)
 """The envelope's slots, declared by :class:`Event` and shared by every event class."""
+_ABSENT = object()
 
 
 class _Builder:
-    """Builds one event class's instances from a payload dict without its ``__init__``.
+    """Builds one event class's instances from a wire dict without its ``__init__``.
 
     A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` from
     keyword arguments; a store read rebuilds every event of a log (5,000 for a 1,000-node
     chain), and that call was half of decoding one. This sets the same slots through their
     descriptors, a field the payload lacks taking its declared default (or a fresh
     ``default_factory`` value) — the same object ``__init__`` makes, field for field (tests
-    compare them for every event type; no event class has ``__post_init__``).
+    compare them for every event type; no event class has ``__post_init__``). The envelope
+    is read from the wire dict straight into its slots and each payload field is looked up
+    once (an envelope tuple and a second lookup per field were 15 to 20% of building a log's
+    events; a function written out per class, as :mod:`dataclasses` writes ``__init__``,
+    was no faster once its compiling in a fresh process was counted).
     """
 
     __slots__ = ("cls", "fields", "unset")
@@ -517,18 +522,25 @@ class _Builder:
                            for f in dataclasses.fields(cls)
                            if f.name not in _ENVELOPE and not f.metadata.get("wire", True))
 
-    def build(self, envelope: tuple[Any, ...], payload: dict[str, Any]) -> Event | None:
+    def build(self, data: dict[str, Any], run_id: str | None, seq: int,
+              payload: dict[str, Any]) -> Event | None:
         """The event, or None when ``payload`` has a key that is no payload field of the
         class or lacks a required one (what ``__init__`` refuses)."""
         event = object.__new__(self.cls)
-        for set_slot, value in zip(_ENVELOPE_SLOTS, envelope, strict=True):
-            set_slot(event, value)
+        _SET_RUN_ID(event, run_id or data["run_id"])
+        _SET_SEQ(event, seq)
+        at = data.get("at", 0.0)
+        _SET_AT(event, at if type(at) is float else _parse_at(at))
+        _SET_NODE(event, data.get("node"))
+        _SET_OCCURRENCE(event, data.get("occurrence"))
+        _SET_ITERATION(event, data.get("iteration"))
         for set_slot, value in self.unset:
             set_slot(event, value)
         found = 0
         for set_slot, name, default, factory in self.fields:
-            if name in payload:
-                set_slot(event, payload[name])
+            value = payload.get(name, _ABSENT)
+            if value is not _ABSENT:
+                set_slot(event, value)
                 found += 1
             elif factory is not None:
                 set_slot(event, factory())
