@@ -514,12 +514,14 @@ class Runner:
             if done:
                 break
             scheduler.launch()
-            scheduler.wait(flight, timeout=CANCEL_POLL_S)
+            if not scheduler.prefetch(flight):  # nothing to prepare meanwhile: wait
+                scheduler.wait(flight, timeout=CANCEL_POLL_S)
             if time.monotonic() - polled >= CANCEL_POLL_S:  # a token may ask a database
                 polled = time.monotonic()
                 if self.cancel.cancelled:
                     scheduler.stop.set()  # workers check it before each call
         scheduler.flights.pop(call.node, None)
+        scheduler.end_prefetch()
         self._called_out = flight.called_out
         self._finish(call, flight.route, flight.error, finished_at=flight.finished_at)
         if flight.error is None:

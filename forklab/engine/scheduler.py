@@ -39,13 +39,14 @@ their own buffer (and the oracle's thread-safe parts).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import context as otel_context
 
+from forklab.engine.collector import collector_paused
 from forklab.engine.context import Cancelled
 from forklab.engine.graph import AgentNode, ApprovalNode, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import NodeCall
@@ -162,6 +163,7 @@ class Scheduler:
         self.stop = threading.Event()
         self.changed = False
         self._pool: ThreadPoolExecutor | None = None
+        self._prefetching: Iterator[bool] | None = None  # see prefetch
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
@@ -187,9 +189,63 @@ class Scheduler:
         final, as nothing runs before it, and what the oracle serves it is what it serves
         now (one made earlier, in a walk, may be stale: a sweep's shared memo changes). Kept
         for the walk (:meth:`launch`) until :meth:`forget`."""
+        state = self.runner.state
+        occurrence, iteration = next_execution(state, node_id, self.seen)
+        p = self.predictions.get(node_id)
+        if (p is not None and p.call is not None and p.memo is not None
+                and (p.occurrence, p.iteration) == (occurrence, iteration)
+                and read_slice(p.node.reads, state.memory) == p.call.reads):
+            # made ahead (a walk, a prefetch) and still the head's execution: its call and
+            # fingerprint stand; what the oracle serves it is asked again now
+            oracle = self.runner.oracle
+            if oracle.output(p.call) is None:
+                p.memo = oracle.memo(p.call)
+                if p.memo is not None:
+                    return p
         self.predictions.pop(node_id, None)
-        _, iteration = next_execution(self.runner.state, node_id, self.seen)
         return self._predict(node_id, iteration, set())
+
+    def prefetch(self, flight: Flight, most: int = 256) -> bool:
+        """Predict up to ``most`` more nodes of the prefetch walk while ``flight`` (the head)
+        waits on its call; False when there is nothing (left) to predict. Stops early when
+        the flight waits for a flush or is done, so the runner answers it at once."""
+        walk = self._prefetching
+        if walk is None:
+            return False
+        # a bounded pass (``most`` predictions, kept until the burst uses them): the
+        # collector waits for its end, as it does across the burst (engine.collector)
+        with collector_paused():
+            for _ in range(most):
+                if flight.waiting or flight.done:
+                    return True
+                if next(walk, False) is False:
+                    self._prefetching = None
+                    return False
+        return True
+
+    def end_prefetch(self) -> None:
+        """The head landed: predictions go on node by node at the head (a burst)."""
+        self._prefetching = None
+
+    def _prefetch_walk(self, rest: list[str], iteration: int, ran: set[str], walked: set[str],
+                       fresh: bool, unsettled: set[str]) -> Iterator[bool]:
+        """The launch walk continued past its lookahead over ``rest`` (the frontier's tail),
+        one prediction per step: nothing is started, the predictions are cached for the
+        served burst that follows the head (checked again when used: :meth:`predict_head`)."""
+        limit = self.runner.graph.max_iterations
+        for node_id in rest:
+            if self.stop.is_set():
+                return
+            if node_id in walked or (not fresh and node_id in ran):
+                iteration, walked, fresh = iteration + 1, set(), True
+            walked.add(node_id)
+            if limit is not None and iteration > limit:
+                return
+            p = self._predict(node_id, iteration, unsettled)
+            yield True
+            if p.writes is None or barrier(p.node):
+                return
+            unsettled |= p.writes
 
     def launch(self) -> None:
         """Start every node that may run ahead now (the head included), in frontier order."""
@@ -222,6 +278,8 @@ class Scheduler:
         lookahead = 2 * self.width + 4
         # the head (node, call, taint), started on the pool only when another node runs too
         head: tuple[Any, NodeCall, frozenset[str]] | None = None
+        served_after = False  # a node after the head is served at once, independent of it
+        walked_all = False  # the walk reached the end of its lookahead (no barrier, no limit)
         for position, node_id in enumerate(state.frontier[:lookahead]):
             if len(self.flights) >= self.width and node_id not in self.flights:
                 break
@@ -232,6 +290,7 @@ class Scheduler:
             if limit is not None and iteration > limit:
                 break
             p = self._predict(node_id, iteration, unsettled)
+            served_after = served_after or (head is not None and p.instant)
             if at_head and position == 0 and p.instant:
                 # served at once (a memo hit, a substituted output): the walk waits for the
                 # next node boundary, microseconds away — a fork tail of N reused nodes does
@@ -254,8 +313,19 @@ class Scheduler:
                 else pending_calls + worst[0]
             pending_usd = None if pending_usd is None or worst[1] is None \
                 else pending_usd + worst[1]
+        else:
+            walked_all = True
         if head is not None and self.flights:  # others still run: keep the runner free to refill
             self._start(*head, head=True)
+        elif (head is not None and served_after and walked_all
+              and len(state.frontier) > lookahead):
+            # served nodes follow the head (a fork tail: the changed worker, then its reused
+            # siblings): the head's call runs on the pool while the runner predicts the nodes
+            # after it (fingerprints, memo lookups), so the burst that serves them once the
+            # head has landed is a lookup and an event per node
+            self._start(*head, head=True)
+            self._prefetching = self._prefetch_walk(
+                state.frontier[lookahead:], iteration, set(ran), walked, fresh, set(unsettled))
 
     def _predict(self, node_id: str, iteration: int, unsettled: set[str]) -> Prediction:
         state = self.runner.state
