@@ -154,3 +154,76 @@ def test_a_malformed_max_concurrency_setting_names_the_variable(raw: str) -> Non
 def test_the_max_concurrency_setting_defaults_to_16() -> None:
     assert max_concurrency_from_env({}) == 16
     assert max_concurrency_from_env({"FORKLAB_MAX_CONCURRENCY": "4"}) == 4
+
+
+def wide_fanout(workers: int) -> Any:
+    names = [f"w{i}" for i in range(workers)]
+    return parse_graph({
+        "id": "wide", "start": "plan", "max_concurrency": 4,
+        "nodes": [
+            {"id": "plan", "kind": "agent", "agent": {"system_prompt": "plan"},
+             "reads": ["task"], "writes": ["plan"], "prompt": "{task}"},
+            *({"id": w, "kind": "agent", "reads": ["plan"], "writes": [w], "prompt": "{plan}",
+               "agent": {"system_prompt": f"worker {w}"}} for w in names),
+            {"id": "join", "kind": "agent", "join": "all", "agent": {"system_prompt": "join"},
+             "reads": names, "writes": ["answer"], "prompt": "{w0}"},
+        ],
+        "edges": [*({"from": "plan", "to": w} for w in names),
+                  *({"from": w, "to": "join"} for w in names)],
+    })
+
+
+class WaitingProvider(OverlapProvider):
+    """Worker 0's call waits (up to 10 s) until ``ready`` is set, and says whether it was."""
+
+    def __init__(self) -> None:
+        super().__init__(parties=None)
+        self.ready = threading.Event()
+        self.waited: bool | None = None
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        if request.system_prompt == "worker w0, anew":
+            self.waited = self.ready.wait(timeout=10)
+        return super().complete(request)
+
+
+def test_a_changed_worker_calls_while_the_runner_prepares_its_served_siblings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker 0 changed, its 39 siblings memo hits: w0's call is in flight while the runner
+    computes the siblings' fingerprints (each once: the burst after w0 uses them), and the
+    fork's log is the sequential fork's."""
+    from forklab.engine import runner, scheduler
+
+    workers = 40
+    forks = []
+    for width in (1, 4):
+        base = run_recorded(wide_fanout(workers), {"task": "t"},
+                            env=env(OverlapProvider(None), ids="base"))
+        provider = WaitingProvider()
+        base.env = env(provider, max_concurrency=width, ids="fork")
+        computed: list[str] = []
+        original = scheduler.execution_fingerprint
+
+        def counted(graph: Any, store: Any, node_id: str, *args: Any, **kwargs: Any) -> str:
+            computed.append(node_id)
+            if node_id == f"w{workers - 1}":
+                provider.ready.set()  # the last sibling is predicted
+            return original(graph, store, node_id, *args, **kwargs)
+
+        monkeypatch.setattr(scheduler, "execution_fingerprint", counted)
+        monkeypatch.setattr(runner, "execution_fingerprint", counted)
+        if width == 1:
+            provider.ready.set()  # sequential: nothing overlaps, w0 need not wait
+        result = fork(base, at={"before_node": "w0"}, policy={"memoize": True},
+                      change={"kind": "prompt", "target": "w0",
+                              "system_prompt": "worker w0, anew"})
+        assert result.state.status == "completed", result.state.error
+        assert provider.calls == 2  # w0 and the join
+        forks.append(result)
+        if width == 4:
+            assert provider.waited is True  # the siblings were predicted during w0's call
+            siblings = [f"w{i}" for i in range(1, workers)]
+            assert sorted(n for n in computed if n in siblings) == sorted(siblings)
+        monkeypatch.undo()
+    sequential, concurrent = forks
+    assert wire(concurrent.event_log) == wire(sequential.event_log)
