@@ -278,8 +278,6 @@ class Scheduler:
         lookahead = 2 * self.width + 4
         # the head (node, call, taint), started on the pool only when another node runs too
         head: tuple[Any, NodeCall, frozenset[str]] | None = None
-        served_after = False  # a node after the head is served at once, independent of it
-        walked_all = False  # the walk reached the end of its lookahead (no barrier, no limit)
         for position, node_id in enumerate(state.frontier[:lookahead]):
             if len(self.flights) >= self.width and node_id not in self.flights:
                 break
@@ -290,11 +288,23 @@ class Scheduler:
             if limit is not None and iteration > limit:
                 break
             p = self._predict(node_id, iteration, unsettled)
-            served_after = served_after or (head is not None and p.instant)
             if at_head and position == 0 and p.instant:
                 # served at once (a memo hit, a substituted output): the walk waits for the
                 # next node boundary, microseconds away — a fork tail of N reused nodes does
                 # not walk the lookahead N times
+                return
+            if head is not None and p.instant and not self.flights:
+                # served at once after a head that calls out (a fork tail: the changed
+                # worker, then its reused siblings): the head's call runs on the pool now,
+                # and the runner predicts the rest of the walk meanwhile (fingerprints, memo
+                # lookups; :meth:`prefetch`), so the burst that serves them once the head
+                # has landed is a lookup and an event per node. The next walks (the runner
+                # calls :meth:`launch` while the head runs) start what may run ahead.
+                self._start(*head, head=True)
+                if p.writes is not None and not barrier(p.node):
+                    self._prefetching = self._prefetch_walk(
+                        state.frontier[position + 1:], iteration, set(ran), walked, fresh,
+                        unsettled | p.writes)
                 return
             worst = p.worst if p.worst is not None else self._worst(p.node, p.call)
             if (p.call is not None and node_id not in self.flights and not p.instant
@@ -313,19 +323,8 @@ class Scheduler:
                 else pending_calls + worst[0]
             pending_usd = None if pending_usd is None or worst[1] is None \
                 else pending_usd + worst[1]
-        else:
-            walked_all = True
         if head is not None and self.flights:  # others still run: keep the runner free to refill
             self._start(*head, head=True)
-        elif (head is not None and served_after and walked_all
-              and len(state.frontier) > lookahead):
-            # served nodes follow the head (a fork tail: the changed worker, then its reused
-            # siblings): the head's call runs on the pool while the runner predicts the nodes
-            # after it (fingerprints, memo lookups), so the burst that serves them once the
-            # head has landed is a lookup and an event per node
-            self._start(*head, head=True)
-            self._prefetching = self._prefetch_walk(
-                state.frontier[lookahead:], iteration, set(ran), walked, fresh, set(unsettled))
 
     def _predict(self, node_id: str, iteration: int, unsettled: set[str]) -> Prediction:
         state = self.runner.state
