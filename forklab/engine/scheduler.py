@@ -24,8 +24,16 @@ and starts it on a thread pool *ahead* of the nodes before it when its predictio
 A node running ahead buffers its events; the runner queues them in its batch when it
 reaches the head (and, from then on, flushes whenever the node is about to call out, before
 the call is made), then records its completion or failure exactly as for a node executed in
-place. The head itself goes to the pool only when some other node runs ahead beside it;
-alone, it executes in place on the runner's thread (a chain never switches threads). If the run stops first (a failure, a pause,
+place. The head itself goes to the pool only when some other node runs ahead beside it, or
+when a node after it is served at once (a memo hit, a substituted output: a fork tail's
+changed worker, then its reused siblings) — then the runner, free during the head's call,
+goes on walking the frontier and *predicts* the nodes after it (:meth:`Scheduler.prefetch`:
+fingerprints, memo lookups; nothing is started or appended), so the served burst after the
+head is a lookup and an event per node. A prediction made ahead is used at the head only
+if its execution (occurrence, iteration) and read slice are still the head's, and the
+oracle is asked again what it serves (a sweep's shared memo may have changed). Alone, the
+head executes in place on the runner's thread (a chain never switches threads). If the run
+stops first (a failure, a pause,
 a block, a cancellation, a budget), the buffered work of the nodes ahead is dropped: it is
 not part of the run the log describes, though the calls it made were made.
 

@@ -187,43 +187,50 @@ class WaitingProvider(OverlapProvider):
         return super().complete(request)
 
 
+def fork_wide(width: int, monkeypatch: pytest.MonkeyPatch,
+              workers: int) -> tuple[Any, WaitingProvider, list[str]]:
+    """Fork a recorded fan-out of ``workers`` changing w0, at ``max_concurrency`` ``width``:
+    (result, provider, the nodes whose fingerprints were computed in the fork's tail)."""
+    from forklab.engine import runner, scheduler
+
+    base = run_recorded(wide_fanout(workers), {"task": "t"},
+                        env=env(OverlapProvider(None), ids="base"))
+    provider = WaitingProvider()
+    base.env = env(provider, max_concurrency=width, ids="fork")
+    computed: list[str] = []
+    original = scheduler.execution_fingerprint
+
+    def counted(graph: Any, store: Any, node_id: str, *args: Any, **kwargs: Any) -> str:
+        computed.append(node_id)
+        if node_id == f"w{workers - 1}":
+            provider.ready.set()  # the last sibling is predicted
+        return original(graph, store, node_id, *args, **kwargs)
+
+    monkeypatch.setattr(scheduler, "execution_fingerprint", counted)
+    monkeypatch.setattr(runner, "execution_fingerprint", counted)
+    if width == 1:
+        provider.ready.set()  # sequential: nothing overlaps, w0 need not wait
+    try:
+        result = fork(base, at={"before_node": "w0"}, policy={"memoize": True},
+                      change={"kind": "prompt", "target": "w0",
+                              "system_prompt": "worker w0, anew"})
+    finally:
+        monkeypatch.undo()
+    assert result.state.status == "completed", result.state.error
+    assert provider.calls == 2  # w0 and the join
+    return result, provider, computed
+
+
 def test_a_changed_worker_calls_while_the_runner_prepares_its_served_siblings(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Worker 0 changed, its 39 siblings memo hits: w0's call is in flight while the runner
     computes the siblings' fingerprints (each once: the burst after w0 uses them), and the
     fork's log is the sequential fork's."""
-    from forklab.engine import runner, scheduler
-
     workers = 40
-    forks = []
-    for width in (1, 4):
-        base = run_recorded(wide_fanout(workers), {"task": "t"},
-                            env=env(OverlapProvider(None), ids="base"))
-        provider = WaitingProvider()
-        base.env = env(provider, max_concurrency=width, ids="fork")
-        computed: list[str] = []
-        original = scheduler.execution_fingerprint
+    sequential, _, _ = fork_wide(1, monkeypatch, workers)
+    concurrent, provider, computed = fork_wide(4, monkeypatch, workers)
 
-        def counted(graph: Any, store: Any, node_id: str, *args: Any, **kwargs: Any) -> str:
-            computed.append(node_id)
-            if node_id == f"w{workers - 1}":
-                provider.ready.set()  # the last sibling is predicted
-            return original(graph, store, node_id, *args, **kwargs)
-
-        monkeypatch.setattr(scheduler, "execution_fingerprint", counted)
-        monkeypatch.setattr(runner, "execution_fingerprint", counted)
-        if width == 1:
-            provider.ready.set()  # sequential: nothing overlaps, w0 need not wait
-        result = fork(base, at={"before_node": "w0"}, policy={"memoize": True},
-                      change={"kind": "prompt", "target": "w0",
-                              "system_prompt": "worker w0, anew"})
-        assert result.state.status == "completed", result.state.error
-        assert provider.calls == 2  # w0 and the join
-        forks.append(result)
-        if width == 4:
-            assert provider.waited is True  # the siblings were predicted during w0's call
-            siblings = [f"w{i}" for i in range(1, workers)]
-            assert sorted(n for n in computed if n in siblings) == sorted(siblings)
-        monkeypatch.undo()
-    sequential, concurrent = forks
+    assert provider.waited is True  # the siblings were predicted during w0's call
+    siblings = [f"w{i}" for i in range(1, workers)]
+    assert sorted(n for n in computed if n in siblings) == sorted(siblings)
     assert wire(concurrent.event_log) == wire(sequential.event_log)
