@@ -124,6 +124,8 @@ class Flight:
     durable: int = 0  # of those, how many are stored
     waiting: bool = False  # at the head, about to call out: waiting for a flush
     called_out: bool = False  # it made an outside call (its end is a flush point)
+    stores_beside: bool = False  # the runner stores the batch before it during its first call
+    eager: bool = False  # its first call goes on without waiting for that (then cleared)
     done: bool = False
     route: str | None = None
     error: BaseException | None = None
@@ -373,10 +375,24 @@ class Scheduler:
         return admits(total_calls, total_usd)
 
     # -- flights ---------------------------------------------------------------------------
-    def _start(self, node: Any, call: NodeCall, tainted: frozenset[str], *, head: bool) -> None:
+    def start_beside_flush(self, call: NodeCall, tainted: frozenset[str]) -> Flight | None:
+        """Start the head ``call`` (a model-calling node, nothing else running) on the pool
+        so that its call is made while the runner stores the open batch before it (the
+        runner's ``_land``); None when the scheduler is off or the node does not call a
+        model."""
+        node = self.nodes[call.node]
+        if (not self.enabled or self.flights
+                or not (poolable(node) and not isinstance(node, ToolNode))):
+            return None
+        self._start(node, call, tainted, head=True, stores_beside=True)
+        return self.flights[call.node]
+
+    def _start(self, node: Any, call: NodeCall, tainted: frozenset[str], *, head: bool,
+               stores_beside: bool = False) -> None:
         runner = self.runner
         started_at = None if runner.logical_clock else round(runner.env.clock(), 6)
-        flight = Flight(node=node, call=call, tainted=tainted, started_at=started_at, head=head)
+        flight = Flight(node=node, call=call, tainted=tainted, started_at=started_at, head=head,
+                        stores_beside=stores_beside, eager=stores_beside)
         self.flights[call.node] = flight
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.width,
@@ -430,6 +446,9 @@ class Scheduler:
         def durable() -> None:
             with self.cond:
                 flight.called_out = True
+                if flight.eager:  # its start and request are stored beside the call
+                    flight.eager = False
+                    return
                 if not flight.head or flight.durable >= flight.emitted:
                     return
                 flight.waiting = True

@@ -159,7 +159,7 @@ def test_the_max_concurrency_setting_defaults_to_16() -> None:
 def wide_fanout(workers: int) -> Any:
     names = [f"w{i}" for i in range(workers)]
     return parse_graph({
-        "id": "wide", "start": "plan", "max_concurrency": 4,
+        "id": "wide", "start": "plan",
         "nodes": [
             {"id": "plan", "kind": "agent", "agent": {"system_prompt": "plan"},
              "reads": ["task"], "writes": ["plan"], "prompt": "{task}"},
@@ -234,3 +234,51 @@ def test_a_changed_worker_calls_while_the_runner_prepares_its_served_siblings(
     siblings = [f"w{i}" for i in range(1, workers)]
     assert sorted(n for n in computed if n in siblings) == sorted(siblings)
     assert wire(concurrent.event_log) == wire(sequential.event_log)
+
+
+class JoinCallProvider(OverlapProvider):
+    """Sets ``called`` when the join's call is made."""
+
+    def __init__(self) -> None:
+        super().__init__(parties=None)
+        self.called = threading.Event()
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        if request.system_prompt == "join":
+            self.called.set()
+        return super().complete(request)
+
+
+def test_a_call_after_served_nodes_is_made_while_they_are_stored(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The join after 39 served workers: the store's append of the batch that holds them
+    (and the join's start) waits for the join's call to begin, so it completes only if the
+    call is made beside it — and the log is the sequential fork's."""
+    from forklab.engine import runner
+
+    monkeypatch.setattr(runner, "STORE_BESIDE_MIN", 8)
+    monkeypatch.setattr(runner, "FAST_CALL_S", 0)  # no fast-call exception: stored before
+    logs, beside = [], []
+    for width in (1, 4):
+        base = run_recorded(wide_fanout(40), {"task": "t"},
+                            env=env(OverlapProvider(None), ids="base"))
+        provider = JoinCallProvider()
+        base.env = env(provider, max_concurrency=width, ids="fork")
+        store, original = base.store, base.store.append
+
+        def append(run_id: str, events: Any, *args: Any, _original: Any = original,
+                   _provider: JoinCallProvider = provider,
+                   _timeout: float = 2 if width == 1 else 10, **kwargs: Any) -> Any:
+            if any(e.type == "node.started" and e.node == "join" for e in events):
+                beside.append(_provider.called.wait(timeout=_timeout))
+            return _original(run_id, events, *args, **kwargs)
+
+        monkeypatch.setattr(store, "append", append)
+        result = fork(base, at={"before_node": "w0"}, policy={"memoize": True},
+                      change={"kind": "prompt", "target": "w0",
+                              "system_prompt": "worker w0, anew"})
+        assert result.state.status == "completed", result.state.error
+        assert provider.calls == 2
+        logs.append(wire(result.event_log))
+    assert beside == [False, True]  # in place (width 1) the batch is stored before the call
+    assert logs[0] == logs[1]
