@@ -268,7 +268,7 @@ def test_a_call_after_served_nodes_is_made_while_they_are_stored(
 
         def append(run_id: str, events: Any, *args: Any, _original: Any = original,
                    _provider: JoinCallProvider = provider,
-                   _timeout: float = 2 if width == 1 else 10, **kwargs: Any) -> Any:
+                   _timeout: float = 0.2 if width == 1 else 10, **kwargs: Any) -> Any:
             if any(e.type == "node.started" and e.node == "join" for e in events):
                 beside.append(_provider.called.wait(timeout=_timeout))
             return _original(run_id, events, *args, **kwargs)
