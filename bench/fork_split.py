@@ -80,7 +80,7 @@ def fork(directory: Path, kind: str) -> None:
         shutil.rmtree(scratch)
     other = total - spent["setup"] - spent["tail"]
     print(f"{kind} total={total:.3f} setup={spent['setup']:.3f} tail={spent['tail']:.3f} "
-          f"other={other:.3f} calls={outcome.calls} | load={spent['load']:.3f} "
+          f"other={other:.3f} calls={outcome.calls} wall={outcome.seconds:.3f} | load={spent['load']:.3f} "
           f"open={spent['open']:.3f} diff={spent['diff']:.3f} gc={spent['gc']:.3f}")
 
 

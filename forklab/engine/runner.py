@@ -17,7 +17,14 @@ Flush points (what keeps crash semantics honest):
   transaction per node instead of two when calls are fast (a local or scripted model). A
   crash during such a call loses only its start and request: the call is made again on
   resume, as it would be after a node.interrupted. A slow call (any real provider) is
-  flushed before as always, so a viewer sees a running node's request during its call;
+  flushed before as always, so a viewer sees a running node's request during its call.
+  A second exception, for a model-calling head whose open batch holds ``STORE_BESIDE_MIN``
+  events or more (a served burst before it: at a node boundary the batch never holds the
+  result of a paid call, which is stored at its node's end): the node runs on the pool and
+  makes its first call while the runner stores the batch and its start, then its request
+  as soon as it is made — the call no longer waits for the burst's transaction. A crash
+  during that call loses at most the served nodes (re-derived on resume, nothing paid) and
+  the node's start and request: its call is made again, as in the first exception;
 - at the end of a node that called out (its result and ``node.completed`` are stored before
   the next node starts), and when the run stops (end, pause, failure, cancellation);
 - at a node boundary once the batch holds ``batch_limit`` events (``BATCH_MAX``).
@@ -115,6 +122,12 @@ when the run's previous call returned within this and the open batch is younger;
 then sees a running node at most about this late. 0 stores every request before its call."""
 
 
+STORE_BESIDE_MIN = 64
+"""A model-calling head whose open batch holds at least this many events (served nodes: at
+a node boundary the batch never holds a paid result) makes its call on the pool while the
+runner stores the batch, instead of after; see the flush points above."""
+
+
 class CancelToken:
     """Set from any thread; the runner stops at the next node boundary or call."""
 
@@ -156,6 +169,7 @@ class Runner:
         self.state = RunState()
         self.batch_limit = BATCH_MAX  # 1: append every event as it is made
         self.fast_call_s = FAST_CALL_S  # 0: flush before every model call too
+        self.store_beside_min = STORE_BESIDE_MIN  # see STORE_BESIDE_MIN
         self._batch: list[Event] = []  # events folded but not yet appended, in seq order
         self._batch_opened = 0.0  # time.monotonic() when the open batch got its first event
         self._called_out = False  # the node at the head made an outside call: flush at its end
@@ -393,6 +407,13 @@ class Runner:
                 if memo is not None and memo.status == "completed" and self.one_event_reuse:
                     self._reuse(call, memo)  # no span, no context: one event
                     continue
+                if (substitute is None and memo is None
+                        and len(self._batch) >= self.store_beside_min):
+                    flight = scheduler.start_beside_flush(call, frozenset(
+                        k for k in call.reads if k in self.state.taint))
+                    if flight is not None:  # its call is made while the batch is stored
+                        self._land(scheduler, flight)
+                        continue
                 with node_span(call.kind, node_id, self.run_id):
                     self._execute(call, substitute, memo)
         finally:
@@ -504,22 +525,29 @@ class Runner:
             "kind": call.kind, "fingerprint": call.fingerprint, "reads": call.reads,
         }, flight.started_at)])
         scheduler.reach_head(flight)  # from now on it waits for a flush before each call
+        if flight.stores_beside:  # the batch before it (served nodes), stored during its call
+            self.flush()
         polled = time.monotonic()
         while True:
             events, done, waiting = scheduler.drain(flight)
             self.append_buffered(events)
-            if waiting:  # it is about to call out: store what it emitted first
+            if waiting or (flight.stores_beside and events and flight.called_out
+                           and not done):
+                # about to call out: store what it emitted first (or, beside its first
+                # call, its request as soon as it is made: a viewer sees it during the call)
                 self.flush()
                 scheduler.made_durable(flight)
             if done:
                 break
             scheduler.launch()
-            scheduler.wait(flight, timeout=CANCEL_POLL_S)
+            if not scheduler.prefetch(flight):  # nothing to prepare meanwhile: wait
+                scheduler.wait(flight, timeout=CANCEL_POLL_S)
             if time.monotonic() - polled >= CANCEL_POLL_S:  # a token may ask a database
                 polled = time.monotonic()
                 if self.cancel.cancelled:
                     scheduler.stop.set()  # workers check it before each call
         scheduler.flights.pop(call.node, None)
+        scheduler.end_prefetch()
         self._called_out = flight.called_out
         self._finish(call, flight.route, flight.error, finished_at=flight.finished_at)
         if flight.error is None:

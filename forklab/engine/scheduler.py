@@ -24,8 +24,16 @@ and starts it on a thread pool *ahead* of the nodes before it when its predictio
 A node running ahead buffers its events; the runner queues them in its batch when it
 reaches the head (and, from then on, flushes whenever the node is about to call out, before
 the call is made), then records its completion or failure exactly as for a node executed in
-place. The head itself goes to the pool only when some other node runs ahead beside it;
-alone, it executes in place on the runner's thread (a chain never switches threads). If the run stops first (a failure, a pause,
+place. The head itself goes to the pool only when some other node runs ahead beside it, or
+when a node after it is served at once (a memo hit, a substituted output: a fork tail's
+changed worker, then its reused siblings) — then the runner, free during the head's call,
+goes on walking the frontier and *predicts* the nodes after it (:meth:`Scheduler.prefetch`:
+fingerprints, memo lookups; nothing is started or appended), so the served burst after the
+head is a lookup and an event per node. A prediction made ahead is used at the head only
+if its execution (occurrence, iteration) and read slice are still the head's, and the
+oracle is asked again what it serves (a sweep's shared memo may have changed). Alone, the
+head executes in place on the runner's thread (a chain never switches threads). If the run
+stops first (a failure, a pause,
 a block, a cancellation, a budget), the buffered work of the nodes ahead is dropped: it is
 not part of the run the log describes, though the calls it made were made.
 
@@ -39,13 +47,14 @@ their own buffer (and the oracle's thread-safe parts).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import context as otel_context
 
+from forklab.engine.collector import collector_paused
 from forklab.engine.context import Cancelled
 from forklab.engine.graph import AgentNode, ApprovalNode, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import NodeCall
@@ -115,6 +124,8 @@ class Flight:
     durable: int = 0  # of those, how many are stored
     waiting: bool = False  # at the head, about to call out: waiting for a flush
     called_out: bool = False  # it made an outside call (its end is a flush point)
+    stores_beside: bool = False  # the runner stores the batch before it during its first call
+    eager: bool = False  # its first call goes on without waiting for that (then cleared)
     done: bool = False
     route: str | None = None
     error: BaseException | None = None
@@ -162,6 +173,7 @@ class Scheduler:
         self.stop = threading.Event()
         self.changed = False
         self._pool: ThreadPoolExecutor | None = None
+        self._prefetching: Iterator[bool] | None = None  # see prefetch
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
@@ -187,9 +199,63 @@ class Scheduler:
         final, as nothing runs before it, and what the oracle serves it is what it serves
         now (one made earlier, in a walk, may be stale: a sweep's shared memo changes). Kept
         for the walk (:meth:`launch`) until :meth:`forget`."""
+        state = self.runner.state
+        occurrence, iteration = next_execution(state, node_id, self.seen)
+        p = self.predictions.get(node_id)
+        if (p is not None and p.call is not None and p.memo is not None
+                and (p.occurrence, p.iteration) == (occurrence, iteration)
+                and read_slice(p.node.reads, state.memory) == p.call.reads):
+            # made ahead (a walk, a prefetch) and still the head's execution: its call and
+            # fingerprint stand; what the oracle serves it is asked again now
+            oracle = self.runner.oracle
+            if oracle.output(p.call) is None:
+                p.memo = oracle.memo(p.call)
+                if p.memo is not None:
+                    return p
         self.predictions.pop(node_id, None)
-        _, iteration = next_execution(self.runner.state, node_id, self.seen)
         return self._predict(node_id, iteration, set())
+
+    def prefetch(self, flight: Flight, most: int = 256) -> bool:
+        """Predict up to ``most`` more nodes of the prefetch walk while ``flight`` (the head)
+        waits on its call; False when there is nothing (left) to predict. Stops early when
+        the flight waits for a flush or is done, so the runner answers it at once."""
+        walk = self._prefetching
+        if walk is None:
+            return False
+        # a bounded pass (``most`` predictions, kept until the burst uses them): the
+        # collector waits for its end, as it does across the burst (engine.collector)
+        with collector_paused():
+            for _ in range(most):
+                if flight.waiting or flight.done:
+                    return True
+                if next(walk, False) is False:
+                    self._prefetching = None
+                    return False
+        return True
+
+    def end_prefetch(self) -> None:
+        """The head landed: predictions go on node by node at the head (a burst)."""
+        self._prefetching = None
+
+    def _prefetch_walk(self, rest: list[str], iteration: int, ran: set[str], walked: set[str],
+                       fresh: bool, unsettled: set[str]) -> Iterator[bool]:
+        """The launch walk continued past its lookahead over ``rest`` (the frontier's tail),
+        one prediction per step: nothing is started, the predictions are cached for the
+        served burst that follows the head (checked again when used: :meth:`predict_head`)."""
+        limit = self.runner.graph.max_iterations
+        for node_id in rest:
+            if self.stop.is_set():
+                return
+            if node_id in walked or (not fresh and node_id in ran):
+                iteration, walked, fresh = iteration + 1, set(), True
+            walked.add(node_id)
+            if limit is not None and iteration > limit:
+                return
+            p = self._predict(node_id, iteration, unsettled)
+            yield True
+            if p.writes is None or barrier(p.node):
+                return
+            unsettled |= p.writes
 
     def launch(self) -> None:
         """Start every node that may run ahead now (the head included), in frontier order."""
@@ -236,6 +302,19 @@ class Scheduler:
                 # served at once (a memo hit, a substituted output): the walk waits for the
                 # next node boundary, microseconds away — a fork tail of N reused nodes does
                 # not walk the lookahead N times
+                return
+            if head is not None and p.instant and not self.flights:
+                # served at once after a head that calls out (a fork tail: the changed
+                # worker, then its reused siblings): the head's call runs on the pool now,
+                # and the runner predicts the rest of the walk meanwhile (fingerprints, memo
+                # lookups; :meth:`prefetch`), so the burst that serves them once the head
+                # has landed is a lookup and an event per node. The next walks (the runner
+                # calls :meth:`launch` while the head runs) start what may run ahead.
+                self._start(*head, head=True)
+                if p.writes is not None and not barrier(p.node):
+                    self._prefetching = self._prefetch_walk(
+                        state.frontier[position + 1:], iteration, set(ran), walked, fresh,
+                        unsettled | p.writes)
                 return
             worst = p.worst if p.worst is not None else self._worst(p.node, p.call)
             if (p.call is not None and node_id not in self.flights and not p.instant
@@ -296,10 +375,24 @@ class Scheduler:
         return admits(total_calls, total_usd)
 
     # -- flights ---------------------------------------------------------------------------
-    def _start(self, node: Any, call: NodeCall, tainted: frozenset[str], *, head: bool) -> None:
+    def start_beside_flush(self, call: NodeCall, tainted: frozenset[str]) -> Flight | None:
+        """Start the head ``call`` (a model-calling node, nothing else running) on the pool
+        so that its call is made while the runner stores the open batch before it (the
+        runner's ``_land``); None when the scheduler is off or the node does not call a
+        model."""
+        node = self.nodes[call.node]
+        if (not self.enabled or self.flights
+                or not (poolable(node) and not isinstance(node, ToolNode))):
+            return None
+        self._start(node, call, tainted, head=True, stores_beside=True)
+        return self.flights[call.node]
+
+    def _start(self, node: Any, call: NodeCall, tainted: frozenset[str], *, head: bool,
+               stores_beside: bool = False) -> None:
         runner = self.runner
         started_at = None if runner.logical_clock else round(runner.env.clock(), 6)
-        flight = Flight(node=node, call=call, tainted=tainted, started_at=started_at, head=head)
+        flight = Flight(node=node, call=call, tainted=tainted, started_at=started_at, head=head,
+                        stores_beside=stores_beside, eager=stores_beside)
         self.flights[call.node] = flight
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.width,
@@ -353,6 +446,9 @@ class Scheduler:
         def durable() -> None:
             with self.cond:
                 flight.called_out = True
+                if flight.eager:  # its start and request are stored beside the call
+                    flight.eager = False
+                    return
                 if not flight.head or flight.durable >= flight.emitted:
                     return
                 flight.waiting = True

@@ -154,3 +154,131 @@ def test_a_malformed_max_concurrency_setting_names_the_variable(raw: str) -> Non
 def test_the_max_concurrency_setting_defaults_to_16() -> None:
     assert max_concurrency_from_env({}) == 16
     assert max_concurrency_from_env({"FORKLAB_MAX_CONCURRENCY": "4"}) == 4
+
+
+def wide_fanout(workers: int) -> Any:
+    names = [f"w{i}" for i in range(workers)]
+    return parse_graph({
+        "id": "wide", "start": "plan",
+        "nodes": [
+            {"id": "plan", "kind": "agent", "agent": {"system_prompt": "plan"},
+             "reads": ["task"], "writes": ["plan"], "prompt": "{task}"},
+            *({"id": w, "kind": "agent", "reads": ["plan"], "writes": [w], "prompt": "{plan}",
+               "agent": {"system_prompt": f"worker {w}"}} for w in names),
+            {"id": "join", "kind": "agent", "join": "all", "agent": {"system_prompt": "join"},
+             "reads": names, "writes": ["answer"], "prompt": "{w0}"},
+        ],
+        "edges": [*({"from": "plan", "to": w} for w in names),
+                  *({"from": w, "to": "join"} for w in names)],
+    })
+
+
+class WaitingProvider(OverlapProvider):
+    """Worker 0's call waits (up to 10 s) until ``ready`` is set, and says whether it was."""
+
+    def __init__(self) -> None:
+        super().__init__(parties=None)
+        self.ready = threading.Event()
+        self.waited: bool | None = None
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        if request.system_prompt == "worker w0, anew":
+            self.waited = self.ready.wait(timeout=10)
+        return super().complete(request)
+
+
+def fork_wide(width: int, monkeypatch: pytest.MonkeyPatch,
+              workers: int) -> tuple[Any, WaitingProvider, list[str]]:
+    """Fork a recorded fan-out of ``workers`` changing w0, at ``max_concurrency`` ``width``:
+    (result, provider, the nodes whose fingerprints were computed in the fork's tail)."""
+    from forklab.engine import runner, scheduler
+
+    base = run_recorded(wide_fanout(workers), {"task": "t"},
+                        env=env(OverlapProvider(None), ids="base"))
+    provider = WaitingProvider()
+    base.env = env(provider, max_concurrency=width, ids="fork")
+    computed: list[str] = []
+    original = scheduler.execution_fingerprint
+
+    def counted(graph: Any, store: Any, node_id: str, *args: Any, **kwargs: Any) -> str:
+        computed.append(node_id)
+        if node_id == f"w{workers - 1}":
+            provider.ready.set()  # the last sibling is predicted
+        return original(graph, store, node_id, *args, **kwargs)
+
+    monkeypatch.setattr(scheduler, "execution_fingerprint", counted)
+    monkeypatch.setattr(runner, "execution_fingerprint", counted)
+    if width == 1:
+        provider.ready.set()  # sequential: nothing overlaps, w0 need not wait
+    try:
+        result = fork(base, at={"before_node": "w0"}, policy={"memoize": True},
+                      change={"kind": "prompt", "target": "w0",
+                              "system_prompt": "worker w0, anew"})
+    finally:
+        monkeypatch.undo()
+    assert result.state.status == "completed", result.state.error
+    assert provider.calls == 2  # w0 and the join
+    return result, provider, computed
+
+
+def test_a_changed_worker_calls_while_the_runner_prepares_its_served_siblings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker 0 changed, its 39 siblings memo hits: w0's call is in flight while the runner
+    computes the siblings' fingerprints (each once: the burst after w0 uses them), and the
+    fork's log is the sequential fork's."""
+    workers = 40
+    sequential, _, _ = fork_wide(1, monkeypatch, workers)
+    concurrent, provider, computed = fork_wide(4, monkeypatch, workers)
+
+    assert provider.waited is True  # the siblings were predicted during w0's call
+    siblings = [f"w{i}" for i in range(1, workers)]
+    assert sorted(n for n in computed if n in siblings) == sorted(siblings)
+    assert wire(concurrent.event_log) == wire(sequential.event_log)
+
+
+class JoinCallProvider(OverlapProvider):
+    """Sets ``called`` when the join's call is made."""
+
+    def __init__(self) -> None:
+        super().__init__(parties=None)
+        self.called = threading.Event()
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        if request.system_prompt == "join":
+            self.called.set()
+        return super().complete(request)
+
+
+def test_a_call_after_served_nodes_is_made_while_they_are_stored(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The join after 39 served workers: the store's append of the batch that holds them
+    (and the join's start) waits for the join's call to begin, so it completes only if the
+    call is made beside it — and the log is the sequential fork's."""
+    from forklab.engine import runner
+
+    monkeypatch.setattr(runner, "STORE_BESIDE_MIN", 8)
+    monkeypatch.setattr(runner, "FAST_CALL_S", 0)  # no fast-call exception: stored before
+    logs, beside = [], []
+    for width in (1, 4):
+        base = run_recorded(wide_fanout(40), {"task": "t"},
+                            env=env(OverlapProvider(None), ids="base"))
+        provider = JoinCallProvider()
+        base.env = env(provider, max_concurrency=width, ids="fork")
+        store, original = base.store, base.store.append
+
+        def append(run_id: str, events: Any, *args: Any, _original: Any = original,
+                   _provider: JoinCallProvider = provider,
+                   _timeout: float = 0.2 if width == 1 else 10, **kwargs: Any) -> Any:
+            if any(e.type == "node.started" and e.node == "join" for e in events):
+                beside.append(_provider.called.wait(timeout=_timeout))
+            return _original(run_id, events, *args, **kwargs)
+
+        monkeypatch.setattr(store, "append", append)
+        result = fork(base, at={"before_node": "w0"}, policy={"memoize": True},
+                      change={"kind": "prompt", "target": "w0",
+                              "system_prompt": "worker w0, anew"})
+        assert result.state.status == "completed", result.state.error
+        assert provider.calls == 2
+        logs.append(wire(result.event_log))
+    assert beside == [False, True]  # in place (width 1) the batch is stored before the call
+    assert logs[0] == logs[1]
