@@ -10,6 +10,12 @@ first measured 202 body with its ids, times and queue position masked (so two ch
 can be compared byte for byte). ``--profile FILE`` writes a cProfile of the measured
 accepts instead of timing them one by one.
 
+``--asgi N`` sends the accepts through the ASGI application daphne serves
+(``forklab.asgi.application``: its request threads, ``FORKLAB_WEB_THREADS``) in bursts of
+``N`` at once on one event loop, as one web process of ``bench_load.py`` receives them, and
+reports CPU per accept over each burst (median of the bursts): the serving layer's share and
+what concurrency adds show as the difference from the one-at-a-time figure.
+
 ``--tree DIR`` runs another checkout's code (its ``forklab`` first on ``sys.path``), e.g. a
 ``git worktree add /tmp/base 1a703ef``, so before/after pairs can be interleaved. A scratch
 database is created on ``--postgres`` and dropped. Figures are printed, never asserted.
@@ -82,6 +88,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--accepts", type=int, default=200)
     parser.add_argument("--profile", type=Path)
+    parser.add_argument("--asgi", type=int, default=0, metavar="N")
     parser.add_argument("--show-body", action="store_true")
     args = parser.parse_args()
 
@@ -128,6 +135,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     digest, text = masked_digest(first.content, base)
     if args.show_body:
         print(text)
+    if args.asgi:
+        return asgi_bursts(args, token, base, digest)
     if args.profile:
         profiler = cProfile.Profile(time.process_time)
         profiler.enable()
@@ -145,6 +154,50 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"tree": str(args.tree), "median_ms": round(statistics.median(cpu), 3),
             "p10_ms": round(deciles[0], 3), "p90_ms": round(deciles[-1], 3),
             "queries": len(queries), "body_sha": digest,
+            "load": [round(x, 2) for x in os.getloadavg()]}
+
+
+def asgi_bursts(args: argparse.Namespace, token: str, base: str, digest: str) -> dict[str, Any]:
+    import asyncio
+
+    from forklab.asgi import application
+
+    async def post(n: int) -> int:
+        body = json.dumps({"base_run": base, "at": "start", "label": f"load {n}", "changes": [
+            {"kind": "input_patch", "patch": {"topic": f"burst {n}"}}]}).encode()
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": "/api/v1/forks/",
+                 "raw_path": b"/api/v1/forks/", "query_string": b"", "root_path": "",
+                 "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
+                             (b"authorization", f"Token {token}".encode()),
+                             (b"content-length", str(len(body)).encode())],
+                 "client": ("127.0.0.1", 40000 + n % 20000), "server": ("testserver", 80)}
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await application(scope, receive, send)
+        return int(sent[0]["status"])
+
+    async def burst(first: int) -> float:
+        started = time.process_time()
+        codes = await asyncio.gather(*(post(first + i) for i in range(args.asgi)))
+        assert set(codes) == {202}, codes
+        return (time.process_time() - started) * 1000 / args.asgi
+
+    async def main() -> list[float]:
+        await burst(10_000)  # the request threads' first use (their connections)
+        return [await burst(20_000 + k * args.asgi) for k in range(max(3, args.accepts
+                                                                       // args.asgi))]
+
+    per_accept = asyncio.run(main())
+    return {"tree": str(args.tree), "asgi_burst": args.asgi,
+            "median_ms": round(statistics.median(per_accept), 3),
+            "bursts_ms": [round(x, 2) for x in per_accept], "body_sha": digest,
             "load": [round(x, 2) for x in os.getloadavg()]}
 
 
