@@ -307,7 +307,8 @@ else:
 # django.tasks backend.
 TASK_BACKENDS = {
     "threads": "forklab.runs.task_backends.ThreadPoolBackend",
-    "db": "django_tasks_db.DatabaseBackend",
+    # django-tasks-db's queue, its task row inserted without the ORM's per-row compiling
+    "db": "forklab.runs.queue_backend.DatabaseBackend",
 }
 _tasks_backend = os.environ.get("FORKLAB_TASKS_BACKEND", "").strip() or "threads"
 if "." not in _tasks_backend and _tasks_backend not in TASK_BACKENDS:
@@ -323,7 +324,7 @@ TASKS = {
                            if _tasks_backend == TASK_BACKENDS["threads"] else {}),
     }
 }
-if _tasks_backend.startswith("django_tasks_db."):
+if _tasks_backend.startswith("django_tasks_db.") or _tasks_backend == TASK_BACKENDS["db"]:
     INSTALLED_APPS += ["django_tasks_db"]  # its queue table and the db_worker command
 
 # Leases and recovery (forklab.runs.leases, forklab.runs.recovery): a process executing a run

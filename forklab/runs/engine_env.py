@@ -1,6 +1,14 @@
-"""The one place the engine's Environment is built from Django settings."""
+"""The one place the engine's Environment is built from Django settings.
+
+Every fork accept builds one (its planning), so what is immutable and costs CPU to build is
+made once per process and set of settings: the redactor (its key names split into words,
+~1 ms of CPU under the profiler, ~5 % of an accept). A ``Redactor`` is frozen; its only
+mutable part is a per-key-name answer cache, written by single dict stores.
+"""
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -32,5 +40,11 @@ def build_environment() -> Environment:
         providers=providers,
         prices=PriceTable(settings.FORKLAB_PRICES),
         tools=ToolRegistry(dict.fromkeys(prefixes)),
-        redactor=Redactor().with_keys(settings.FORKLAB_REDACT_KEYS),
+        redactor=_redactor(tuple(settings.FORKLAB_REDACT_KEYS)),
     )
+
+
+@lru_cache(maxsize=8)
+def _redactor(extra_keys: tuple[str, ...]) -> Redactor:
+    """The default redactor with ``extra_keys`` added (one per process and key set)."""
+    return Redactor().with_keys(extra_keys)

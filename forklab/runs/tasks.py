@@ -190,17 +190,20 @@ def enqueue_fork(run_id: str, spec: dict[str, JsonValue]) -> str | None:
 
 def joins_transactions(backend: Any) -> bool:
     """True when ``backend.enqueue`` inside a transaction takes effect only if it commits."""
+    from django.apps import apps
     from django.db import router
 
     from forklab.runs.task_backends import ThreadPoolBackend
 
     if isinstance(backend, ThreadPoolBackend):
         return True
-    if type(backend).__module__.startswith("django_tasks_db"):
-        from django_tasks_db.models import DBTaskResult
+    if not apps.is_installed("django_tasks_db"):
+        return False
+    from django_tasks_db import DatabaseBackend
+    from django_tasks_db.models import DBTaskResult
 
-        return bool(router.db_for_write(DBTaskResult) == router.db_for_write(Run))
-    return False
+    return isinstance(backend, DatabaseBackend) and bool(
+        router.db_for_write(DBTaskResult) == router.db_for_write(Run))
 
 
 def enqueue_answer(run_id: str, answer: dict[str, Any]) -> None:

@@ -32,7 +32,7 @@ from forklab.runs.specs import ForkSpec
 from tests.ws.conftest import World
 from tests.ws.helpers import connect, seqs, token_header, until_status
 
-DB_BACKEND = "django_tasks_db.DatabaseBackend"
+DB_BACKEND = "forklab.runs.queue_backend.DatabaseBackend"
 SCALE = (settings.TASKS["default"]["BACKEND"] == DB_BACKEND
          and settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
          and bool(settings.REDIS_URL))
