@@ -504,6 +504,15 @@ def _agent_refs(node: Any) -> list[tuple[str, AgentRef]]:
 
 
 def _check_node(graph: GraphSpec, node: Any, ids: AbstractSet[str]) -> None:
+    kind = type(node)
+    if kind is ToolNode:
+        return  # no targets, agents, prompt or keys outside reads: nothing here can fail
+    if (kind is AgentNode and node.roles is None and type(node.agent) is AgentSpec
+            and len(node.writes) == 1):
+        # one inline agent (a fan-out's workers, a chain's steps): no targets, no agent to
+        # resolve, no slice uses, the agent node's rules hold: only the prompt can fail
+        _check_prompt(node)
+        return
     where = f"node {node.id!r}"
     for field, target in _targets(node):
         if target != END and target not in ids:
@@ -532,13 +541,20 @@ def _check_node(graph: GraphSpec, node: Any, ids: AbstractSet[str]) -> None:
             node=node.id, field="choices",
         )
     _check_slice(node, where)
+    _check_prompt(node)
+
+
+def _check_prompt(node: Any) -> None:
+    """Every ``{key}`` placeholder of the node's prompt is a key it reads."""
     prompt = getattr(node, "prompt", "")
+    if "{" not in prompt:
+        return
     placeholders = _PLACEHOLDER.findall(prompt)
     reads = set(node.reads) if len(placeholders) > 4 else node.reads  # a join's: not N²
     for key in placeholders:
         if key not in reads:
             raise GraphValidationError(
-                f"{where}, field 'prompt': placeholder {{{key}}} is not in 'reads' "
+                f"node {node.id!r}, field 'prompt': placeholder {{{key}}} is not in 'reads' "
                 f"({', '.join(node.reads) or 'empty'}); add it to reads",
                 node=node.id, field="prompt",
             )
@@ -611,7 +627,8 @@ def has_cycle(graph: GraphSpec, extra_edges: tuple[tuple[str, str], ...] = ()) -
     for edge in graph.edges:
         adjacency[edge.source].append(edge.target)
     for node in graph.nodes:
-        adjacency[node.id] += [t for _, t in _targets(node) if t != END]
+        if isinstance(node, (RouterNode, ApprovalNode)):  # the only kinds with targets
+            adjacency[node.id] += [t for _, t in _targets(node) if t != END]
     for source, target in extra_edges:
         if target != END:
             adjacency[source].append(target)
