@@ -262,6 +262,11 @@ class GraphSpec(_Model):
             has_null = True
         if has_null:
             return fingerprint(self.to_wire())
+        known = self.__dict__.get("_fingerprint_parts")
+        if len(self.nodes) > PER_NODE_FIRST and not (known is not None and known.complete):
+            # the one fingerprint-parts pass, if it comes, starts from these nodes (a fork's
+            # graph is hashed when the fork opens, then its tail serves its nodes)
+            self.__dict__["_nodes_dump"] = dumped["nodes"]
         return hash_text(canonical_json_stripped(dumped))
 
     def model_copy(self, *, update: Any = None, deep: bool = False) -> GraphSpec:
@@ -365,7 +370,10 @@ class GraphSpec(_Model):
         return self.model_dump(mode="json", by_alias=True, exclude_defaults=False)
 
 
-_CACHED = ("index", "content_hash", "_fingerprint_parts")
+_CACHED = ("index", "content_hash", "_fingerprint_parts", "_nodes_dump")
+"""Attributes derived from the fields, dropped by :meth:`GraphSpec.model_copy` with an update
+(``_nodes_dump``: the nodes of :attr:`GraphSpec.content_hash`'s dump, kept for the one
+fingerprint-parts pass, which takes it)."""
 
 
 class FingerprintParts(NamedTuple):
@@ -433,8 +441,12 @@ def _bulk_fingerprint_parts(graph: GraphSpec) -> dict[str, FingerprintParts]:
     as is a node with a registry agent or roles. So every text equals the per-node one,
     character for character (tests compare them on every node of several graphs).
     """
-    dumped = graph.model_dump(mode="json", include={"nodes": True}, exclude_none=True,
-                              exclude={"nodes": {"__all__": {"description"}}})["nodes"]
+    hashed = graph.__dict__.pop("_nodes_dump", None)
+    if hashed is not None:  # the hash's dump of the nodes: the same minus "description"
+        dumped = [{k: v for k, v in node.items() if k != "description"} for node in hashed]
+    else:
+        dumped = graph.model_dump(mode="json", include={"nodes": True}, exclude_none=True,
+                                  exclude={"nodes": {"__all__": {"description"}}})["nodes"]
     # the texts below are parts of the dump's: checked once for all (orjson_canonical)
     encode = (canonical_json_stripped if orjson_canonical(dumped) is None
               else unchecked_canonical)
