@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from functools import cached_property
 from pathlib import Path
@@ -635,15 +635,15 @@ def has_cycle(graph: GraphSpec, extra_edges: tuple[tuple[str, str], ...] = ()) -
 
     Iterative depth-first search (a 10,000-node chain must not hit the recursion limit),
     linear in nodes + edges."""
-    adjacency: dict[str, list[str]] = {n.id: [] for n in graph.nodes}
-    for edge in graph.edges:
-        adjacency[edge.source].append(edge.target)
+    edges = graph.index.successors  # built once per graph version, edges in order
+    adjacency: dict[str, Sequence[str]] = {n.id: edges.get(n.id, ()) for n in graph.nodes}
     for node in graph.nodes:
         if isinstance(node, (RouterNode, ApprovalNode)):  # the only kinds with targets
-            adjacency[node.id] += [t for _, t in _targets(node) if t != END]
+            adjacency[node.id] = [*adjacency[node.id],
+                                  *(t for _, t in _targets(node) if t != END)]
     for source, target in extra_edges:
         if target != END:
-            adjacency[source].append(target)
+            adjacency[source] = [*adjacency[source], target]
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     for root in adjacency:
         if root in state:
