@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from functools import cached_property
 from pathlib import Path
@@ -262,6 +262,11 @@ class GraphSpec(_Model):
             has_null = True
         if has_null:
             return fingerprint(self.to_wire())
+        known = self.__dict__.get("_fingerprint_parts")
+        if len(self.nodes) > PER_NODE_FIRST and not (known is not None and known.complete):
+            # the one fingerprint-parts pass, if it comes, starts from these nodes (a fork's
+            # graph is hashed when the fork opens, then its tail serves its nodes)
+            self.__dict__["_nodes_dump"] = dumped["nodes"]
         return hash_text(canonical_json_stripped(dumped))
 
     def model_copy(self, *, update: Any = None, deep: bool = False) -> GraphSpec:
@@ -365,7 +370,10 @@ class GraphSpec(_Model):
         return self.model_dump(mode="json", by_alias=True, exclude_defaults=False)
 
 
-_CACHED = ("index", "content_hash", "_fingerprint_parts")
+_CACHED = ("index", "content_hash", "_fingerprint_parts", "_nodes_dump")
+"""Attributes derived from the fields, dropped by :meth:`GraphSpec.model_copy` with an update
+(``_nodes_dump``: the nodes of :attr:`GraphSpec.content_hash`'s dump, kept for the one
+fingerprint-parts pass, which takes it)."""
 
 
 class FingerprintParts(NamedTuple):
@@ -433,8 +441,12 @@ def _bulk_fingerprint_parts(graph: GraphSpec) -> dict[str, FingerprintParts]:
     as is a node with a registry agent or roles. So every text equals the per-node one,
     character for character (tests compare them on every node of several graphs).
     """
-    dumped = graph.model_dump(mode="json", include={"nodes": True}, exclude_none=True,
-                              exclude={"nodes": {"__all__": {"description"}}})["nodes"]
+    hashed = graph.__dict__.pop("_nodes_dump", None)
+    if hashed is not None:  # the hash's dump of the nodes: the same minus "description"
+        dumped = [{k: v for k, v in node.items() if k != "description"} for node in hashed]
+    else:
+        dumped = graph.model_dump(mode="json", include={"nodes": True}, exclude_none=True,
+                                  exclude={"nodes": {"__all__": {"description"}}})["nodes"]
     # the texts below are parts of the dump's: checked once for all (orjson_canonical)
     encode = (canonical_json_stripped if orjson_canonical(dumped) is None
               else unchecked_canonical)
@@ -504,6 +516,15 @@ def _agent_refs(node: Any) -> list[tuple[str, AgentRef]]:
 
 
 def _check_node(graph: GraphSpec, node: Any, ids: AbstractSet[str]) -> None:
+    kind = type(node)
+    if kind is ToolNode:
+        return  # no targets, agents, prompt or keys outside reads: nothing here can fail
+    if (kind is AgentNode and node.roles is None and type(node.agent) is AgentSpec
+            and len(node.writes) == 1):
+        # one inline agent (a fan-out's workers, a chain's steps): no targets, no agent to
+        # resolve, no slice uses, the agent node's rules hold: only the prompt can fail
+        _check_prompt(node)
+        return
     where = f"node {node.id!r}"
     for field, target in _targets(node):
         if target != END and target not in ids:
@@ -532,13 +553,20 @@ def _check_node(graph: GraphSpec, node: Any, ids: AbstractSet[str]) -> None:
             node=node.id, field="choices",
         )
     _check_slice(node, where)
+    _check_prompt(node)
+
+
+def _check_prompt(node: Any) -> None:
+    """Every ``{key}`` placeholder of the node's prompt is a key it reads."""
     prompt = getattr(node, "prompt", "")
+    if "{" not in prompt:
+        return
     placeholders = _PLACEHOLDER.findall(prompt)
     reads = set(node.reads) if len(placeholders) > 4 else node.reads  # a join's: not N²
     for key in placeholders:
         if key not in reads:
             raise GraphValidationError(
-                f"{where}, field 'prompt': placeholder {{{key}}} is not in 'reads' "
+                f"node {node.id!r}, field 'prompt': placeholder {{{key}}} is not in 'reads' "
                 f"({', '.join(node.reads) or 'empty'}); add it to reads",
                 node=node.id, field="prompt",
             )
@@ -607,14 +635,15 @@ def has_cycle(graph: GraphSpec, extra_edges: tuple[tuple[str, str], ...] = ()) -
 
     Iterative depth-first search (a 10,000-node chain must not hit the recursion limit),
     linear in nodes + edges."""
-    adjacency: dict[str, list[str]] = {n.id: [] for n in graph.nodes}
-    for edge in graph.edges:
-        adjacency[edge.source].append(edge.target)
+    edges = graph.index.successors  # built once per graph version, edges in order
+    adjacency: dict[str, Sequence[str]] = {n.id: edges.get(n.id, ()) for n in graph.nodes}
     for node in graph.nodes:
-        adjacency[node.id] += [t for _, t in _targets(node) if t != END]
+        if isinstance(node, (RouterNode, ApprovalNode)):  # the only kinds with targets
+            adjacency[node.id] = [*adjacency[node.id],
+                                  *(t for _, t in _targets(node) if t != END)]
     for source, target in extra_edges:
         if target != END:
-            adjacency[source].append(target)
+            adjacency[source] = [*adjacency[source], target]
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     for root in adjacency:
         if root in state:

@@ -196,10 +196,11 @@ def test_the_one_pass_writes_the_per_node_texts_whether_or_not_its_dump_checks_o
     """The pass checks the whole dump's orjson text once and then writes each node's parts
     unchecked; a dump that fails the check (a float orjson writes otherwise, a wide
     integer) takes the checked path per node. The texts are the per-node ones either way."""
-    nodes: list[dict[str, Any]] = [{"id": "fan", "kind": "tool", "tool": "t.x", "writes": ["f"]}]
+    nodes: list[dict[str, Any]] = [{"id": "fan", "kind": "tool", "tool": "t.x", "writes": ["f"],
+                                    "description": "left out of the fingerprint"}]
     for i in range(40):
         nodes.append({"id": f"w{i}", "kind": "agent", "reads": ["f"], "writes": [f"w{i}"],
-                      "prompt": "{f} é\u2028\"" * (i % 3),
+                      "prompt": "{f} é\u2028\"" * (i % 3), "description": "d" * (i % 2),
                       "agent": {"system_prompt": f"worker {i} \U0001f600", "temperature": i / 21,
                                 "params": {"k": [i, 2.5, {"z": "e-5", "a": True}]}}})
     if odd is not None:
@@ -210,3 +211,10 @@ def test_the_one_pass_writes_the_per_node_texts_whether_or_not_its_dump_checks_o
     assert len(bulk) == len(nodes)
     for node in graph.nodes:
         assert tuple(bulk[node.id]) == _reference_parts(graph, node), node.id
+    # hashed first (a fork's graph): the pass starts from the hash's dump of the nodes
+    hashed = parse_graph(graph.to_wire())
+    assert hashed.content_hash == graph.content_hash
+    assert ("_nodes_dump" in hashed.__dict__) == (odd is None or 2**70 not in odd.values())
+    from_hash = _bulk_fingerprint_parts(hashed)
+    assert "_nodes_dump" not in hashed.__dict__  # taken by the pass, not kept
+    assert from_hash == bulk

@@ -217,6 +217,8 @@ def _align(base: list[Execution], variant: list[Execution], inherited: int,
 
     def gap(b_end: int, v_end: int, tail: list[Execution] | None = None) -> None:
         nonlocal bi, vi
+        if bi == b_end and vi == v_end:  # no gap (every pair of a fork's shared path)
+            return
         only_b, only_v = base[bi:b_end], variant[vi:v_end]
         if only_v:  # the variant went elsewhere after the last step both ran: a skip
             tail = None
