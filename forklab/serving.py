@@ -32,7 +32,6 @@ Django does.
 from __future__ import annotations
 
 import asyncio
-import gc
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -46,6 +45,8 @@ from django.core.handlers import base
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.http import FileResponse, HttpResponseBase
 from django.urls import set_script_prefix
+
+from forklab.engine.collector import freeze_heap
 
 
 class RequestExecutor(ThreadPoolExecutor):
@@ -217,9 +218,9 @@ def warm_up() -> None:
       its lookup tables: Django does that on the first request, ~80-100 ms of CPU (more
       than ten accepts), paid inside whatever burst reached a fresh process first.
     - Move everything alive now (modules, classes, settings: the bulk of the heap, never
-      freed) out of the cyclic collector's reach (``gc.freeze``), so its full collections
-      walk only what requests allocate — one full pass over a warmed-up process's heap
-      cost ~100 ms of CPU, and came during a burst.
+      freed) out of the cyclic collector's reach (the engine's ``freeze_heap``:
+      ``gc.freeze``), so its full collections walk only what requests allocate — one full
+      pass over a warmed-up process's heap cost ~100 ms of CPU, and came during a burst.
     """
     from django.urls import get_resolver
 
@@ -227,8 +228,7 @@ def warm_up() -> None:
     _ = resolver.reverse_dict  # imports the URLconf and builds the reverse lookup tables
     for pattern in resolver.url_patterns:  # included URLconfs build theirs on first use
         _ = getattr(pattern, "reverse_dict", None)
-    gc.collect()
-    gc.freeze()
+    freeze_heap()
 
 
 def get_asgi_application() -> ThreadedASGIHandler:

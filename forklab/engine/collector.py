@@ -42,8 +42,8 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
+            gc.enable()  # first: whatever interrupts the promotion must not leave it off
             _promote_survivors()
-            gc.enable()
 
 
 def _promote_survivors() -> None:
@@ -58,15 +58,38 @@ def _promote_survivors() -> None:
     from any thread) that becomes garbage is found by the next full collection instead of
     a young one. Refcounting frees everything else as ever.
 
-    Skipped when something has frozen a heap (a web process freezes its start-up heap,
-    ``forklab.serving``): ``gc.unfreeze`` would put it back in the collector's reach. What
-    CPython 3.12 itself leaves frozen at start-up (~375 immortal tuples: the built-in
-    types' ``__mro__``) is no such heap: counted when this module is imported, and
-    unfrozen by the first promotion (immortal objects are never found to be garbage).
+    Skipped once the process froze its heap through :func:`freeze_heap` (a web process
+    freezes its start-up heap, ``forklab.serving``): ``gc.unfreeze`` would hand it back to
+    the collector. That is tracked here, not asked of the collector, because
+    ``gc.get_freeze_count()`` walks the whole frozen heap (a test process that imported
+    the ASGI application spent most of its CPU there, once per section). A heap frozen
+    with ``gc.freeze()`` directly is unfrozen by the next section: freeze through
+    :func:`freeze_heap`. What CPython 3.12 itself leaves frozen at start-up (~375
+    immortal tuples) is unfrozen by the first promotion, harmlessly (immortal objects are
+    never found to be garbage).
     """
-    if gc.get_freeze_count() in (0, _FROZEN_AT_IMPORT):
+    if not _heap_frozen:
         gc.freeze()
         gc.unfreeze()
 
 
-_FROZEN_AT_IMPORT = gc.get_freeze_count()
+_heap_frozen = False
+"""Whether :func:`freeze_heap` froze this process's heap (and :func:`thaw_heap` did not
+thaw it since)."""
+
+
+def freeze_heap() -> None:
+    """Collect, then put everything alive out of the collector's reach for good
+    (``gc.freeze``): a long-lived process's start-up heap. Sections stop promoting their
+    survivors from then on (see :func:`_promote_survivors`)."""
+    global _heap_frozen
+    gc.collect()
+    gc.freeze()
+    _heap_frozen = True
+
+
+def thaw_heap() -> None:
+    """Undo :func:`freeze_heap` (tests)."""
+    global _heap_frozen
+    gc.unfreeze()
+    _heap_frozen = False

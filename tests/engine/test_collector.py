@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from forklab.engine import Environment, parse_graph, run_recorded
+from forklab.engine import Environment, collector, parse_graph, run_recorded
 from forklab.engine.collector import collector_paused
 
 
@@ -91,9 +91,12 @@ def test_the_one_fingerprint_parts_pass_runs_with_the_collector_paused(
     assert gc.isenabled()
 
 
-def test_a_section_hands_what_it_built_to_the_oldest_generation(collector_on: None) -> None:
+def test_a_section_hands_what_it_built_to_the_oldest_generation(
+        collector_on: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The survivors of a paused pass skip the young generations (no scan just to promote
     them), yet a cycle among them that becomes garbage is still found by a full collection."""
+    # a process that imported the ASGI application (tests/ws) froze its heap: not this one
+    monkeypatch.setattr(collector, "_heap_frozen", False)
     with collector_paused():
         kept = [_Cycle() for _ in range(100)]
         dropped = _Cycle()
@@ -113,7 +116,7 @@ def test_a_section_hands_what_it_built_to_the_oldest_generation(collector_on: No
 def test_a_frozen_heap_stays_frozen(collector_on: None) -> None:
     """A process that froze its heap (forklab.serving) keeps it out of the collector's
     reach: a section does not unfreeze it, and leaves what it built young."""
-    gc.freeze()
+    collector.freeze_heap()
     try:
         frozen = gc.get_freeze_count()
         with collector_paused():
@@ -122,5 +125,21 @@ def test_a_frozen_heap_stays_frozen(collector_on: None) -> None:
         assert gc.get_freeze_count() == frozen
         assert not any(o is built for o in gc.get_objects(generation=2))
     finally:
-        gc.unfreeze()
+        collector.thaw_heap()
         gc.enable()
+
+
+def test_a_section_never_asks_how_much_is_frozen(collector_on: None,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gc.get_freeze_count()`` walks the whole frozen heap: a process that froze its
+    start-up heap paid that walk at the end of every section (the test session ran ~15x
+    slower). The section decides from what :func:`collector.freeze_heap` recorded."""
+    def walk() -> int:
+        raise AssertionError("gc.get_freeze_count walks the frozen heap")
+
+    for frozen in (False, True):
+        monkeypatch.setattr(collector, "_heap_frozen", frozen)
+        monkeypatch.setattr(collector.gc, "get_freeze_count", walk)
+        with collector_paused():
+            _Cycle()
+        assert gc.isenabled()

@@ -150,6 +150,7 @@ def test_warming_up_builds_the_url_tables_and_freezes_the_start_up_heap() -> Non
 
     from django.urls import clear_url_caches, get_resolver
 
+    from forklab.engine.collector import thaw_heap
     from forklab.serving import warm_up
 
     clear_url_caches()
@@ -159,4 +160,4 @@ def test_warming_up_builds_the_url_tables_and_freezes_the_start_up_heap() -> Non
         assert get_resolver()._populated  # type: ignore[attr-defined]
         assert gc.get_freeze_count() > 0
     finally:
-        gc.unfreeze()
+        thaw_heap()
