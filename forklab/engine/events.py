@@ -268,9 +268,12 @@ class NodeReused(Event):
     waiting: list[str] = field(default_factory=list)
 
     def payload(self) -> dict[str, Any]:
-        payload = Event.payload(self)
-        payload["actions"] = [served_wire(record) for record in self.actions]
-        return payload
+        # Event.payload's fields written out in declaration order (one per served node of
+        # a fork tail, at its store); tests compare it with the general form
+        return {"kind": self.kind, "fingerprint": self.fingerprint, "reads": self.reads,
+                "actions": [served_wire(record) for record in self.actions],
+                "writes": self.writes, "deletes": self.deletes, "tainted": self.tainted,
+                "next": self.next, "waiting": self.waiting}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

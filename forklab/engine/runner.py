@@ -78,11 +78,10 @@ from forklab.engine.events import (
     RunCompleted,
     RunFailed,
     RunStarted,
-    node_reused,
 )
 from forklab.engine.graph import END, GraphSpec
 from forklab.engine.inputs import check_json_value
-from forklab.engine.memoized import replay_memo, reused_payload, served_route
+from forklab.engine.memoized import replay_memo, reused_event, served_route
 from forklab.engine.nodes import Paused
 from forklab.engine.oracle import (
     Blocked,
@@ -487,10 +486,8 @@ class Runner:
                                     served_route(node, recorded))
         self._settle(call)
         seq = self.state.version + 1  # the records carry the event's seq (the fold shares them)
-        self._queue(node_reused(
-            self.run_id, seq, round(self.env.clock(), 6), call.node, call.occurrence,
-            call.iteration, kind=call.kind, fingerprint=call.fingerprint, reads=call.reads,
-            next=ready, waiting=waiting, **reused_payload(node, tainted, recorded, seq)))
+        self._queue(reused_event(self.run_id, seq, round(self.env.clock(), 6), call, node,
+                                 tainted, recorded, ready, waiting))
 
     def _execute(self, call: NodeCall, substitute: dict[str, Any] | None, memo: Any) -> None:
         """Execute the head node in place, its events queued as they happen (see flush points)."""
