@@ -24,7 +24,10 @@ Flush points (what keeps crash semantics honest):
   makes its first call while the runner stores the batch and its start, then its request
   as soon as it is made — the call no longer waits for the burst's transaction. A crash
   during that call loses at most the served nodes (re-derived on resume, nothing paid) and
-  the node's start and request: its call is made again, as in the first exception;
+  the node's start and request: its call is made again, as in the first exception. So is a
+  call that *completed* before the burst's transaction, the start and the request were
+  stored (its result is stored at the node's end, after them): that one call is paid
+  twice, nothing else (docs/forking.md; a ``store_beside_min`` no batch reaches turns this off);
 - at the end of a node that called out (its result and ``node.completed`` are stored before
   the next node starts), and when the run stops (end, pause, failure, cancellation);
 - at a node boundary once the batch holds ``batch_limit`` events (``BATCH_MAX``).
