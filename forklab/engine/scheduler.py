@@ -93,7 +93,7 @@ BufferedEvent = tuple[type, dict[str, Any], float | None]
 """An event waiting for its seq: class, fields, and its time (None: stamp when appended)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Prediction:
     """What a frontier node's next execution will be (its call once its reads are final),
     and what the scheduler decided about it once (cached: the walk repeats per node)."""
