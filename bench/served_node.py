@@ -2,10 +2,13 @@
 
     .venv/bin/python bench/fork_split.py record DIR      # once: DIR/worker0 (the fan-out)
     .venv/bin/python bench/served_node.py DIR            # one null fork of it, fresh process
+    .venv/bin/python bench/served_node.py DIR worker0    # the worker-0 fork instead
 
 Forks the recorded 1,000-worker fan-out before ``w0`` with no change, memoize on: every
 tail node (1,000 workers and the join) is a memo hit served as one ``node.reused`` event,
-nothing is called. The graph's fingerprint-parts pass (one per graph, not per node) is made
+nothing is called. With ``worker0``, the fork changing w0's prompt (bench/fork_split.py's):
+w0 and the join call the 20 ms model, the 999 served workers are predicted during w0's call
+(``Scheduler.prefetch``, inside ``tail`` but in none of the parts) and served after it. The graph's fingerprint-parts pass (one per graph, not per node) is made
 before the tail starts, so what is left is what each served node costs. Prints the tail's
 CPU time per served node and its parts: ``predict`` (``Scheduler.predict_head``: its
 execution, read slice, fingerprint and memo lookup), ``serve`` (``Runner._reuse``: the event
@@ -25,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers import forklab_peer
-from bench.peers import workloads as w
 from bench.peers.model import FakeModel
 from bench.peers.outcome import load_meta
 from forklab.engine import fork, runner, scheduler
@@ -51,7 +53,7 @@ def _timed(spent: dict[str, float], name: str, func: Callable[..., Any],
     return wrapper
 
 
-def main(directory: Path) -> None:
+def main(directory: Path, kind: str) -> None:
     spent = dict.fromkeys(("tail", "predict", "serve", "store"), 0.0)
     served = 0
     resume = runner.Runner.resume_loop
@@ -81,23 +83,25 @@ def main(directory: Path) -> None:
         shutil.copytree(directory / "worker0", scratch / "base")
         model = FakeModel(20)
         store = SqliteStore(scratch / "base" / forklab_peer.STORE)
+        at, changed = forklab_peer.FORKS["worker0"](N)
         result = fork(load_meta(scratch / "base")["run_id"], store=store,
-                      env=forklab_peer.environment(model), at={"before_node": w.worker_node(0)},
-                      change=None, policy={"memoize": True}, budget=forklab_peer.NO_BUDGET,
-                      ignore_budget=True)
+                      env=forklab_peer.environment(model), at=at,
+                      change=changed if kind == "worker0" else None, policy={"memoize": True},
+                      budget=forklab_peer.NO_BUDGET, ignore_budget=True)
         store.close()
     finally:
         shutil.rmtree(scratch)
-    if result.state.status != "completed" or model.calls or served != N + 1:
-        raise SystemExit(f"expected {N + 1} served nodes and no call: {result.state.status}, "
-                         f"{model.calls} calls, {served} served")
+    calls, expected = (2, N - 1) if kind == "worker0" else (0, N + 1)
+    if result.state.status != "completed" or model.calls != calls or served != expected:
+        raise SystemExit(f"expected {expected} served nodes and {calls} calls: "
+                         f"{result.state.status}, {model.calls} calls, {served} served")
     per = {name: spent[name] / served * 1e6 for name in spent}
-    print(f"served={served} per node µs: tail={per['tail']:.1f} predict={per['predict']:.1f} "
+    print(f"{kind} served={served} per node µs: tail={per['tail']:.1f} predict={per['predict']:.1f} "
           f"serve={per['serve']:.1f} store={per['store']:.1f} "
           f"other={per['tail'] - per['predict'] - per['serve'] - per['store']:.1f}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["worker0"]):
         sys.exit(__doc__)
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), (sys.argv[2:] or ["null"])[0])
