@@ -92,9 +92,10 @@ def main(directory: Path, kind: str) -> None:
     finally:
         shutil.rmtree(scratch)
     calls, expected = (2, N - 1) if kind == "worker0" else (0, N + 1)
-    if result.state.status != "completed" or model.calls != calls or served != expected:
-        raise SystemExit(f"expected {expected} served nodes and {calls} calls: "
-                         f"{result.state.status}, {model.calls} calls, {served} served")
+    status = None if result.state is None else result.state.status
+    if status != "completed" or model.calls != calls or served != expected:
+        raise SystemExit(f"expected {expected} served nodes and {calls} calls: {status}, "
+                         f"{model.calls} calls, {served} served")
     per = {name: spent[name] / served * 1e6 for name in spent}
     print(f"{kind} served={served} per node µs: tail={per['tail']:.1f} predict={per['predict']:.1f} "
           f"serve={per['serve']:.1f} store={per['store']:.1f} "
