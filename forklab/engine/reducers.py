@@ -268,6 +268,14 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
     return state
 
 
+def evolve_reused(state: RunState, event: NodeReused) -> RunState:
+    """``evolve(state, event)`` of a ``node.reused`` event, without the match over every
+    event type before its branch (the live runner applies one per served node)."""
+    state.version = event.seq
+    _reuse_node(state, event)
+    return state
+
+
 def _holders(prefix: RunState) -> tuple[tuple[str, int], ...]:
     """Which run's log holds each inherited execution: ``(run_id, first position)`` pairs.
 
