@@ -192,8 +192,45 @@ def replaced[R: _Record](record: R, **changes: Any) -> R:
     return new
 
 
+_ANSWER_SETTERS = tuple(getattr(AgentAnswer, f.name).__set__
+                        for f in dataclasses.fields(AgentAnswer))
+if [f.name for f in dataclasses.fields(AgentAnswer)] != [  # what served_answer writes out
+        "seq", "request_hash", "text", "role", "index", "model", "input_tokens",
+        "output_tokens", "cost_usd", "latency_ms", "label"]:
+    raise AssertionError("served_answer must set every field of AgentAnswer")  # pragma: no cover
+
+
+def served_answer(a: AgentAnswer, seq: int) -> AgentAnswer:
+    """``replaced(a, seq=seq, latency_ms=0.0, label="reused")`` — how a fork tail serves a
+    recorded answer — with each slot set in a straight line (the most frequent served
+    record: one per served agent node; the general loop was half of serving one). The same
+    record field for field (tests compare them)."""
+    (set_seq, set_hash, set_text, set_role, set_index, set_model, set_in, set_out, set_cost,
+     set_latency, set_label) = _ANSWER_SETTERS
+    new = object.__new__(AgentAnswer)
+    set_seq(new, seq)
+    set_hash(new, a.request_hash)
+    set_text(new, a.text)
+    set_role(new, a.role)
+    set_index(new, a.index)
+    set_model(new, a.model)
+    set_in(new, a.input_tokens)
+    set_out(new, a.output_tokens)
+    set_cost(new, a.cost_usd)
+    set_latency(new, 0.0)
+    set_label(new, "reused")
+    return new
+
+
 def served_wire(record: Action) -> dict[str, Any]:
-    """``record``'s wire form without ``seq`` (how a ``node.reused`` payload lists it)."""
+    """``record``'s wire form without ``seq`` (how a ``node.reused`` payload lists it); an
+    answer's written out key by key in declaration order (the same dict: tests compare)."""
+    if type(record) is AgentAnswer:
+        return {"type": "agent_result", "request_hash": record.request_hash,
+                "text": record.text, "role": record.role, "index": record.index,
+                "model": record.model, "input_tokens": record.input_tokens,
+                "output_tokens": record.output_tokens, "cost_usd": record.cost_usd,
+                "latency_ms": record.latency_ms, "label": record.label}
     return _with_fields({"type": record.TYPE}, record)
 
 
@@ -231,5 +268,5 @@ def from_wire(data: dict[str, Any], *, seq: int | None = None) -> Action:
 __all__ = [
     "ACTION_TYPES", "Action", "AgentAnswer", "AgentAsked", "CallFailure", "CallRecord",
     "ChildOutcome", "ChildStarted", "HumanDecision", "RouteTaken", "ToolCall", "ToolResult",
-    "from_wire", "served_wire", "to_wire",
+    "from_wire", "served_answer", "served_wire", "to_wire",
 ]

@@ -25,6 +25,7 @@ from forklab.engine.actions import (
     ToolCall,
     ToolResult,
     replaced,
+    served_answer,
 )
 from forklab.engine.context import NodeContext, write_memory
 from forklab.engine.events import (
@@ -32,13 +33,15 @@ from forklab.engine.events import (
     CallFailed,
     HumanAnswered,
     MemoryWritten,
+    NodeReused,
     RouteDecided,
     SubgraphCompleted,
     ToolCalled,
     ToolReturned,
+    node_reused,
 )
 from forklab.engine.graph import ApprovalNode, SubgraphNode, ToolNode
-from forklab.engine.oracle import NodeFailure
+from forklab.engine.oracle import NodeCall, NodeFailure
 from forklab.engine.state import Execution
 
 
@@ -114,8 +117,8 @@ def reused_actions(recorded: Execution, seq: int) -> tuple[Action, ...]:
     served: list[Action] = []
     for a in recorded.actions:
         match a:  # every field copied but these (actions.replaced: no __init__ per record)
-            case AgentAnswer():
-                served.append(replaced(a, seq=seq, latency_ms=0.0, label="reused"))
+            case AgentAnswer():  # replaced(a, seq=seq, latency_ms=0.0, label="reused")
+                served.append(served_answer(a, seq))
             case ToolCall():
                 served.append(replaced(a, seq=seq))
             case ToolResult() | CallFailure() | HumanDecision() | ChildOutcome():
@@ -130,15 +133,37 @@ def reused_actions(recorded: Execution, seq: int) -> tuple[Action, ...]:
     return tuple(served)
 
 
+def tainted_writes(node: Any, reads_tainted: bool, recorded: Execution) -> list[str]:
+    """The written keys of serving ``recorded`` that are tainted (:func:`write_taint`'s,
+    in write order): for a node that is no approval, tool or subgraph, every key when the
+    execution reads a tainted key and none otherwise, without the per-key mapping."""
+    if not isinstance(node, (ApprovalNode, ToolNode, SubgraphNode)):
+        return list(recorded.writes) if reads_tainted else []
+    return [key for key, tainted in write_taint(node, reads_tainted, recorded).items()
+            if tainted]
+
+
 def reused_payload(node: Any, reads_tainted: bool, recorded: Execution,
                    seq: int) -> dict[str, Any]:
     """The ``node.reused`` payload fields that come from the recording (a completed
     execution), for the event at ``seq``: actions, writes, deletes and the written keys
     that are tainted."""
-    taint = write_taint(node, reads_tainted, recorded)
     return {"actions": reused_actions(recorded, seq), "writes": dict(recorded.writes),
             "deletes": list(recorded.deletes),
-            "tainted": [key for key, tainted in taint.items() if tainted]}
+            "tainted": tainted_writes(node, reads_tainted, recorded)}
+
+
+def reused_event(run_id: str, seq: int, at: float, call: NodeCall, node: Any,
+                 reads_tainted: bool, recorded: Execution, next: list[str],
+                 waiting: list[str]) -> NodeReused:
+    """The ``node.reused`` event serving ``call`` (of ``node``) its completed recording at
+    ``seq``: ``node_reused`` of the call's envelope and :func:`reused_payload`, built
+    without the intermediate mapping (one per served node of a fork tail)."""
+    return node_reused(
+        run_id, seq, at, call.node, call.occurrence, call.iteration, kind=call.kind,
+        fingerprint=call.fingerprint, reads=call.reads, actions=reused_actions(recorded, seq),
+        writes=dict(recorded.writes), deletes=list(recorded.deletes),
+        tainted=tainted_writes(node, reads_tainted, recorded), next=next, waiting=waiting)
 
 
 def replay_memo(ctx: NodeContext, recorded: Execution) -> str | None:

@@ -103,7 +103,8 @@ def read_slice(node_reads: list[str], memory: dict[str, Any]) -> dict[str, Any]:
 
 def node_fingerprint(graph: GraphSpec, node_id: str, reads: dict[str, Any], *,
                      occurrence: int, iteration: int,
-                     child: dict[str, Any] | None = None) -> str:
+                     child: dict[str, Any] | None = None,
+                     reads_text: str | None = None) -> str:
     """Hash of everything an execution of ``node_id`` can observe (its memo key).
 
     Covers the node id and config, the read slice (values of the declared keys that are
@@ -112,7 +113,8 @@ def node_fingerprint(graph: GraphSpec, node_id: str, reads: dict[str, Any], *,
     agent the node drives (resolved per role and instance) and, for a subgraph node,
     ``child``: the child's effective input and the identity of the graph it runs. The
     side-effect guard matches on the same hash, so "same inputs" means the same thing for
-    memoization and for side effects.
+    memoization and for side effects. ``reads_text``: ``canonical_json(reads)`` when the
+    caller already has it (:class:`ReadsTexts`).
     """
     static = graph.fingerprint_parts(node_id)
     absent = [k for k in graph.node(node_id).reads if k not in reads]
@@ -130,9 +132,39 @@ def node_fingerprint(graph: GraphSpec, node_id: str, reads: dict[str, Any], *,
         ',"iteration":', _json_int(iteration),
         ',"node":', _JSON_TEXT(node_id),
         ',"occurrence":', _json_int(occurrence),
-        ',"reads":', canonical_json(reads), "}",
+        ',"reads":', canonical_json(reads) if reads_text is None else reads_text, "}",
     ))
     return hash_text(text)
+
+
+class ReadsTexts:
+    """``canonical_json`` of read slices whose values are all strings, remembered (at most
+    :attr:`LIMIT` of them): a fan-out's N workers read the same brief, and its text was
+    about half of each one's fingerprint. Keyed by the slice's items themselves — a string
+    is immutable and equal strings have one text, so a remembered text is always the one
+    ``canonical_json`` writes; any other value (a number, which ``True == 1 == 1.0`` would
+    confuse, a container, which could change in place) is never remembered. One instance
+    per run loop (not thread-safe); nothing outlives it."""
+
+    __slots__ = ("_texts",)
+    LIMIT = 256
+
+    def __init__(self) -> None:
+        self._texts: dict[tuple[tuple[str, Any], ...], str] = {}
+
+    def __call__(self, reads: dict[str, Any]) -> str | None:
+        """``canonical_json(reads)``, remembered; None (not computed) for a slice holding
+        anything but strings."""
+        key = tuple(reads.items())
+        for _, value in key:
+            if type(value) is not str:
+                return None
+        text = self._texts.get(key)
+        if text is None:
+            if len(self._texts) >= self.LIMIT:
+                self._texts.clear()
+            text = self._texts[key] = canonical_json(reads)
+        return text
 
 
 _JSON_TEXT = json.JSONEncoder(ensure_ascii=False).encode

@@ -268,6 +268,14 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
     return state
 
 
+def evolve_reused(state: RunState, event: NodeReused) -> RunState:
+    """``evolve(state, event)`` of a ``node.reused`` event, without the match over every
+    event type before its branch (the live runner applies one per served node)."""
+    state.version = event.seq
+    _reuse_node(state, event)
+    return state
+
+
 def _holders(prefix: RunState) -> tuple[tuple[str, int], ...]:
     """Which run's log holds each inherited execution: ``(run_id, first position)`` pairs.
 
@@ -354,11 +362,34 @@ def _complete_node(state: RunState, event: NodeCompleted) -> None:
 
 def _reuse_node(state: RunState, event: NodeReused) -> None:
     """``node.reused``: the node's start, its served action records, its writes and its
-    completion, applied as the multi-event form would apply them one by one. The event's
-    records (each with the event's seq) become the execution's own: shared, not copied."""
-    _start_node(state, event)
-    current = state.current
-    assert current is not None
+    completion, applied as the multi-event form would apply them one by one
+    (``_start_node``, a record per action event, ``memory.written`` each, ``_close_node``),
+    in one pass: the execution is made finished, with no running-node bookkeeping to undo
+    (its iteration's node list as it started, the pending writes and taint), and each
+    write's taint applied as it lands. The same state, field for field (property tests
+    compare the one-event and multi-event folds over generated graphs and forks). The
+    event's records (each with the event's seq) become the execution's own: shared, not
+    copied."""
+    node = event.node or ""
+    iteration = event.iteration or 1
+    occurrence = event.occurrence or 1
+    prior_iteration = state.iteration
+    if iteration != prior_iteration:
+        state.iteration = iteration
+        state.iteration_nodes = []
+    state.iteration_nodes.append(node)
+    state.occurrences[node] = occurrence
+    frontier = state.frontier
+    if node in frontier:
+        frontier.remove(node)
+    seq, at = event.seq, event.at
+    current = Execution(
+        node=node, kind=event.kind, occurrence=occurrence, iteration=iteration,
+        start_seq=seq, fingerprint=event.fingerprint, reads=event.reads, started_at=at,
+        status="completed", end_seq=seq, finished_at=at, writes=dict(event.writes),
+        deletes=list(event.deletes), next=list(event.next), memo=True,
+        prior_iteration=prior_iteration, prior_iteration_nodes=[])
+    state.current = current  # what the records are counted against (as in the fold)
     for record in event.actions:
         current.actions.append(record)
         match record:
@@ -368,15 +399,18 @@ def _reuse_node(state: RunState, event: NodeReused) -> None:
                 pass  # what a call was made with: recorded, not itself a call
             case _:
                 _count_call(state, current, record)
-    deletes = list(event.deletes)
-    state.pending_deletes = deletes
-    state.pending_writes = dict(event.writes)
-    taint = dict.fromkeys(deletes, False)
+    memory, taint = state.memory, state.taint
+    for key in current.deletes:  # deletes first, then writes (a key may be both)
+        memory.pop(key, None)
+        taint.discard(key)
     tainted = event.tainted
-    for key in event.writes:
-        taint[key] = key in tainted
-    state.pending_taint = taint
-    _close_node(state, current, event.seq, event.at, event.next, event.waiting, memo=True)
+    for key, value in current.writes.items():
+        memory[key] = value
+        (taint.add if key in tainted else taint.discard)(key)
+    state.pending_writes, state.pending_deletes, state.pending_taint = {}, [], {}
+    state.executions.append(current)
+    state.current = None
+    _arrive(state, current, current.next, event.waiting)
 
 
 def _record_call(state: RunState, current: Execution, record: CallRecord) -> None:
@@ -450,6 +484,13 @@ def _close_node(state: RunState, current: Execution, seq: int, at: float,
     current.prior_iteration_nodes = []
     state.executions.append(current)
     state.current = None
+    _arrive(state, current, next_nodes, waiting_for)
+
+
+def _arrive(state: RunState, current: Execution, next_nodes: list[str],
+            waiting_for: list[str]) -> None:
+    """The completed ``current``'s successors join the frontier (``next_nodes``) or record
+    its arrival (``waiting_for``: joins still missing a predecessor)."""
     frontier = state.frontier
     # a fan-out start names N successors: checked against a set of the frontier, not by a
     # scan of the growing list per successor (N² for a fan-out of N)

@@ -24,7 +24,10 @@ Flush points (what keeps crash semantics honest):
   makes its first call while the runner stores the batch and its start, then its request
   as soon as it is made — the call no longer waits for the burst's transaction. A crash
   during that call loses at most the served nodes (re-derived on resume, nothing paid) and
-  the node's start and request: its call is made again, as in the first exception;
+  the node's start and request: its call is made again, as in the first exception. So is a
+  call that *completed* before the burst's transaction, the start and the request were
+  stored (its result is stored at the node's end, after them): that one call is paid
+  twice, nothing else (docs/forking.md; a ``store_beside_min`` no batch reaches turns this off);
 - at the end of a node that called out (its result and ``node.completed`` are stored before
   the next node starts), and when the run stops (end, pause, failure, cancellation);
 - at a node boundary once the batch holds ``batch_limit`` events (``BATCH_MAX``).
@@ -78,11 +81,10 @@ from forklab.engine.events import (
     RunCompleted,
     RunFailed,
     RunStarted,
-    node_reused,
 )
 from forklab.engine.graph import END, GraphSpec
 from forklab.engine.inputs import check_json_value
-from forklab.engine.memoized import replay_memo, reused_payload, served_route
+from forklab.engine.memoized import replay_memo, reused_event, served_route
 from forklab.engine.nodes import Paused
 from forklab.engine.oracle import (
     Blocked,
@@ -100,7 +102,7 @@ from forklab.engine.planner import (
     read_slice,
     successors,
 )
-from forklab.engine.reducers import evolve, fold
+from forklab.engine.reducers import evolve, evolve_reused, fold
 from forklab.engine.scheduler import BufferedEvent, Flight, Scheduler
 from forklab.engine.state import RunState
 from forklab.engine.status import RunKind
@@ -191,9 +193,10 @@ class Runner:
         at = round(self.env.clock(), 6) if at is None else at
         return self._queue(cls(run_id=self.run_id, seq=self.state.version + 1, at=at, **fields))
 
-    def _queue(self, event: Event) -> Event:
-        """Fold ``event`` (built at the state's version + 1) and queue it (see :meth:`emit`)."""
-        evolve(self.state, event)  # type: ignore[arg-type]
+    def _queue(self, event: Event, apply: Callable[[RunState, Any], RunState] = evolve) -> Event:
+        """Fold ``event`` (built at the state's version + 1) with ``apply`` (``evolve``, or
+        the branch of it the event takes) and queue it (see :meth:`emit`)."""
+        apply(self.state, event)
         if self._call_began is not None:  # the first event after a call: it has returned
             self._last_call_s = time.monotonic() - self._call_began
             self._call_began = None
@@ -487,10 +490,8 @@ class Runner:
                                     served_route(node, recorded))
         self._settle(call)
         seq = self.state.version + 1  # the records carry the event's seq (the fold shares them)
-        self._queue(node_reused(
-            self.run_id, seq, round(self.env.clock(), 6), call.node, call.occurrence,
-            call.iteration, kind=call.kind, fingerprint=call.fingerprint, reads=call.reads,
-            next=ready, waiting=waiting, **reused_payload(node, tainted, recorded, seq)))
+        self._queue(reused_event(self.run_id, seq, round(self.env.clock(), 6), call, node,
+                                 tainted, recorded, ready, waiting), evolve_reused)
 
     def _execute(self, call: NodeCall, substitute: dict[str, Any] | None, memo: Any) -> None:
         """Execute the head node in place, its events queued as they happen (see flush points)."""

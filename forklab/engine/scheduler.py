@@ -58,7 +58,7 @@ from forklab.engine.collector import collector_paused
 from forklab.engine.context import Cancelled
 from forklab.engine.graph import AgentNode, ApprovalNode, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import NodeCall
-from forklab.engine.planner import IterationSeen, next_execution, read_slice
+from forklab.engine.planner import IterationSeen, ReadsTexts, next_execution, read_slice
 from forklab.engine.subgraphs import execution_fingerprint
 from forklab.engine.telemetry import node_span
 
@@ -93,7 +93,7 @@ BufferedEvent = tuple[type, dict[str, Any], float | None]
 """An event waiting for its seq: class, fields, and its time (None: stamp when appended)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Prediction:
     """What a frontier node's next execution will be (its call once its reads are final),
     and what the scheduler decided about it once (cached: the walk repeats per node)."""
@@ -167,6 +167,7 @@ class Scheduler:
         self.enabled = width > 1 and bool(getattr(runner.oracle, "overlaps_calls", False))
         self.flights: dict[str, Flight] = {}
         self.seen = IterationSeen()  # the runner's loop shares it (next_execution)
+        self.reads_texts = ReadsTexts()  # read slices' texts for the fingerprints predicted
         self.predictions: dict[str, Prediction] = {}
         self.nodes = {node.id: node for node in runner.graph.nodes}
         self.cond = threading.Condition()
@@ -348,7 +349,8 @@ class Scheduler:
             # final: nothing before it may write what it reads
             reads = read_slice(p.node.reads, state.memory)
             fp = execution_fingerprint(self.runner.graph, self.runner.store, node_id, reads,
-                                       occurrence=p.occurrence, iteration=p.iteration)
+                                       occurrence=p.occurrence, iteration=p.iteration,
+                                       reads_text=self.reads_texts(reads))
             p.call = NodeCall(node=node_id, kind=p.node.kind, occurrence=p.occurrence,
                               iteration=p.iteration, fingerprint=fp, reads=reads)
             p.tainted = frozenset(state.taint.intersection(reads))  # keys read and tainted

@@ -57,7 +57,8 @@ def graph_identity(store: Any, graph_id: str, seen: frozenset[str] = frozenset()
 
 
 def execution_fingerprint(graph: GraphSpec, store: Any, node_id: str, reads: dict[str, Any], *,
-                          occurrence: int, iteration: int) -> str:
+                          occurrence: int, iteration: int,
+                          reads_text: str | None = None) -> str:
     """:func:`~forklab.engine.planner.node_fingerprint` of one execution of ``node_id``; a
     subgraph node's child identity is looked up in ``store``."""
     from forklab.engine.planner import node_fingerprint
@@ -67,7 +68,7 @@ def execution_fingerprint(graph: GraphSpec, store: Any, node_id: str, reads: dic
     if isinstance(node, SubgraphNode):
         child = {"input": child_input(node, reads), "graph": graph_identity(store, node.graph)}
     return node_fingerprint(graph, node_id, reads, occurrence=occurrence, iteration=iteration,
-                            child=child)
+                            child=child, reads_text=reads_text)
 
 
 def _child_outcome(node: SubgraphNode, child_id: str, state: RunState) -> None:

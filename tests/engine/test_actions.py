@@ -28,7 +28,7 @@ from forklab.engine.actions import (
     RouteTaken,
     ToolResult,
 )
-from forklab.engine.events import NodeReused, RunStarted, from_wire
+from forklab.engine.events import Event, NodeReused, RunStarted, from_wire
 from forklab.engine.reducers import fold
 from forklab.engine.state import Execution
 
@@ -79,7 +79,9 @@ def test_a_wire_form_lists_type_seq_then_the_fields_in_declaration_order(
     assert list(wire) == ["type", "seq", *(f.name for f in dataclasses.fields(record)
                                            if f.name != "seq")]
     assert wire["type"] == record.TYPE
-    assert actions.served_wire(record) == {k: v for k, v in wire.items() if k != "seq"}
+    served = actions.served_wire(record)
+    assert served == {k: v for k, v in wire.items() if k != "seq"}
+    assert list(served) == [k for k in wire if k != "seq"]  # the stored text's key order
 
 
 @given(st.lists(records, max_size=4), st.integers(1, 10**6))
@@ -164,6 +166,32 @@ def test_replaced_is_what_dataclasses_replace_makes(data: st.DataObject,
 
     assert type(made) is type(expected) and made == expected
     assert all(getattr(made, name) is getattr(expected, name) for name in names)
+
+
+@given(_record_of(AgentAnswer), st.integers(1, 10**6))
+def test_a_served_answer_is_the_replaced_record(record: AgentAnswer, seq: int) -> None:
+    made = actions.served_answer(record, seq)
+    expected = actions.replaced(record, seq=seq, latency_ms=0.0, label="reused")
+
+    assert type(made) is AgentAnswer and made == expected
+    assert all(getattr(made, f.name) is getattr(record, f.name)  # copied, not rebuilt
+               for f in dataclasses.fields(AgentAnswer)
+               if f.name not in ("seq", "latency_ms", "label"))
+
+
+@given(st.lists(records, max_size=4), st.integers(1, 10**6))
+def test_a_node_reused_payload_is_the_general_payload_in_its_order(
+        served: list[Action], seq: int) -> None:
+    event = NodeReused(run_id="r", seq=seq, node="n", occurrence=1, iteration=1, kind="agent",
+                       fingerprint="fp", reads={"a": 1}, actions=tuple(served),
+                       writes={"k": [1]}, deletes=["d"], tainted=["k"], next=["m"],
+                       waiting=["j"])
+    general = Event.payload(event)
+    general["actions"] = [actions.served_wire(r) for r in served]
+
+    payload = event.payload()
+
+    assert payload == general and list(payload) == list(general)
 
 
 def test_replaced_refuses_a_change_naming_no_field() -> None:

@@ -282,3 +282,80 @@ def test_a_call_after_served_nodes_is_made_while_they_are_stored(
         logs.append(wire(result.event_log))
     assert beside == [False, True]  # in place (width 1) the batch is stored before the call
     assert logs[0] == logs[1]
+
+
+class Crash(BaseException):
+    """The process dies: what it was appending is never stored."""
+
+
+class PaidProvider(OverlapProvider):
+    """Counts completed calls per request (a call paid for, as tests/faults counts them)
+    and sets ``join_paid`` once the join's call has completed."""
+
+    def __init__(self) -> None:
+        super().__init__(parties=None)
+        self.paid: dict[str, int] = {}
+        self.join_paid = threading.Event()
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        response = super().complete(request)
+        with self.lock:
+            self.paid[request.request_hash] = self.paid.get(request.request_hash, 0) + 1
+        if request.system_prompt == "join":
+            self.join_paid.set()
+        return response
+
+
+def test_a_crash_while_the_burst_is_stored_beside_the_join_s_call_pays_only_that_call_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the join's call beside the burst's store costs when the process dies then
+    (docs/forking.md, parallel branches): the call completes, the burst's transaction never
+    commits, the fork is resumed from its log (fork_runner). The join's call is paid a
+    second time — and nothing else: w0's answer was stored at its node's end before the
+    burst, the served workers pay nothing. In place (width 1) the same crash comes before
+    the join's call is made, and every call is paid once."""
+    from forklab.engine import runner
+    from forklab.engine.fork.variant import fork_runner
+
+    monkeypatch.setattr(runner, "STORE_BESIDE_MIN", 8)
+    monkeypatch.setattr(runner, "FAST_CALL_S", 0)
+    twice = []
+    for width in (1, 4):
+        base = run_recorded(wide_fanout(40), {"task": "t"},
+                            env=env(OverlapProvider(None), ids="base"))
+        provider = PaidProvider()
+        base.env = env(provider, max_concurrency=width, ids="fork")
+        store, original = base.store, base.store.append
+        crashed: list[str] = []
+
+        def append(run_id: str, events: Any, *args: Any, _original: Any = original,
+                   _provider: PaidProvider = provider, _crashed: list[str] = crashed,
+                   _width: int = width, **kwargs: Any) -> Any:
+            if not _crashed and any(e.type == "node.started" and e.node == "join"
+                                    for e in events):
+                _crashed.append(run_id)
+                if _width > 1:  # beside: dies once the call it runs beside has returned
+                    assert _provider.join_paid.wait(timeout=10)
+                raise Crash
+            return _original(run_id, events, *args, **kwargs)
+
+        monkeypatch.setattr(store, "append", append)
+        with pytest.raises(Crash):
+            fork(base, at={"before_node": "w0"}, policy={"memoize": True},
+                 change={"kind": "prompt", "target": "w0", "system_prompt": "worker w0, anew"})
+        monkeypatch.setattr(store, "append", original)
+        (run_id,) = crashed
+        stored = store.read(run_id)
+        assert stored[-1].type == "node.completed" and stored[-1].node == "w0"
+
+        resumed = fork_runner(run_id, store=store, env=base.env).resume()
+
+        assert resumed.status == "completed", resumed.error
+        paid_in_log = [c for c in resumed.calls[resumed.fork.tail_from_call:]
+                       if c.label in ("live", "changed")]
+        assert [c.node for c in paid_in_log] == ["w0", "join"]  # each once in the log
+        twice.append(sorted(n for n, count in provider.paid.items() if count > 1))
+        join_hashes = {a.request_hash for a in resumed.executions[-1].actions
+                       if hasattr(a, "request_hash")}
+        assert set(twice[-1]) <= join_hashes
+    assert twice[0] == [] and len(twice[1]) == 1  # beside: exactly the join's call again

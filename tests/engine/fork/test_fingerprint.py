@@ -11,10 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from forklab.engine import change, fork
-from forklab.engine.canonical import canonical_equals
+from forklab.engine.canonical import canonical_equals, canonical_json
 from forklab.engine.graph import parse_graph
+from forklab.engine.planner import ReadsTexts, fingerprint_reference, node_fingerprint
 from forklab.engine.recording import run_recorded
 from forklab.engine.store import MemoryStore
 from tests.engine.fork.helpers import make_env
@@ -113,7 +116,6 @@ def test_a_subgraph_memo_hit_needs_the_same_child_graph(policy: dict[str, Any]) 
 
 
 def test_a_fingerprint_changes_with_occurrence_iteration_absence_and_child_graph() -> None:
-    from forklab.engine.planner import node_fingerprint
 
     graph = parse_graph(PARENT)
     plain = node_fingerprint(graph, "sub", {"topic": "t"}, occurrence=1, iteration=1,
@@ -126,3 +128,35 @@ def test_a_fingerprint_changes_with_occurrence_iteration_absence_and_child_graph
                                      child={"graph": "h2"})
     assert (node_fingerprint(graph, "sub", {"topic": None}, occurrence=1, iteration=1)
             != node_fingerprint(graph, "sub", {}, occurrence=1, iteration=1))
+
+
+_SCALARS = st.one_of(st.text(max_size=6), st.integers(-3, 3), st.booleans(), st.none(),
+                     st.floats(allow_nan=False, width=16), st.sampled_from(["1", "true"]))
+_SLICES = st.dictionaries(st.sampled_from(["a", "b", "é", "k"]),
+                          _SCALARS | st.lists(_SCALARS, max_size=2), max_size=3)
+
+
+@given(st.lists(_SLICES, max_size=12))
+def test_a_remembered_read_slice_text_is_always_the_canonical_text(
+        slices: list[dict[str, Any]]) -> None:
+    # slices equal as values but not as text (1 / 1.0 / True, "1" / 1) and lists (could be
+    # changed in place) are never answered from memory: only all-string slices are
+    texts = ReadsTexts()
+    for reads in slices + slices:
+        text = texts(reads)
+        if all(type(v) is str for v in reads.values()):
+            assert text == canonical_json(reads)
+        else:
+            assert text is None
+
+
+def test_remembered_texts_are_bounded_and_a_fingerprint_with_one_is_the_same() -> None:
+    texts = ReadsTexts()
+    for i in range(ReadsTexts.LIMIT * 2 + 1):
+        assert texts({"k": str(i)}) == canonical_json({"k": str(i)})
+        assert len(texts._texts) <= ReadsTexts.LIMIT
+    graph = parse_graph(LOOP)
+    reads = {"flag": "x", "occ": "1"}
+    assert (node_fingerprint(graph, "r", reads, occurrence=1, iteration=2,
+                             reads_text=texts(reads))
+            == fingerprint_reference(graph, "r", reads, occurrence=1, iteration=2))
