@@ -493,8 +493,13 @@ def _validate_node(data: Any, graph_id: str) -> Any:
 # -- validation ------------------------------------------------------------------------------
 
 
+TARGETING = (RouterNode, ApprovalNode)
+"""The node kinds that name other nodes in their fields (:func:`_targets`): every other
+kind's successors are its edges."""
+
+
 def _targets(node: Any) -> list[tuple[str, str]]:
-    """(field, target) pairs a node refers to."""
+    """(field, target) pairs a node refers to (none unless it is one of :data:`TARGETING`)."""
     if isinstance(node, RouterNode):
         refs = [(f"rules[{i}].to", r.to) for i, r in enumerate(node.rules)]
         if node.default:
@@ -638,7 +643,7 @@ def has_cycle(graph: GraphSpec, extra_edges: tuple[tuple[str, str], ...] = ()) -
     edges = graph.index.successors  # built once per graph version, edges in order
     adjacency: dict[str, Sequence[str]] = {n.id: edges.get(n.id, ()) for n in graph.nodes}
     for node in graph.nodes:
-        if isinstance(node, (RouterNode, ApprovalNode)):  # the only kinds with targets
+        if isinstance(node, TARGETING):
             adjacency[node.id] = [*adjacency[node.id],
                                   *(t for _, t in _targets(node) if t != END)]
     for source, target in extra_edges:

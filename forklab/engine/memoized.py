@@ -143,22 +143,12 @@ def tainted_writes(node: Any, reads_tainted: bool, recorded: Execution) -> list[
             if tainted]
 
 
-def reused_payload(node: Any, reads_tainted: bool, recorded: Execution,
-                   seq: int) -> dict[str, Any]:
-    """The ``node.reused`` payload fields that come from the recording (a completed
-    execution), for the event at ``seq``: actions, writes, deletes and the written keys
-    that are tainted."""
-    return {"actions": reused_actions(recorded, seq), "writes": dict(recorded.writes),
-            "deletes": list(recorded.deletes),
-            "tainted": tainted_writes(node, reads_tainted, recorded)}
-
-
 def reused_event(run_id: str, seq: int, at: float, call: NodeCall, node: Any,
                  reads_tainted: bool, recorded: Execution, next: list[str],
                  waiting: list[str]) -> NodeReused:
     """The ``node.reused`` event serving ``call`` (of ``node``) its completed recording at
-    ``seq``: ``node_reused`` of the call's envelope and :func:`reused_payload`, built
-    without the intermediate mapping (one per served node of a fork tail)."""
+    ``seq``: the call's envelope, and from the recording its actions, writes, deletes and
+    the written keys that are tainted (one per served node of a fork tail)."""
     return node_reused(
         run_id, seq, at, call.node, call.occurrence, call.iteration, kind=call.kind,
         fingerprint=call.fingerprint, reads=call.reads, actions=reused_actions(recorded, seq),

@@ -158,6 +158,18 @@ def barrier(node: Any) -> bool:
     return isinstance(node, (ApprovalNode, SubgraphNode, ToolNode))
 
 
+def _walk_step(node_id: str, iteration: int, ran: set[str], walked: set[str],
+               fresh: bool) -> tuple[int, set[str], bool]:
+    """One node of a walk over the frontier: the iteration it starts in, the nodes walked in
+    that iteration (``node_id`` added) and whether the walk opened that iteration itself. A
+    node already started in the current iteration (``ran``, unless the walk opened it) or
+    walked past in it opens the next one."""
+    if node_id in walked or (not fresh and node_id in ran):
+        return iteration + 1, {node_id}, True
+    walked.add(node_id)
+    return iteration, walked, fresh
+
+
 class Scheduler:
     """Starts the nodes of one run ahead of its head, up to ``width`` at a time."""
 
@@ -247,9 +259,7 @@ class Scheduler:
         for node_id in rest:
             if self.stop.is_set():
                 return
-            if node_id in walked or (not fresh and node_id in ran):
-                iteration, walked, fresh = iteration + 1, set(), True
-            walked.add(node_id)
+            iteration, walked, fresh = _walk_step(node_id, iteration, ran, walked, fresh)
             if limit is not None and iteration > limit:
                 return
             p = self._predict(node_id, iteration, unsettled)
@@ -293,9 +303,7 @@ class Scheduler:
             if len(self.flights) >= self.width and node_id not in self.flights:
                 break
             # the iteration this node starts in follows from the starts before it
-            if node_id in walked or (not fresh and node_id in ran):
-                iteration, walked, fresh = iteration + 1, set(), True
-            walked.add(node_id)
+            iteration, walked, fresh = _walk_step(node_id, iteration, ran, walked, fresh)
             if limit is not None and iteration > limit:
                 break
             p = self._predict(node_id, iteration, unsettled)
