@@ -420,6 +420,10 @@ SPECTACULAR_SETTINGS = {
         "ExecutionStatusEnum": "forklab.engine.status.EXECUTION_STATUSES",
     },
     "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "forklab.api.schema.blank_query_means_absent",
+    ],
     # The docs page works offline: Swagger UI from the drf-spectacular-sidecar package.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

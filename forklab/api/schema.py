@@ -60,3 +60,20 @@ class WireFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-un
     def map_serializer_field(self, auto_schema: Any, direction: Any) -> Any:
         component = auto_schema.resolve_serializer(self.target.model, direction)
         return component.ref
+
+
+def blank_query_means_absent(result: dict[str, Any], generator: Any, request: Any,
+                             public: Any) -> dict[str, Any]:
+    """Postprocessing hook: every optional query parameter says ``allowEmptyValue``.
+
+    ``forklab.api.inputs.Query`` reads a blank optional parameter (``?after=``, as an HTML
+    form sends it) as "not given", whatever its type; without the flag the schema claimed an
+    integer parameter refuses ``?after=`` (the fuzz test's negative phase sent it and got
+    the documented default, not a 400).
+    """
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            for param in operation.get("parameters", []):
+                if param.get("in") == "query" and not param.get("required"):
+                    param["allowEmptyValue"] = True
+    return result

@@ -117,6 +117,14 @@ def test_events_filter_by_type(world: World) -> None:
     assert [e["seq"] for e in body["results"]] == [e.seq for e in expected.order_by("seq")]
 
 
+def test_a_blank_event_paging_parameter_means_not_given(world: World) -> None:
+    client = world.client("viewer")
+    url = f"{API}/runs/{world.lab_diamond}/events/"
+    blank = client.get(f"{url}?after=&limit=&type=")
+    assert blank.status_code == 200
+    assert blank.json() == client.get(url).json()
+
+
 @pytest.mark.parametrize("query", ["after=-1", "after=x", "limit=0", "limit=5001"])
 def test_bad_event_paging_is_an_invalid_request(world: World, query: str) -> None:
     response = world.client("viewer").get(f"{API}/runs/{world.lab_diamond}/events/?{query}")

@@ -59,6 +59,17 @@ def test_every_operation_documents_its_errors_with_the_error_shape(
                     assert ref == "#/components/schemas/Error", (method, path, status)
 
 
+def test_optional_query_parameters_say_a_blank_value_is_allowed(
+    generated: dict[str, Any],
+) -> None:
+    """``Query`` reads ``?after=`` as "not given"; the schema must not claim it a 400."""
+    params = [p for ops in generated["paths"].values() for op in ops.values()
+              if isinstance(op, dict) for p in op.get("parameters", []) if p["in"] == "query"]
+    assert {p["name"] for p in params if p.get("allowEmptyValue")} >= {"after", "limit", "type"}
+    required = [p for p in params if p.get("required")]
+    assert required and not any(p.get("allowEmptyValue") for p in required)  # /diff/'s pair
+
+
 def test_request_bodies_are_documented_from_the_specs(generated: dict[str, Any]) -> None:
     schema = generated
     body = schema["paths"]["/api/v1/forks/"]["post"]["requestBody"]["content"]
