@@ -89,6 +89,10 @@ class Host(Protocol):
     def handle(self, ctx: NodeContext, node: Any, substitute: dict[str, Any] | None,
                memo: Any) -> str | None: ...
 
+CALL_DEPARTURE_S = 0.05
+"""How long :meth:`Scheduler.made_durable` waits at most between looks for a released
+flight to leave its flush point (it is woken as soon as it does)."""
+
 BufferedEvent = tuple[type, dict[str, Any], float | None]
 """An event waiting for its seq: class, fields, and its time (None: stamp when appended)."""
 
@@ -123,6 +127,7 @@ class Flight:
     drained: int = 0  # of those, how many the runner has taken (folded into its batch)
     durable: int = 0  # of those, how many are stored
     waiting: bool = False  # at the head, about to call out: waiting for a flush
+    departed: int = 0  # flush points it has passed (each right before an outside call)
     called_out: bool = False  # it made an outside call (its end is a flush point)
     stores_beside: bool = False  # the runner stores the batch before it during its first call
     eager: bool = False  # its first call goes on without waiting for that (then cleared)
@@ -468,6 +473,8 @@ class Scheduler:
                     self.cond.wait()
                     if self.stop.is_set():
                         raise Cancelled()
+                flight.departed += 1
+                self.cond.notify_all()
 
         return durable
 
@@ -485,10 +492,21 @@ class Scheduler:
             return events, flight.done, flight.waiting
 
     def made_durable(self, flight: Flight) -> None:
-        """The runner stored every event drained so far: a waiting flight may call out."""
+        """The runner stored every event drained so far: a waiting flight may call out.
+
+        A flight that waited returns once it has left its flush point for its call (or
+        ended, or the scheduler stops): the runner's next work — walks, predictions, a burst — holds the
+        GIL for milliseconds, and a woken worker waits out the interpreter's switch interval
+        (5 ms) for it before it can even start the call it waited for. Blocked here, the
+        runner lets the worker run to its call, which releases the GIL within microseconds.
+        """
         with self.cond:
+            released, departed = flight.waiting, flight.departed
             flight.durable, flight.waiting = flight.drained, False
             self.cond.notify_all()
+            while (released and flight.departed == departed and not flight.done
+                   and not flight.waiting and not self.stop.is_set()):
+                self.cond.wait(CALL_DEPARTURE_S)
 
     def wait(self, flight: Flight, timeout: float) -> None:
         """Until ``flight`` buffers or finishes, another flight finishes, or ``timeout``."""

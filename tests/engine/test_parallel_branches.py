@@ -359,3 +359,42 @@ def test_a_crash_while_the_burst_is_stored_beside_the_join_s_call_pays_only_that
                        if hasattr(a, "request_hash")}
         assert set(twice[-1]) <= join_hashes
     assert twice[0] == [] and len(twice[1]) == 1  # beside: exactly the join's call again
+
+
+def _released_flight() -> tuple[Any, Any]:
+    """A scheduler and a head flight waiting at its flush point (a call's request drained)."""
+    from types import SimpleNamespace
+
+    from forklab.engine.oracle import NodeCall
+    from forklab.engine.scheduler import Flight, Scheduler
+
+    scheduler = Scheduler(SimpleNamespace(graph=SimpleNamespace(nodes=[]), oracle=None), 4)
+    call = NodeCall(node="w0", kind="agent", occurrence=1, iteration=1, fingerprint="f",
+                    reads={})
+    flight = Flight(node=None, call=call, tainted=frozenset(), started_at=None, head=True,
+                    emitted=2, drained=2, waiting=True)
+    return scheduler, flight
+
+
+def test_a_released_flight_reaches_its_call_before_the_runner_goes_on() -> None:
+    """Once its request is stored, the runner waits for the head flight to leave its flush
+    point: a runner that went straight on to its walks would hold the GIL, and the woken
+    worker would wait out the switch interval (5 ms) before it could make its call."""
+    scheduler, flight = _released_flight()
+    returned = threading.Event()
+    runner = threading.Thread(target=lambda: (scheduler.made_durable(flight), returned.set()))
+    runner.start()
+    assert not returned.wait(timeout=0.2)  # blocked: the flight has not left
+    assert flight.durable == 2 and not flight.waiting  # yet released
+    with scheduler.cond:
+        flight.departed += 1  # what the flight's flush point does as it leaves
+        scheduler.cond.notify_all()
+    assert returned.wait(timeout=10)
+    runner.join()
+
+
+def test_storing_beside_a_flight_already_in_its_call_does_not_wait_for_it() -> None:
+    scheduler, flight = _released_flight()
+    flight.waiting = False  # it called on without waiting (its batch stored beside)
+    scheduler.made_durable(flight)  # returns at once: the flight is not at a flush point
+    assert flight.durable == 2
