@@ -527,6 +527,7 @@ class Runner:
         }, flight.started_at)])
         scheduler.reach_head(flight)  # from now on it waits for a flush before each call
         if flight.stores_beside:  # the batch before it (served nodes), stored during its call
+            scheduler.await_first_call(flight)
             self.flush()
         polled = time.monotonic()
         while True:

@@ -90,8 +90,8 @@ class Host(Protocol):
                memo: Any) -> str | None: ...
 
 CALL_DEPARTURE_S = 0.05
-"""How long :meth:`Scheduler.made_durable` waits at most between looks for a released
-flight to leave its flush point (it is woken as soon as it does)."""
+"""How long the runner waits at most between looks for a flight to leave its flush point for
+its call (:meth:`Scheduler.made_durable`; it is woken as soon as the flight does)."""
 
 BufferedEvent = tuple[type, dict[str, Any], float | None]
 """An event waiting for its seq: class, fields, and its time (None: stamp when appended)."""
@@ -463,6 +463,8 @@ class Scheduler:
                 flight.called_out = True
                 if flight.eager:  # its start and request are stored beside the call
                     flight.eager = False
+                    flight.departed += 1
+                    self.cond.notify_all()
                     return
                 if not flight.head or flight.durable >= flight.emitted:
                     return
@@ -504,9 +506,23 @@ class Scheduler:
             released, departed = flight.waiting, flight.departed
             flight.durable, flight.waiting = flight.drained, False
             self.cond.notify_all()
-            while (released and flight.departed == departed and not flight.done
-                   and not flight.waiting and not self.stop.is_set()):
-                self.cond.wait(CALL_DEPARTURE_S)
+            if released:
+                self._await_departure(flight, departed)
+
+    def await_first_call(self, flight: Flight) -> None:
+        """Until ``flight`` (started to call while the runner stores the batch before it:
+        ``stores_beside``) has left for its first call, or ended: the store's encoding
+        holds the GIL for milliseconds, and the flight preparing its request beside it
+        would wait out the switch interval for it (see :meth:`made_durable`)."""
+        with self.cond:
+            self._await_departure(flight, 0)
+
+    def _await_departure(self, flight: Flight, departed: int) -> None:
+        """Wait (holding ``cond``) until the flight passed a flush point after ``departed``,
+        ended, waits at a flush point again, or the scheduler stops."""
+        while (flight.departed == departed and not flight.done and not flight.waiting
+               and not self.stop.is_set()):
+            self.cond.wait(CALL_DEPARTURE_S)
 
     def wait(self, flight: Flight, timeout: float) -> None:
         """Until ``flight`` buffers or finishes, another flight finishes, or ``timeout``."""

@@ -398,3 +398,21 @@ def test_storing_beside_a_flight_already_in_its_call_does_not_wait_for_it() -> N
     flight.waiting = False  # it called on without waiting (its batch stored beside)
     scheduler.made_durable(flight)  # returns at once: the flight is not at a flush point
     assert flight.durable == 2
+
+
+def test_the_batch_beside_a_call_is_stored_once_the_flight_has_left_for_it() -> None:
+    """A join after a served burst prepares its request while the runner would encode the
+    burst's events: the runner lets it leave for its call first (the encoding holds the GIL
+    for milliseconds), then stores the batch during the call."""
+    scheduler, flight = _released_flight()
+    flight.waiting, flight.eager, flight.emitted, flight.drained = False, True, 1, 1
+    ctx_durable = scheduler._durable(flight)
+    returned = threading.Event()
+    runner = threading.Thread(target=lambda: (scheduler.await_first_call(flight),
+                                              returned.set()))
+    runner.start()
+    assert not returned.wait(timeout=0.2)  # the flight has not reached its call yet
+    ctx_durable()  # its flush point: eager, it goes on to call without waiting
+    assert returned.wait(timeout=10)
+    runner.join()
+    assert flight.called_out and not flight.eager
