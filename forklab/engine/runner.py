@@ -219,6 +219,13 @@ class Runner:
             for event in batch:
                 self.on_event(event)
 
+    def _idle(self) -> None:
+        """The runner has nothing to do until a node on the pool moves: the store may do
+        deferred upkeep now (``idle``, optional: SQLite checkpoints its WAL)."""
+        idle = getattr(self.store, "idle", None)
+        if idle is not None:
+            idle()
+
     def _before_call(self) -> None:
         """The head node is about to call out: store everything so far (a flush point)."""
         self._called_out = True
@@ -543,6 +550,7 @@ class Runner:
                 break
             scheduler.launch()
             if not scheduler.prefetch(flight):  # nothing to prepare meanwhile: wait
+                self._idle()
                 scheduler.wait(flight, timeout=CANCEL_POLL_S)
             if time.monotonic() - polled >= CANCEL_POLL_S:  # a token may ask a database
                 polled = time.monotonic()

@@ -94,7 +94,12 @@ def final_state_from_snapshots(store: Store, run_id: str) -> RunState | None:
 
 
 class Store(EventStore, GraphStore, SnapshotStore, Protocol):
-    """What the runner and the fork core need: events, graphs and snapshots."""
+    """What the runner and the fork core need: events, graphs and snapshots.
+
+    A store may also have ``idle()``, which the runner calls when it has nothing to do until
+    a node on the pool moves (a model call in flight): deferred upkeep that never changes
+    what is stored or read (``SqliteStore`` checkpoints its WAL). Optional, looked up by name.
+    """
 
 
 def check_append(run_id: str, events: Sequence[Event], expected_seq: int, last: int) -> None:

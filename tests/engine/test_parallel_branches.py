@@ -416,3 +416,17 @@ def test_the_batch_beside_a_call_is_stored_once_the_flight_has_left_for_it() -> 
     assert returned.wait(timeout=10)
     runner.join()
     assert flight.called_out and not flight.eager
+
+
+def test_the_store_is_given_its_upkeep_while_the_runner_waits_on_a_call() -> None:
+    """A runner with nothing to do until a node on the pool answers lets the store do its
+    deferred upkeep then (``idle``: SQLite checkpoints its WAL), not after the run: w0's
+    call waits until the store was given it."""
+    base = run_recorded(wide_fanout(12), {"task": "t"}, env=env(OverlapProvider(None), ids="base"))
+    provider = WaitingProvider()
+    base.env = env(provider, max_concurrency=4, ids="fork")
+    base.store.idle = provider.ready.set  # type: ignore[attr-defined]
+    result = fork(base, at={"before_node": "w0"}, policy={"memoize": True},
+                  change={"kind": "prompt", "target": "w0", "system_prompt": "worker w0, anew"})
+    assert result.state.status == "completed", result.state.error
+    assert provider.waited is True

@@ -122,6 +122,26 @@ class TestSqliteStore(StoreContract):
         with sqlite3.connect(self.path) as conn:
             assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
+    def test_an_idle_store_checkpoints_what_it_appended_once_it_is_enough(self) -> None:
+        """``idle`` (a runner waiting on a model call) copies the WAL into the database file
+        once IDLE_CHECKPOINT_CHARS of bodies were appended since the last time — not for
+        less, when the closing checkpoint is cheap anyway."""
+        from forklab.engine import sqlite_store
+
+        store = self.make_store()
+        store.append("r1", [started()], expected_seq=0)
+        created = self.path.stat().st_size
+        store.idle()  # a few bytes appended: nothing to do
+        assert self.path.stat().st_size == created
+        value = "x" * 4096
+        count = sqlite_store.IDLE_CHECKPOINT_CHARS // len(value) + 1
+        store.append("r1", [written("r1", seq, value=value) for seq in range(2, count + 2)],
+                     expected_seq=1)
+        assert self.path.stat().st_size == created  # in the WAL
+        store.idle()
+        assert self.path.stat().st_size > created + sqlite_store.IDLE_CHECKPOINT_CHARS
+        assert [e.seq for e in store.read("r1")] == list(range(1, count + 2))
+
     def test_appends_stay_in_the_wal_until_the_store_closes(self) -> None:
         """A run's transactions are not checkpointed (two syncs each time) every 1,000 WAL
         pages, SQLite's default, but every WAL_CHECKPOINT_PAGES: 400 appends (over 1,000
