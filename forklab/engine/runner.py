@@ -27,7 +27,9 @@ Flush points (what keeps crash semantics honest):
   the node's start and request: its call is made again, as in the first exception. So is a
   call that *completed* before the burst's transaction, the start and the request were
   stored (its result is stored at the node's end, after them): that one call is paid
-  twice, nothing else (docs/forking.md; a ``store_beside_min`` no batch reaches turns this off);
+  twice, nothing else (docs/forking.md; a ``store_beside_min`` no batch reaches turns this off).
+  A fork's first model call is made the same way before its opening is even built
+  (:meth:`Runner.launch_opening`): the opening is stored beside it, with the same cost;
 - at the end of a node that called out (its result and ``node.completed`` are stored before
   the next node starts), and when the run stops (end, pause, failure, cancellation);
 - at a node boundary once the batch holds ``batch_limit`` events (``BATCH_MAX``).
@@ -178,6 +180,7 @@ class Runner:
         self._call_began: float | None = None  # monotonic start of the call in flight
         self._last_call_s: float | None = None  # how long the run's previous call took
         self.ancestry: tuple[str, ...] = ()  # graphs of the runs this child run nests in
+        self._scheduler: Scheduler | None = None  # made by launch_opening, for the loop
 
     one_event_reuse = True
     """Serve a completed memo hit as one ``node.reused`` event; False writes the multi-event
@@ -381,6 +384,22 @@ class Runner:
         """Continue from the current in-memory state (after a fork's opening events)."""
         return self._loop()
 
+    def launch_opening(self, opened: RunState) -> None:
+        """Start on the pool what may run ahead of the run's opening events, which the caller
+        is about to build and emit (a fork's: its graph hashed, its prefix and changes
+        recorded): ``opened`` is the state they fold to. A head that calls a model makes
+        its call meanwhile, and its events land after the opening's when the loop reaches
+        it (:meth:`resume_loop`), checked against the state the opening really folded to.
+        Like a head stored beside its call (see the flush points), a crash during that call
+        loses it (it is made again), and one that completed before the opening was stored
+        is paid twice — that one call, nothing else."""
+        scheduler = self._scheduler = Scheduler(self, self.max_concurrency)
+        self.state, real = opened, self.state  # what the scheduler predicts from, meanwhile
+        try:
+            scheduler.launch(opening=True)
+        finally:
+            self.state = real
+
     # -- the loop ------------------------------------------------------------------------
     def _loop(self) -> RunState:
         with tracer.start_as_current_span("workflow.run", attributes={
@@ -392,7 +411,8 @@ class Runner:
                 self.flush()
 
     def _drive(self) -> RunState:
-        scheduler = Scheduler(self, self.max_concurrency)
+        scheduler = self._scheduler or Scheduler(self, self.max_concurrency)
+        self._scheduler = None
         try:
             while self.state.status == "running":
                 if self.cancel.cancelled:

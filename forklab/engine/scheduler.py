@@ -273,8 +273,13 @@ class Scheduler:
                 return
             unsettled |= p.writes
 
-    def launch(self) -> None:
-        """Start every node that may run ahead now (the head included), in frontier order."""
+    def launch(self, *, opening: bool = False) -> None:
+        """Start every node that may run ahead now (the head included), in frontier order.
+
+        ``opening``: the run's state is what it will be once its opening events (a fork's)
+        are emitted, and they are not built yet; a head is started only if it calls a
+        model, and its first call is made without waiting for anything to be stored
+        (``stores_beside``: the opening is stored beside that call)."""
         if not self.enabled or self.stop.is_set():
             return
         state, limit = self.runner.state, self.runner.graph.max_iterations
@@ -312,10 +317,12 @@ class Scheduler:
             if limit is not None and iteration > limit:
                 break
             p = self._predict(node_id, iteration, unsettled)
-            if at_head and position == 0 and p.instant:
+            if at_head and position == 0 and (p.instant or (
+                    opening and isinstance(p.node, ToolNode))):
                 # served at once (a memo hit, a substituted output): the walk waits for the
                 # next node boundary, microseconds away — a fork tail of N reused nodes does
-                # not walk the lookahead N times
+                # not walk the lookahead N times (and a tool is never started before the
+                # run's opening is stored: it is user code, not a model call)
                 return
             if head is not None and p.instant and not self.flights:
                 # served at once after a head that calls out (a fork tail: the changed
@@ -324,7 +331,7 @@ class Scheduler:
                 # lookups; :meth:`prefetch`), so the burst that serves them once the head
                 # has landed is a lookup and an event per node. The next walks (the runner
                 # calls :meth:`launch` while the head runs) start what may run ahead.
-                self._start(*head, head=True)
+                self._start(*head, head=True, stores_beside=opening)
                 if p.writes is not None and not barrier(p.node):
                     self._prefetching = self._prefetch_walk(
                         state.frontier[position + 1:], iteration, set(ran), walked, fresh,
@@ -337,7 +344,7 @@ class Scheduler:
                     head = (p.node, p.call, p.tainted)
                 elif self._admits(pending_calls, pending_usd, worst):
                     if head is not None:  # not alone: the head runs on the pool too, first
-                        self._start(*head, head=True)
+                        self._start(*head, head=True, stores_beside=opening)
                         head = None
                     self._start(p.node, p.call, p.tainted, head=False)
             if p.writes is None or barrier(p.node):
@@ -348,7 +355,7 @@ class Scheduler:
             pending_usd = None if pending_usd is None or worst[1] is None \
                 else pending_usd + worst[1]
         if head is not None and self.flights:  # others still run: keep the runner free to refill
-            self._start(*head, head=True)
+            self._start(*head, head=True, stores_beside=opening)
 
     def _predict(self, node_id: str, iteration: int, unsettled: set[str]) -> Prediction:
         state = self.runner.state

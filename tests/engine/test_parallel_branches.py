@@ -361,6 +361,100 @@ def test_a_crash_while_the_burst_is_stored_beside_the_join_s_call_pays_only_that
     assert twice[0] == [] and len(twice[1]) == 1  # beside: exactly the join's call again
 
 
+class OpeningProvider(PaidProvider):
+    """Records, at the start of w0's changed call, whether the fork's opening was built
+    (``built``: set when its graph hash is computed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.built = threading.Event()
+        self.built_before_call: bool | None = None
+        self.w0_paid = threading.Event()
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        changed = request.system_prompt == "worker w0, anew"
+        if changed and self.built_before_call is None:
+            self.built_before_call = self.built.is_set()
+        response = super().complete(request)
+        if changed:
+            self.w0_paid.set()
+        return response
+
+
+def _fork_w0(width: int, monkeypatch: pytest.MonkeyPatch,
+             append: Any = None) -> tuple[Any, OpeningProvider, Any]:
+    """Fork a recorded 12-worker fan-out changing w0 at ``max_concurrency`` ``width``, the
+    opening's graph hash signalled to the provider; ``append(original)`` wraps the store's."""
+    from forklab.engine.fork import variant
+
+    base = run_recorded(wide_fanout(12), {"task": "t"}, env=env(OverlapProvider(None), ids="base"))
+    provider = OpeningProvider()
+    base.env = env(provider, max_concurrency=width, ids="fork")
+    hashed = variant.graph_hash
+
+    def graph_hash(graph: Any) -> str:
+        provider.built.set()
+        return hashed(graph)
+
+    monkeypatch.setattr(variant, "graph_hash", graph_hash)
+    if append is not None:
+        monkeypatch.setattr(base.store, "append", append(base.store.append, provider))
+    return base, provider, lambda: fork(
+        base, at={"before_node": "w0"}, policy={"memoize": True},
+        change={"kind": "prompt", "target": "w0", "system_prompt": "worker w0, anew"})
+
+
+def test_a_fork_s_first_model_call_is_made_while_its_opening_is_built(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The changed worker's call starts before the fork's opening events are built (the
+    graph hash: milliseconds for a large graph), and the log is the sequential fork's, in
+    which the opening is built and stored first."""
+    logs, before = [], []
+    for width in (1, 4):
+        _, provider, run_fork = _fork_w0(width, monkeypatch)
+        result = run_fork()
+        assert result.state.status == "completed", result.state.error
+        assert provider.calls == 2
+        before.append(provider.built_before_call)
+        logs.append(wire(result.event_log))
+    assert before == [True, False]
+    assert logs[0] == logs[1]
+
+
+def test_a_crash_while_the_opening_is_stored_beside_the_first_call_pays_only_that_call_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The opening stored beside w0's call: if the process dies after the call completed
+    and before that transaction commits, the fork has no log, so it is started again (as
+    the runs layer does with a fork that recorded nothing) and w0's call is paid a second
+    time — nothing else. In place (width 1) the opening is stored before the call."""
+    def crashing(original: Any, provider: OpeningProvider) -> Any:
+        crashed: list[str] = []
+
+        def append(run_id: str, events: Any, *args: Any, **kwargs: Any) -> Any:
+            if not crashed and any(e.type == "run.forked" for e in events):
+                crashed.append(run_id)
+                if provider.calls:  # w0's call began: beside it, dies once it is paid
+                    assert provider.w0_paid.wait(timeout=10)
+                raise Crash
+            return original(run_id, events, *args, **kwargs)
+        return append
+
+    twice = []
+    for width in (1, 4):
+        _, provider, run_fork = _fork_w0(width, monkeypatch, crashing)
+        with pytest.raises(Crash):
+            run_fork()
+        result = run_fork()  # nothing was stored: started again
+        assert result.state.status == "completed", result.state.error
+        twice.append(sorted(n for n, count in provider.paid.items() if count > 1))
+        tail = result.state.executions[result.state.fork.prefix_executions:]
+        w0 = next(ex for ex in tail if ex.node == "w0")
+        w0_hashes = {a.request_hash for a in w0.actions if hasattr(a, "request_hash")}
+        assert set(twice[-1]) <= w0_hashes
+        monkeypatch.undo()
+    assert twice[0] == [] and len(twice[1]) == 1
+
+
 def _released_flight() -> tuple[Any, Any]:
     """A scheduler and a head flight waiting at its flush point (a call's request drained)."""
     from types import SimpleNamespace

@@ -11,7 +11,7 @@ the log to answer or resume a fork, its spend counted again from the calls alrea
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from forklab.engine.actions import ChildOutcome, RouteTaken
 from forklab.engine.canonical import canonical_json
@@ -21,6 +21,7 @@ from forklab.engine.errors import RunNotFound
 from forklab.engine.events import (
     PREFIX_FROM_STATE,
     REPLAY_VERSION,
+    AnyEvent,
     ChangeApplied,
     Event,
     MemoryWritten,
@@ -59,36 +60,67 @@ def begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
     meanwhile (see :func:`~forklab.engine.collector.collector_paused`).
     """
     with collector_paused():
-        _begin_variant(runner, plan, label=label, fork_group_id=fork_group_id,
-                       ignore_budget=ignore_budget)
+        for cls, fields in _opening(runner, plan, label=label, fork_group_id=fork_group_id,
+                                    ignore_budget=ignore_budget,
+                                    graph_hash=graph_hash(plan.graph)):
+            runner.emit(cls, **fields)
 
 
-def _begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
-                   fork_group_id: str | None, ignore_budget: bool) -> None:
+Opening = list[tuple[type[Event], dict[str, Any]]]
+
+
+def _opening(runner: Runner, plan: ForkPlan, *, label: str, fork_group_id: str | None,
+             ignore_budget: bool, graph_hash: str) -> Opening:
+    """The variant's opening events, as classes and fields (seqs and times are given when
+    they are emitted)."""
     base = plan.base
-    runner.emit(RunStarted, graph_id=base.state.graph_id,
-                graph_version=base.state.graph_version, graph_hash=graph_hash(plan.graph),
-                input=plan.new_input, start=plan.graph.start, run_kind=RunKind.COUNTERFACTUAL,
-                replay_version=REPLAY_VERSION, label=label, parent_run_id=base.run_id)
-    prefix = plan.prefix_state
-    runner.emit(RunForked, base_run_id=base.run_id, fork_sequence_id=plan.point.seq,
-                fork_node_id=plan.effective.node, prefix_state=PREFIX_FROM_STATE,
-                prefix=prefix,
-                changes=plan.combined, inherited_changes=len(plan.inherited),
-                graph=plan.graph.shared_wire(), fork_group_id=fork_group_id,
-                policy=plan.policy.wire(), budget=plan.budget.wire(), memoize=plan.memoize,
-                ignore_budget=ignore_budget,
-                estimate={**plan.estimate.wire(), "warnings": plan.warnings,
-                          "point_notes": plan.notes},
-                point=plan.point.to_wire(), routes_used=plan.routes_used,
-                prefix_ref=plan.prefix_ref)
-    for item in plan.application.applied:
-        runner.emit(ChangeApplied, change=item.wire())
+    opening: Opening = [
+        (RunStarted, {
+            "graph_id": base.state.graph_id, "graph_version": base.state.graph_version,
+            "graph_hash": graph_hash, "input": plan.new_input, "start": plan.graph.start,
+            "run_kind": RunKind.COUNTERFACTUAL, "replay_version": REPLAY_VERSION,
+            "label": label, "parent_run_id": base.run_id}),
+        (RunForked, {
+            "base_run_id": base.run_id, "fork_sequence_id": plan.point.seq,
+            "fork_node_id": plan.effective.node, "prefix_state": PREFIX_FROM_STATE,
+            "prefix": plan.prefix_state, "changes": plan.combined,
+            "inherited_changes": len(plan.inherited), "graph": plan.graph.shared_wire(),
+            "fork_group_id": fork_group_id, "policy": plan.policy.wire(),
+            "budget": plan.budget.wire(), "memoize": plan.memoize,
+            "ignore_budget": ignore_budget,
+            "estimate": {**plan.estimate.wire(), "warnings": plan.warnings,
+                         "point_notes": plan.notes},
+            "point": plan.point.to_wire(), "routes_used": plan.routes_used,
+            "prefix_ref": plan.prefix_ref}),
+        *((ChangeApplied, {"change": item.wire()}) for item in plan.application.applied),
+    ]
     for key, value in plan.application.writes():
         if value is DELETE:
-            runner.emit(MemoryWritten, key=key, value=None, deleted=True)
+            opening.append((MemoryWritten, {"key": key, "value": None, "deleted": True}))
         else:
-            runner.emit(MemoryWritten, key=key, value=value)
+            opening.append((MemoryWritten, {"key": key, "value": value}))
+    return opening
+
+
+def launch_before_opening(runner: Runner, plan: ForkPlan, *, label: str,
+                          fork_group_id: str | None, ignore_budget: bool) -> None:
+    """Start the tail's first model call before :func:`begin_variant` builds the opening
+    (hashing the fork's graph is ~6 ms for 1,002 nodes): the opening is folded without its
+    hash into a scratch state — the state the real opening folds to, but for the hash,
+    which nothing predicted reads — and the runner launches from it
+    (:meth:`~forklab.engine.runner.Runner.launch_opening`). Only where something may run
+    beside the head: a prefix whose frontier holds more than one node (a chain's single
+    next node executes in place, as ever)."""
+    if len(plan.prefix_state.frontier) < 2 or runner.max_concurrency < 2 \
+            or not getattr(runner.oracle, "overlaps_calls", False):
+        return
+    opening = _opening(runner, plan, label=label, fork_group_id=fork_group_id,
+                       ignore_budget=ignore_budget, graph_hash="")
+    with collector_paused():  # a branch of the prefix, kept by the predictions meanwhile
+        opened = fold(cast("list[AnyEvent]", [
+            cls(run_id=runner.run_id, seq=seq, at=0.0, **fields)
+            for seq, (cls, fields) in enumerate(opening, start=1)]))
+    runner.launch_opening(opened)
 
 
 def _recording(base: BaseRun) -> Recording:
@@ -141,6 +173,8 @@ def run_plan(
         "fork.base_trace_id": base_trace_id or "",
     }
     with tracer.start_as_current_span("replay.fork", attributes=attributes):
+        launch_before_opening(runner, plan, label=label, fork_group_id=fork_group_id,
+                              ignore_budget=ignore_budget)
         begin_variant(runner, plan, label=label, fork_group_id=fork_group_id,
                       ignore_budget=ignore_budget)
         runner.resume_loop()
