@@ -400,6 +400,14 @@ class Runner:
         finally:
             self.state = real
 
+    def drop_launched(self) -> None:
+        """The opening :meth:`launch_opening` ran ahead of was never emitted (building it
+        raised): stop what was started, wait for it and drop its work, as a run that stops
+        does (``Scheduler.close``)."""
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.close()
+
     # -- the loop ------------------------------------------------------------------------
     def _loop(self) -> RunState:
         with tracer.start_as_current_span("workflow.run", attributes={

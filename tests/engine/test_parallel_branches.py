@@ -421,6 +421,26 @@ def test_a_fork_s_first_model_call_is_made_while_its_opening_is_built(
     assert logs[0] == logs[1]
 
 
+def test_a_fork_whose_opening_fails_to_build_leaves_nothing_running(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """w0 was launched before the opening; building the opening raises: the error reaches
+    the caller and the pool that made w0's call is shut down, its work dropped."""
+    from forklab.engine.fork import variant
+
+    _, provider, run_fork = _fork_w0(4, monkeypatch)
+
+    def broken(graph: Any) -> str:
+        provider.built.set()
+        raise RuntimeError("the opening could not be built")
+
+    monkeypatch.setattr(variant, "graph_hash", broken)
+    before = set(threading.enumerate())
+    with pytest.raises(RuntimeError, match="could not be built"):
+        run_fork()
+    assert provider.built_before_call is False  # w0 had been launched before the opening
+    assert set(threading.enumerate()) <= before  # its pool's threads are gone
+
+
 def test_a_crash_while_the_opening_is_stored_beside_the_first_call_pays_only_that_call_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The opening stored beside w0's call: if the process dies after the call completed

@@ -175,8 +175,12 @@ def run_plan(
     with tracer.start_as_current_span("replay.fork", attributes=attributes):
         launch_before_opening(runner, plan, label=label, fork_group_id=fork_group_id,
                               ignore_budget=ignore_budget)
-        begin_variant(runner, plan, label=label, fork_group_id=fork_group_id,
-                      ignore_budget=ignore_budget)
+        try:
+            begin_variant(runner, plan, label=label, fork_group_id=fork_group_id,
+                          ignore_budget=ignore_budget)
+        except BaseException:
+            runner.drop_launched()
+            raise
         runner.resume_loop()
     return runner
 
