@@ -362,29 +362,31 @@ def test_a_crash_while_the_burst_is_stored_beside_the_join_s_call_pays_only_that
 
 
 class OpeningProvider(PaidProvider):
-    """Records, at the start of w0's changed call, whether the fork's opening was built
-    (``built``: set when its graph hash is computed)."""
+    """Sets ``began`` when w0's changed call begins and ``w0_paid`` once it completed."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.built = threading.Event()
-        self.built_before_call: bool | None = None
+        self.began = threading.Event()
         self.w0_paid = threading.Event()
+        self.began_before_opening: bool | None = None
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         changed = request.system_prompt == "worker w0, anew"
-        if changed and self.built_before_call is None:
-            self.built_before_call = self.built.is_set()
+        if changed:
+            self.began.set()
         response = super().complete(request)
         if changed:
             self.w0_paid.set()
         return response
 
 
-def _fork_w0(width: int, monkeypatch: pytest.MonkeyPatch,
-             append: Any = None) -> tuple[Any, OpeningProvider, Any]:
-    """Fork a recorded 12-worker fan-out changing w0 at ``max_concurrency`` ``width``, the
-    opening's graph hash signalled to the provider; ``append(original)`` wraps the store's."""
+def _fork_w0(width: int, monkeypatch: pytest.MonkeyPatch, append: Any = None,
+             hash_error: Exception | None = None) -> tuple[OpeningProvider, Any]:
+    """(provider, run the fork): a recorded 12-worker fan-out forked changing w0 at
+    ``max_concurrency`` ``width``. Building the opening's graph hash first waits for w0's
+    call to begin (10 s where it runs beside the opening, 0.2 s in place, where it cannot)
+    and records whether it did (``began_before_opening``), then raises ``hash_error`` if
+    given; ``append(original)`` wraps the store's append."""
     from forklab.engine.fork import variant
 
     base = run_recorded(wide_fanout(12), {"task": "t"}, env=env(OverlapProvider(None), ids="base"))
@@ -393,31 +395,33 @@ def _fork_w0(width: int, monkeypatch: pytest.MonkeyPatch,
     hashed = variant.graph_hash
 
     def graph_hash(graph: Any) -> str:
-        provider.built.set()
+        provider.began_before_opening = provider.began.wait(timeout=10 if width > 1 else 0.2)
+        if hash_error is not None:
+            raise hash_error
         return hashed(graph)
 
     monkeypatch.setattr(variant, "graph_hash", graph_hash)
     if append is not None:
         monkeypatch.setattr(base.store, "append", append(base.store.append, provider))
-    return base, provider, lambda: fork(
+    return provider, lambda: fork(
         base, at={"before_node": "w0"}, policy={"memoize": True},
         change={"kind": "prompt", "target": "w0", "system_prompt": "worker w0, anew"})
 
 
 def test_a_fork_s_first_model_call_is_made_while_its_opening_is_built(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The changed worker's call starts before the fork's opening events are built (the
+    """The changed worker's call begins before the fork's opening events are built (the
     graph hash: milliseconds for a large graph), and the log is the sequential fork's, in
     which the opening is built and stored first."""
     logs, before = [], []
     for width in (1, 4):
-        _, provider, run_fork = _fork_w0(width, monkeypatch)
+        provider, run_fork = _fork_w0(width, monkeypatch)
         result = run_fork()
         assert result.state.status == "completed", result.state.error
         assert provider.calls == 2
-        before.append(provider.built_before_call)
+        before.append(provider.began_before_opening)
         logs.append(wire(result.event_log))
-    assert before == [True, False]
+    assert before == [False, True]
     assert logs[0] == logs[1]
 
 
@@ -425,19 +429,12 @@ def test_a_fork_whose_opening_fails_to_build_leaves_nothing_running(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """w0 was launched before the opening; building the opening raises: the error reaches
     the caller and the pool that made w0's call is shut down, its work dropped."""
-    from forklab.engine.fork import variant
-
-    _, provider, run_fork = _fork_w0(4, monkeypatch)
-
-    def broken(graph: Any) -> str:
-        provider.built.set()
-        raise RuntimeError("the opening could not be built")
-
-    monkeypatch.setattr(variant, "graph_hash", broken)
     before = set(threading.enumerate())
+    provider, run_fork = _fork_w0(4, monkeypatch,
+                                  hash_error=RuntimeError("the opening could not be built"))
     with pytest.raises(RuntimeError, match="could not be built"):
         run_fork()
-    assert provider.built_before_call is False  # w0 had been launched before the opening
+    assert provider.began_before_opening is True  # w0 was calling before the opening
     assert set(threading.enumerate()) <= before  # its pool's threads are gone
 
 
@@ -447,21 +444,21 @@ def test_a_crash_while_the_opening_is_stored_beside_the_first_call_pays_only_tha
     and before that transaction commits, the fork has no log, so it is started again (as
     the runs layer does with a fork that recorded nothing) and w0's call is paid a second
     time — nothing else. In place (width 1) the opening is stored before the call."""
-    def crashing(original: Any, provider: OpeningProvider) -> Any:
-        crashed: list[str] = []
-
-        def append(run_id: str, events: Any, *args: Any, **kwargs: Any) -> Any:
-            if not crashed and any(e.type == "run.forked" for e in events):
-                crashed.append(run_id)
-                if provider.calls:  # w0's call began: beside it, dies once it is paid
-                    assert provider.w0_paid.wait(timeout=10)
-                raise Crash
-            return original(run_id, events, *args, **kwargs)
-        return append
-
     twice = []
     for width in (1, 4):
-        _, provider, run_fork = _fork_w0(width, monkeypatch, crashing)
+        def crashing(original: Any, provider: OpeningProvider, _width: int = width) -> Any:
+            crashed: list[str] = []
+
+            def append(run_id: str, events: Any, *args: Any, **kwargs: Any) -> Any:
+                if not crashed and any(e.type == "run.forked" for e in events):
+                    crashed.append(run_id)
+                    if _width > 1:  # beside w0's call: dies once that call has been paid
+                        assert provider.w0_paid.wait(timeout=10)
+                    raise Crash
+                return original(run_id, events, *args, **kwargs)
+            return append
+
+        provider, run_fork = _fork_w0(width, monkeypatch, crashing)
         with pytest.raises(Crash):
             run_fork()
         result = run_fork()  # nothing was stored: started again
