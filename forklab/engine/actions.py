@@ -192,34 +192,64 @@ def replaced[R: _Record](record: R, **changes: Any) -> R:
     return new
 
 
-_ANSWER_SETTERS = tuple(getattr(AgentAnswer, f.name).__set__
-                        for f in dataclasses.fields(AgentAnswer))
-if [f.name for f in dataclasses.fields(AgentAnswer)] != [  # what served_answer writes out
-        "seq", "request_hash", "text", "role", "index", "model", "input_tokens",
-        "output_tokens", "cost_usd", "latency_ms", "label"]:
-    raise AssertionError("served_answer must set every field of AgentAnswer")  # pragma: no cover
+def _setters(cls: type[AgentAsked | AgentAnswer], order: list[str]) -> tuple[Any, ...]:
+    """The slot setters of ``cls``'s fields, checked to be ``order`` (what a builder below
+    writes out)."""
+    if [f.name for f in dataclasses.fields(cls)] != order:
+        raise AssertionError(f"a builder must set every field of {cls.__name__}, in order"
+                             )  # pragma: no cover
+    return tuple(getattr(cls, name).__set__ for name in order)
 
 
-def served_answer(a: AgentAnswer, seq: int) -> AgentAnswer:
-    """``replaced(a, seq=seq, latency_ms=0.0, label="reused")`` — how a fork tail serves a
-    recorded answer — with each slot set in a straight line (the most frequent served
-    record: one per served agent node; the general loop was half of serving one). The same
-    record field for field (tests compare them)."""
+_ASKED_SETTERS = _setters(AgentAsked, ["seq", "request_hash", "role", "index"])
+_ANSWER_SETTERS = _setters(AgentAnswer, [
+    "seq", "request_hash", "text", "role", "index", "model", "input_tokens",
+    "output_tokens", "cost_usd", "latency_ms", "label"])
+
+
+def asked(seq: int, request_hash: str, role: str | None, index: int | None) -> AgentAsked:
+    """``AgentAsked(...)`` of these fields, each slot set in a straight line: the frozen
+    ``__init__`` (``object.__setattr__`` per field) was twice the cost, and the fold makes
+    one per model call of a log. The same record (tests compare them)."""
+    set_seq, set_hash, set_role, set_index = _ASKED_SETTERS
+    new = object.__new__(AgentAsked)
+    set_seq(new, seq)
+    set_hash(new, request_hash)
+    set_role(new, role)
+    set_index(new, index)
+    return new
+
+
+def answered(seq: int, request_hash: str, text: str, role: str | None, index: int | None,
+             model: str, input_tokens: int, output_tokens: int, cost_usd: float | None,
+             latency_ms: float, label: CallLabel) -> AgentAnswer:
+    """``AgentAnswer(...)`` of these fields, each slot set in a straight line (a third of
+    the frozen ``__init__``'s cost): the fold makes one per model call of a log, a fork
+    tail one per served agent node (:func:`served_answer`). The same record (tests compare
+    them)."""
     (set_seq, set_hash, set_text, set_role, set_index, set_model, set_in, set_out, set_cost,
      set_latency, set_label) = _ANSWER_SETTERS
     new = object.__new__(AgentAnswer)
     set_seq(new, seq)
-    set_hash(new, a.request_hash)
-    set_text(new, a.text)
-    set_role(new, a.role)
-    set_index(new, a.index)
-    set_model(new, a.model)
-    set_in(new, a.input_tokens)
-    set_out(new, a.output_tokens)
-    set_cost(new, a.cost_usd)
-    set_latency(new, 0.0)
-    set_label(new, "reused")
+    set_hash(new, request_hash)
+    set_text(new, text)
+    set_role(new, role)
+    set_index(new, index)
+    set_model(new, model)
+    set_in(new, input_tokens)
+    set_out(new, output_tokens)
+    set_cost(new, cost_usd)
+    set_latency(new, latency_ms)
+    set_label(new, label)
     return new
+
+
+def served_answer(a: AgentAnswer, seq: int) -> AgentAnswer:
+    """``replaced(a, seq=seq, latency_ms=0.0, label="reused")`` — how a fork tail serves a
+    recorded answer — through :func:`answered` (the most frequent served record: one per
+    served agent node; the general loop was half of serving one)."""
+    return answered(seq, a.request_hash, a.text, a.role, a.index, a.model, a.input_tokens,
+                    a.output_tokens, a.cost_usd, 0.0, "reused")
 
 
 def served_wire(record: Action) -> dict[str, Any]:
@@ -268,5 +298,5 @@ def from_wire(data: dict[str, Any], *, seq: int | None = None) -> Action:
 __all__ = [
     "ACTION_TYPES", "Action", "AgentAnswer", "AgentAsked", "CallFailure", "CallRecord",
     "ChildOutcome", "ChildStarted", "HumanDecision", "RouteTaken", "ToolCall", "ToolResult",
-    "from_wire", "served_answer", "served_wire", "to_wire",
+    "answered", "asked", "from_wire", "served_answer", "served_wire", "to_wire",
 ]

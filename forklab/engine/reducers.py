@@ -26,6 +26,8 @@ from forklab.engine.actions import (
     RouteTaken,
     ToolCall,
     ToolResult,
+    answered,
+    asked,
 )
 from forklab.engine.canonical import merge_patch
 from forklab.engine.collector import collector_paused
@@ -166,15 +168,13 @@ def evolve(state: RunState, event: AnyEvent) -> RunState:
         case NodeCompleted():
             _complete_node(state, event)
         case AgentRequested():
-            _current(state, event).actions.append(AgentAsked(
-                seq=event.seq, request_hash=event.request_hash, role=event.role,
-                index=event.index))
+            _current(state, event).actions.append(asked(
+                event.seq, event.request_hash, event.role, event.index))
         case AgentResponded():
-            _record_call(state, _current(state, event), AgentAnswer(
-                seq=event.seq, request_hash=event.request_hash, text=event.text,
-                role=event.role, index=event.index, model=event.model,
-                input_tokens=event.input_tokens, output_tokens=event.output_tokens,
-                cost_usd=event.cost_usd, latency_ms=event.latency_ms, label=event.label))
+            _record_call(state, _current(state, event), answered(
+                event.seq, event.request_hash, event.text, event.role, event.index,
+                event.model, event.input_tokens, event.output_tokens, event.cost_usd,
+                event.latency_ms, event.label))
         case ToolCalled():
             _current(state, event).actions.append(ToolCall(
                 seq=event.seq, args_hash=event.args_hash, args=event.args, tool=event.tool))

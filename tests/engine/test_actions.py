@@ -24,6 +24,7 @@ from forklab.engine.actions import (
     ACTION_TYPES,
     Action,
     AgentAnswer,
+    AgentAsked,
     ChildOutcome,
     RouteTaken,
     ToolResult,
@@ -198,3 +199,17 @@ def test_replaced_refuses_a_change_naming_no_field() -> None:
     record = ToolResult(seq=1, result=None, label="live")
     with pytest.raises(TypeError, match="no field"):
         actions.replaced(record, seq=2, latency_ms=0.0)
+
+
+@given(_record_of(AgentAnswer))
+def test_an_answer_built_in_a_straight_line_is_the_dataclass_s(record: AgentAnswer) -> None:
+    made = actions.answered(*(getattr(record, f.name) for f in dataclasses.fields(record)))
+    assert type(made) is AgentAnswer and made == record
+    assert all(getattr(made, f.name) is getattr(record, f.name)
+               for f in dataclasses.fields(AgentAnswer))
+
+
+@given(_record_of(AgentAsked))
+def test_a_request_built_in_a_straight_line_is_the_dataclass_s(record: AgentAsked) -> None:
+    made = actions.asked(record.seq, record.request_hash, record.role, record.index)
+    assert type(made) is AgentAsked and made == record
