@@ -504,10 +504,11 @@ class Scheduler:
         """The runner stored every event drained so far: a waiting flight may call out.
 
         A flight that waited returns once it has left its flush point for its call (or
-        ended, or the scheduler stops): the runner's next work — walks, predictions, a burst — holds the
-        GIL for milliseconds, and a woken worker waits out the interpreter's switch interval
-        (5 ms) for it before it can even start the call it waited for. Blocked here, the
-        runner lets the worker run to its call, which releases the GIL within microseconds.
+        ended, or the scheduler stops): the runner's next work — walks, predictions, a
+        burst — holds the GIL for milliseconds, and a woken worker waits out the
+        interpreter's switch interval (5 ms) for it before it can even start the call it
+        waited for. Blocked here, the runner lets the worker run to its call, which
+        releases the GIL within microseconds.
         """
         with self.cond:
             released, departed = flight.waiting, flight.departed
