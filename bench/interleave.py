@@ -15,6 +15,7 @@ A tree is any checkout: ``git worktree add /tmp/before <commit>``.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -27,8 +28,9 @@ FIGURE = re.compile(r"(\w+)=([0-9]+(?:\.[0-9]+)?)")
 
 def run(tree: Path, command: list[str]) -> dict[str, float]:
     """The ``name=number`` figures of one run of ``command`` from ``tree``."""
-    out = subprocess.run([sys.executable, *command], cwd=tree, env={"PYTHONPATH": str(tree),
-                         "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, *command], cwd=tree,
+                         env={**os.environ, "PYTHONPATH": str(tree)},
+                         capture_output=True, text=True, check=True)
     return {name: float(value) for name, value in FIGURE.findall(out.stdout)}
 
 

@@ -195,9 +195,8 @@ def replaced[R: _Record](record: R, **changes: Any) -> R:
 def _setters(cls: type[AgentAsked | AgentAnswer], order: list[str]) -> tuple[Any, ...]:
     """The slot setters of ``cls``'s fields, checked to be ``order`` (what a builder below
     writes out)."""
-    if [f.name for f in dataclasses.fields(cls)] != order:
-        raise AssertionError(f"a builder must set every field of {cls.__name__}, in order"
-                             )  # pragma: no cover
+    if [f.name for f in dataclasses.fields(cls)] != order:  # pragma: no cover
+        raise AssertionError(f"a builder must set every field of {cls.__name__}, in order")
     return tuple(getattr(cls, name).__set__ for name in order)
 
 

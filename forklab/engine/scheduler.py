@@ -137,6 +137,12 @@ class Flight:
     finished_at: float | None = None
 
 
+def overlapping(width: int, oracle: Any) -> bool:
+    """Whether a run may execute nodes at once: more than one at a time allowed, and an
+    oracle whose answers take time (``overlaps_calls``: real calls, not lookups)."""
+    return width > 1 and bool(getattr(oracle, "overlaps_calls", False))
+
+
 def potential_writes(node: Any) -> set[str] | None:
     """Every key an execution of ``node`` may write (None: any key — an approval)."""
     if isinstance(node, ApprovalNode):
@@ -181,7 +187,7 @@ class Scheduler:
     def __init__(self, runner: Host, width: int) -> None:
         self.runner = runner
         self.width = width
-        self.enabled = width > 1 and bool(getattr(runner.oracle, "overlaps_calls", False))
+        self.enabled = overlapping(width, runner.oracle)
         self.flights: dict[str, Flight] = {}
         self.seen = IterationSeen()  # the runner's loop shares it (next_execution)
         self.reads_texts = ReadsTexts()  # read slices' texts for the fingerprints predicted
@@ -540,4 +546,5 @@ class Scheduler:
             self.changed = False
 
 
-__all__ = ["Flight", "Prediction", "Scheduler", "barrier", "poolable", "potential_writes"]
+__all__ = ["Flight", "Prediction", "Scheduler", "barrier", "overlapping", "poolable",
+           "potential_writes"]

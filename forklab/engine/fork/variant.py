@@ -41,6 +41,7 @@ from forklab.engine.graph import parse_stored_graph
 from forklab.engine.oracle import HumanAnswer, LiveOracle
 from forklab.engine.reducers import fold
 from forklab.engine.runner import CancelToken, Runner
+from forklab.engine.scheduler import overlapping
 from forklab.engine.state import RunState
 from forklab.engine.status import RunKind
 from forklab.engine.store import Store, graph_hash
@@ -60,7 +61,7 @@ def begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
     meanwhile (see :func:`~forklab.engine.collector.collector_paused`).
     """
     with collector_paused():
-        for cls, fields in _opening(runner, plan, label=label, fork_group_id=fork_group_id,
+        for cls, fields in _opening(plan, label=label, fork_group_id=fork_group_id,
                                     ignore_budget=ignore_budget,
                                     graph_hash=graph_hash(plan.graph)):
             runner.emit(cls, **fields)
@@ -69,7 +70,7 @@ def begin_variant(runner: Runner, plan: ForkPlan, *, label: str,
 Opening = list[tuple[type[Event], dict[str, Any]]]
 
 
-def _opening(runner: Runner, plan: ForkPlan, *, label: str, fork_group_id: str | None,
+def _opening(plan: ForkPlan, *, label: str, fork_group_id: str | None,
              ignore_budget: bool, graph_hash: str) -> Opening:
     """The variant's opening events, as classes and fields (seqs and times are given when
     they are emitted)."""
@@ -111,10 +112,10 @@ def launch_before_opening(runner: Runner, plan: ForkPlan, *, label: str,
     (:meth:`~forklab.engine.runner.Runner.launch_opening`). Only where something may run
     beside the head: a prefix whose frontier holds more than one node (a chain's single
     next node executes in place, as ever)."""
-    if len(plan.prefix_state.frontier) < 2 or runner.max_concurrency < 2 \
-            or not getattr(runner.oracle, "overlaps_calls", False):
+    if len(plan.prefix_state.frontier) < 2 or not overlapping(runner.max_concurrency,
+                                                              runner.oracle):
         return
-    opening = _opening(runner, plan, label=label, fork_group_id=fork_group_id,
+    opening = _opening(plan, label=label, fork_group_id=fork_group_id,
                        ignore_budget=ignore_budget, graph_hash="")
     with collector_paused():  # a branch of the prefix, kept by the predictions meanwhile
         opened = fold(cast("list[AnyEvent]", [
