@@ -185,6 +185,18 @@ class Execution:
     def from_wire(cls, data: dict[str, Any]) -> Execution:
         return cls.from_owned_wire(_private(data))
 
+    def branch(self) -> Execution:
+        """A copy of this open execution that folding further events into never changes
+        ``self``: the reducers set its fields and append to its ``actions`` and ``labels``
+        (``writes``, ``deletes``, ``next`` are replaced, copied here too all the same), and
+        never edit the records, reads or values it holds, which are shared (a deep copy
+        of a node's open execution was most of a waypoint's cost)."""
+        other = copy.copy(self)
+        other.actions, other.labels = list(self.actions), list(self.labels)
+        other.writes, other.deletes, other.next = dict(self.writes), list(self.deletes), \
+            list(self.next)
+        return other
+
     @classmethod
     def from_owned_wire(cls, data: dict[str, Any]) -> Execution:
         """An execution from a wire form the caller gives away (its dicts are kept)."""
@@ -366,14 +378,15 @@ class RunState:
         only the open execution, ``current``, and append finished ones), calls, and the JSON
         values held in memory, input, effects and changes (replaced, never edited in place;
         a live run already shares them with its events). Every container a reducer edits in
-        place is fresh, the lists of ``arrivals`` too; an open ``current`` (a snapshot taken
-        inside a node) is copied whole. ``canonical_equals(branch().to_wire(), to_wire())``.
+        place is fresh, the lists of ``arrivals`` too, and so is an open ``current`` (a
+        snapshot taken inside a node: :meth:`Execution.branch`).
+        ``canonical_equals(branch().to_wire(), to_wire())``.
         """
         state = copy.copy(self)
         for name in _EDITED_IN_PLACE:
             setattr(state, name, copy.copy(getattr(self, name)))
         state.arrivals = {node: list(arrived) for node, arrived in self.arrivals.items()}
-        state.current = copy.deepcopy(self.current)
+        state.current = None if self.current is None else self.current.branch()
         return state
 
     def outcome(self) -> dict[str, Any]:

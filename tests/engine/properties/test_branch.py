@@ -77,6 +77,21 @@ def test_every_container_slot_is_copied_or_replaced_whole() -> None:
     assert containers - set(_EDITED_IN_PLACE) == {"input", "changes", "arrivals"}
 
 
+def test_every_container_slot_of_an_open_execution_is_copied_or_never_edited() -> None:
+    from forklab.engine.state import Execution
+
+    containers = {f.name for f in dataclasses.fields(Execution)
+                  if f.default_factory in (list, dict)}
+    execution = Execution(node="a", kind="agent", occurrence=1, iteration=1, start_seq=2,
+                          fingerprint="f", reads={"k": [1]}, started_at=0.0)
+    copy = execution.branch()
+    copied = {name for name in containers
+              if getattr(copy, name) is not getattr(execution, name)}
+    # prior_iteration_nodes: replaced by the reducers, never edited; reads: never edited
+    assert containers - copied == {"prior_iteration_nodes"}
+    assert copy.reads is execution.reads
+
+
 def test_a_branch_of_a_state_inside_a_node_copies_the_open_execution() -> None:
     state = RunState.from_wire({"current": {
         "node": "a", "kind": "tool", "occurrence": 1, "iteration": 1, "start_seq": 2,
