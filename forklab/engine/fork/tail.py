@@ -112,8 +112,14 @@ class ForkOracle:
     def worst_case(self, graph: GraphSpec, node: Any,
                    call: NodeCall | None) -> tuple[int | None, float | None]:
         """Most live calls and USD one execution of ``node`` can spend (None: unbounded or
-        not yet known); ``call`` is the execution when its read slice is final."""
-        if call is not None and (self.output(call) is not None or self.memo(call) is not None):
+        not yet known); ``call`` is the execution when its read slice is final.
+
+        Only the scheduler asks, to reserve it against the budget before starting a node
+        (:meth:`admits`); a budget that is not enforced admits anything, so nothing is
+        reserved and the figure is not worked out — (0, 0.0) — which for a join of 1,000
+        workers is a render of its 1,000-key prompt."""
+        if not self.spend.enforce or (call is not None and (
+                self.output(call) is not None or self.memo(call) is not None)):
             return 0, 0.0
         return worst_case(graph, node, call, self.prices)
 
