@@ -130,6 +130,27 @@ def test_the_cost_cap_is_checked_against_the_next_calls_worst_case() -> None:
     assert result.incurred_cost_usd <= cap
 
 
+@pytest.mark.parametrize("ignore_budget", [False, True])
+def test_a_worst_case_is_worked_out_only_under_an_enforced_budget(ignore_budget: bool) -> None:
+    from forklab.engine.oracle import NodeCall
+
+    base = run_recorded(parse_graph(LONG), {"x": "hello"}, env=make_env())
+    plan = prepare_fork(base, at="start", change=change.memory(set={"x": "bye"}),
+                        budget={"max_cost_usd": 1.0}, ignore_budget=ignore_budget)
+    oracle = run_plan(plan, ignore_budget=ignore_budget).oracle
+    node = plan.graph.node("a")
+    call = NodeCall(node="a", kind="agent", occurrence=1, iteration=1, fingerprint="new",
+                    reads={"x": "bye"})
+
+    calls, usd = oracle.worst_case(plan.graph, node, call)
+
+    # enforced: the scheduler reserves one call's most; not enforced: nothing is reserved
+    if ignore_budget:
+        assert (calls, usd) == (0, 0.0)
+    else:
+        assert calls == 1 and usd is not None and usd > 0
+
+
 # -- unpriced models ---------------------------------------------------------------------------
 
 BRANCH = {
