@@ -255,7 +255,13 @@ class GraphSpec(_Model):
         it keeps ``None`` inside free-form values (``params``), so when the result holds a
         ``null`` anywhere the wire form is walked instead. Same text either way.
         """
-        dumped = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        passed = self.__dict__.pop("_nodes_dump", None)
+        if passed is None:
+            dumped = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        else:  # the fingerprint-parts pass dumped the nodes as here: only the rest is left
+            dumped = self.model_dump(mode="json", by_alias=True, exclude_none=True,
+                                     exclude={"nodes"})
+            dumped["nodes"] = passed
         try:
             has_null = b"null" in orjson.dumps(dumped)
         except TypeError:  # an integer wider than 64 bits: let the slow path serialise it
@@ -263,7 +269,8 @@ class GraphSpec(_Model):
         if has_null:
             return fingerprint(self.to_wire())
         known = self.__dict__.get("_fingerprint_parts")
-        if len(self.nodes) > PER_NODE_FIRST and not (known is not None and known.complete):
+        if passed is None and len(self.nodes) > PER_NODE_FIRST and not (
+                known is not None and known.complete):
             # the one fingerprint-parts pass, if it comes, starts from these nodes (a fork's
             # graph is hashed when the fork opens, then its tail serves its nodes)
             self.__dict__["_nodes_dump"] = dumped["nodes"]
@@ -399,8 +406,8 @@ class GraphSpec(_Model):
 
 _CACHED = ("index", "content_hash", "_fingerprint_parts", "_nodes_dump", "_read_from")
 """Attributes derived from the fields, dropped by :meth:`GraphSpec.model_copy` with an update
-(``_nodes_dump``: the nodes of :attr:`GraphSpec.content_hash`'s dump, kept for the one
-fingerprint-parts pass, which takes it; ``_read_from``: the stored form the graph was read
+(``_nodes_dump``: the nodes of :attr:`GraphSpec.content_hash`'s dump, kept by the first of
+the hash and the one fingerprint-parts pass for the other, which takes it — :func:`nodes_dump`; ``_read_from``: the stored form the graph was read
 from and the nodes :meth:`GraphSpec.with_node` replaced since, by position —
 :meth:`GraphSpec.shared_wire`)."""
 
@@ -457,6 +464,16 @@ def _inline_agent_parts(node: Any, config: dict[str, Any],
                             agents='{"agent":' + text + "}")
 
 
+def nodes_dump(graph: GraphSpec) -> list[dict[str, Any]]:
+    """The nodes of :attr:`GraphSpec.content_hash`'s dump of ``graph`` (``None`` fields
+    left out), which the fingerprint-parts pass starts from too: whichever of the two runs
+    first keeps it for the other (``_nodes_dump``), which takes it — a fork's graph is
+    hashed as its opening is built, and its tail's first prediction may come first."""
+    nodes: list[dict[str, Any]] = graph.model_dump(
+        mode="json", by_alias=True, exclude_none=True, include={"nodes": True})["nodes"]
+    return nodes
+
+
 def _bulk_fingerprint_parts(graph: GraphSpec) -> dict[str, FingerprintParts]:
     """The fingerprint parts of every node of ``graph`` that drives no agent or one inline
     agent (a fan-out's workers, a chain's steps), from one dump of all the nodes.
@@ -470,12 +487,12 @@ def _bulk_fingerprint_parts(graph: GraphSpec) -> dict[str, FingerprintParts]:
     as is a node with a registry agent or roles. So every text equals the per-node one,
     character for character (tests compare them on every node of several graphs).
     """
-    hashed = graph.__dict__.pop("_nodes_dump", None)
-    if hashed is not None:  # the hash's dump of the nodes: the same minus "description"
-        dumped = [{k: v for k, v in node.items() if k != "description"} for node in hashed]
-    else:
-        dumped = graph.model_dump(mode="json", include={"nodes": True}, exclude_none=True,
-                                  exclude={"nodes": {"__all__": {"description"}}})["nodes"]
+    nodes = graph.__dict__.pop("_nodes_dump", None)
+    if nodes is None:
+        nodes = nodes_dump(graph)
+        if "content_hash" not in graph.__dict__:  # the hash, when it comes, starts from it
+            graph.__dict__["_nodes_dump"] = nodes
+    dumped = [{k: v for k, v in node.items() if k != "description"} for node in nodes]
     # the texts below are parts of the dump's: checked once for all (orjson_canonical)
     encode = (canonical_json_stripped if orjson_canonical(dumped) is None
               else unchecked_canonical)

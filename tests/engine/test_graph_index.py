@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from forklab.engine import graph as graph_module
+from forklab.engine.canonical import fingerprint
 from forklab.engine.errors import GraphValidationError, UnboundedCycleError
 from forklab.engine.graph import (
     GraphSpec,
@@ -211,6 +212,11 @@ def test_the_one_pass_writes_the_per_node_texts_whether_or_not_its_dump_checks_o
     assert len(bulk) == len(nodes)
     for node in graph.nodes:
         assert tuple(bulk[node.id]) == _reference_parts(graph, node), node.id
+    # the pass first (a fork tail's first prediction, made before its opening is built):
+    # the hash starts from the pass's dump of the nodes, and takes it
+    assert "_nodes_dump" in graph.__dict__
+    assert graph.content_hash == fingerprint(graph.to_wire())
+    assert "_nodes_dump" not in graph.__dict__
     # hashed first (a fork's graph): the pass starts from the hash's dump of the nodes
     hashed = parse_graph(graph.to_wire())
     assert hashed.content_hash == graph.content_hash
