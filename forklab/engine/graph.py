@@ -406,10 +406,10 @@ class GraphSpec(_Model):
 
 _CACHED = ("index", "content_hash", "_fingerprint_parts", "_nodes_dump", "_read_from")
 """Attributes derived from the fields, dropped by :meth:`GraphSpec.model_copy` with an update
-(``_nodes_dump``: the nodes of :attr:`GraphSpec.content_hash`'s dump, kept by the first of
-the hash and the one fingerprint-parts pass for the other, which takes it — :func:`nodes_dump`; ``_read_from``: the stored form the graph was read
-from and the nodes :meth:`GraphSpec.with_node` replaced since, by position —
-:meth:`GraphSpec.shared_wire`)."""
+(``_nodes_dump``: the nodes of :attr:`GraphSpec.content_hash`'s dump, kept by whichever of
+the hash and the one fingerprint-parts pass comes first for the other, which takes it —
+:func:`_dump_nodes`; ``_read_from``: the stored form the graph was read from and the nodes
+:meth:`GraphSpec.with_node` replaced since, by position — :meth:`GraphSpec.shared_wire`)."""
 
 
 class FingerprintParts(NamedTuple):
@@ -464,7 +464,7 @@ def _inline_agent_parts(node: Any, config: dict[str, Any],
                             agents='{"agent":' + text + "}")
 
 
-def nodes_dump(graph: GraphSpec) -> list[dict[str, Any]]:
+def _dump_nodes(graph: GraphSpec) -> list[dict[str, Any]]:
     """The nodes of :attr:`GraphSpec.content_hash`'s dump of ``graph`` (``None`` fields
     left out), which the fingerprint-parts pass starts from too: whichever of the two runs
     first keeps it for the other (``_nodes_dump``), which takes it — a fork's graph is
@@ -489,7 +489,7 @@ def _bulk_fingerprint_parts(graph: GraphSpec) -> dict[str, FingerprintParts]:
     """
     nodes = graph.__dict__.pop("_nodes_dump", None)
     if nodes is None:
-        nodes = nodes_dump(graph)
+        nodes = _dump_nodes(graph)
         if "content_hash" not in graph.__dict__:  # the hash, when it comes, starts from it
             graph.__dict__["_nodes_dump"] = nodes
     dumped = [{k: v for k, v in node.items() if k != "description"} for node in nodes]
