@@ -468,7 +468,10 @@ def _dump_nodes(graph: GraphSpec) -> list[dict[str, Any]]:
     """The nodes of :attr:`GraphSpec.content_hash`'s dump of ``graph`` (``None`` fields
     left out), which the fingerprint-parts pass starts from too: whichever of the two runs
     first keeps it for the other (``_nodes_dump``), which takes it — a fork's graph is
-    hashed as its opening is built, and its tail's first prediction may come first."""
+    hashed as its opening is built, and its tail's first prediction may come first. Each
+    runs once per graph, so a graph holds at most one such dump, and one whose hash is
+    never asked (a dry run's estimate) holds it as long as the graph lives (beside the
+    stored form a cached version keeps anyway: ``_read_from``)."""
     nodes: list[dict[str, Any]] = graph.model_dump(
         mode="json", by_alias=True, exclude_none=True, include={"nodes": True})["nodes"]
     return nodes
