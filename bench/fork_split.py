@@ -4,6 +4,7 @@
     .venv/bin/python bench/fork_split.py fork DIR            # one worker-0 fan-out fork
     .venv/bin/python bench/fork_split.py fork DIR last       # one fork before a chain's last node
     .venv/bin/python bench/fork_split.py repeat DIR [last] [N]   # N forks in one process
+    .venv/bin/python bench/fork_split.py serve DIR [last]        # a fork per stdin line
 
 ``record`` records the peers' 1,000-worker fan-out (20 ms model) into ``DIR/worker0`` and
 their 1,000-node chain (0 ms) into ``DIR/last``. Fork in a fresh process each time (the
@@ -94,23 +95,32 @@ def fork(directory: Path, kind: str) -> None:
           f"open={spent['open']:.3f} diff={spent['diff']:.3f} gc={spent['gc']:.3f}")
 
 
+def one_fork(directory: Path, kind: str) -> tuple[float, float]:
+    """CPU and wall seconds of one fork in this process, from a fresh copy of the base with
+    the parsed-graph cache cleared (each fork parses its graphs, as a fresh process does)."""
+    scratch = Path(tempfile.mkdtemp())
+    try:
+        shutil.copytree(directory / kind, scratch / "base")
+        graph_module._parsed.clear()
+        gc.collect()  # the last fork's garbage is not this one's to collect
+        cpu_started, wall_started = time.process_time(), time.perf_counter()
+        forklab_peer.fork_run(kind, N, SHAPES[kind][1], scratch / "base")
+        return time.process_time() - cpu_started, time.perf_counter() - wall_started
+    finally:
+        shutil.rmtree(scratch)
+
+
+def serve(directory: Path, kind: str) -> None:
+    """One fork per line read from stdin, its ``cpu= wall=`` printed (``fork_pairs.py``)."""
+    for _ in sys.stdin:
+        cpu, wall = one_fork(directory, kind)
+        print(f"cpu={cpu:.5f} wall={wall:.5f}", flush=True)
+
+
 def repeat(directory: Path, kind: str, times: int) -> None:
-    cpu: list[float] = []
-    wall: list[float] = []
-    for _ in range(times):
-        scratch = Path(tempfile.mkdtemp())
-        try:
-            shutil.copytree(directory / kind, scratch / "base")
-            graph_module._parsed.clear()  # each fork parses its graphs, as a fresh process
-            gc.collect()  # the last fork's garbage is not this one's to collect
-            cpu_started, wall_started = time.process_time(), time.perf_counter()
-            forklab_peer.fork_run(kind, N, SHAPES[kind][1], scratch / "base")
-            cpu.append(time.process_time() - cpu_started)
-            wall.append(time.perf_counter() - wall_started)
-        finally:
-            shutil.rmtree(scratch)
-    cpu.sort()
-    wall.sort()
+    timed = sorted(one_fork(directory, kind) for _ in range(times))
+    cpu = sorted(c for c, _ in timed)
+    wall = sorted(w for _, w in timed)
     q1 = times // 4
     print(f"{kind} forks={times} cpu_min={cpu[0]:.4f} cpu_q1={cpu[q1]:.4f} "
           f"wall_min={wall[0]:.4f} wall_q1={wall[q1]:.4f}")
@@ -122,6 +132,8 @@ if __name__ == "__main__":
         record(Path(args[1]))
     elif args[:1] == ["fork"] and len(args) in (2, 3) and (args[2:] or ["worker0"])[0] in SHAPES:
         fork(Path(args[1]), (args[2:] or ["worker0"])[0])
+    elif args[:1] == ["serve"] and len(args) in (2, 3) and (args[2:] or ["worker0"])[0] in SHAPES:
+        serve(Path(args[1]), (args[2:] or ["worker0"])[0])
     elif args[:1] == ["repeat"] and 2 <= len(args) <= 4:
         rest = args[2:]
         kind = rest.pop(0) if rest and rest[0] in SHAPES else "worker0"
