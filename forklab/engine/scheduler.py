@@ -507,18 +507,28 @@ class Scheduler:
             return events, flight.done, flight.waiting
 
     def made_durable(self, flight: Flight) -> None:
-        """The runner stored every event drained so far: a waiting flight may call out.
+        """The runner stored every event drained so far: a waiting flight may call out once
+        that is every event it emitted.
 
-        A flight that waited returns once it has left its flush point for its call (or
+        A flight it releases returns once it has left its flush point for its call (or
         ended, or the scheduler stops): the runner's next work — walks, predictions, a
         burst — holds the GIL for milliseconds, and a woken worker waits out the
         interpreter's switch interval (5 ms) for it before it can even start the call it
         waited for. Blocked here, the runner lets the worker run to its call, which
         releases the GIL within microseconds.
+
+        A flight stored beside its call is made durable without waiting, so it may have
+        come back and reached its next flush point since the runner's drain, with events
+        the runner has not taken: it stays waiting (the runner's next drain sees that and
+        stores them), for released on the stale drain it would wait for them forever and
+        the runner for its departure.
         """
         with self.cond:
-            released, departed = flight.waiting, flight.departed
-            flight.durable, flight.waiting = flight.drained, False
+            flight.durable = flight.drained
+            released = flight.waiting and flight.durable >= flight.emitted
+            departed = flight.departed
+            if released:
+                flight.waiting = False
             self.cond.notify_all()
             if released:
                 self._await_departure(flight, departed)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 
 from forklab.engine import fork, parse_graph, run_recorded
 from forklab.engine.canonical import canonical_json
+from forklab.engine.context import Cancelled
 from forklab.engine.environment import (
     Environment,
     FixedClock,
@@ -502,6 +504,48 @@ def test_a_released_flight_reaches_its_call_before_the_runner_goes_on() -> None:
         scheduler.cond.notify_all()
     assert returned.wait(timeout=10)
     runner.join()
+
+
+def test_a_flight_at_its_next_flush_point_since_the_drain_is_released_once_that_is_stored(
+) -> None:
+    """A head stored beside its first call, with more calls to make (a node with roles):
+    between the runner's drain and ``made_durable`` its first call may come back and it
+    may reach its next flush point, with events the runner has not taken. It is not
+    released for them: it stays waiting until the runner's next drain has stored them.
+    Released on the stale drain, it waited for them forever and the runner for its
+    departure (found by the nightly property profile: a fork of a fork hung)."""
+    scheduler, flight = _released_flight()
+    flight.waiting, flight.stores_beside, flight.called_out = False, True, True
+    durable = scheduler._durable(flight)
+
+    def second_call() -> None:
+        with scheduler.cond:  # its first call's answer and its next request, buffered
+            flight.events.append((object, {}, None))
+            flight.emitted += 1
+        with contextlib.suppress(Cancelled):  # stopped, when the test has failed
+            durable()  # its next flush point: waits until they are stored
+
+    worker = threading.Thread(target=second_call, daemon=True)
+    runner: threading.Thread | None = None
+    try:
+        worker.start()
+        with scheduler.cond:  # it waits at its flush point now, its events not drained
+            assert scheduler.cond.wait_for(lambda: flight.waiting, timeout=10)
+        runner = threading.Thread(target=scheduler.made_durable, args=(flight,), daemon=True)
+        runner.start()  # the runner's call for the drain before those events
+        runner.join(timeout=10)
+        assert not runner.is_alive(), "made_durable waited for a flight it did not release"
+        assert flight.waiting and flight.departed == 0  # its events are still to be stored
+
+        events, done, waiting = scheduler.drain(flight)  # the runner's next drain
+        assert (len(events), done, waiting) == (1, False, True)
+        scheduler.made_durable(flight)  # stored now: released, and it leaves for its call
+        worker.join(timeout=10)
+        assert not worker.is_alive() and flight.departed == 1 and not flight.waiting
+    finally:
+        scheduler.stop.set()
+        with scheduler.cond:
+            scheduler.cond.notify_all()
 
 
 def test_storing_beside_a_flight_already_in_its_call_does_not_wait_for_it() -> None:
