@@ -510,8 +510,8 @@ class Scheduler:
         """The runner stored every event drained so far: a waiting flight may call out once
         that is every event it emitted.
 
-        A flight it releases returns once it has left its flush point for its call (or
-        ended, or the scheduler stops): the runner's next work — walks, predictions, a
+        Releasing a flight, it returns once the flight has left its flush point for its
+        call (or ended, or the scheduler stops): the runner's next work — walks, predictions, a
         burst — holds the GIL for milliseconds, and a woken worker waits out the
         interpreter's switch interval (5 ms) for it before it can even start the call it
         waited for. Blocked here, the runner lets the worker run to its call, which
