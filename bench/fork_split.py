@@ -118,7 +118,7 @@ def serve(directory: Path, kind: str) -> None:
 
 
 def repeat(directory: Path, kind: str, times: int) -> None:
-    timed = sorted(one_fork(directory, kind) for _ in range(times))
+    timed = [one_fork(directory, kind) for _ in range(times)]
     cpu = sorted(c for c, _ in timed)
     wall = sorted(w for _, w in timed)
     q1 = times // 4
