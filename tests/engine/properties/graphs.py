@@ -7,7 +7,11 @@ A graph is a chain of *segments*, each wired to the next:
 - ``branch``  a router (rules over its declared reads and ``$iteration``, or an agent answer)
   choosing a branch node, the next segment, or the end;
 - ``loop``    a body node and a router sending it back until ``$iteration`` reaches a bound
-  or a memory condition holds (the graph declares ``max_iterations``).
+  or a memory condition holds (the graph declares ``max_iterations``);
+- ``fan``     a split node, two or three parallel branches of one or two nodes each (of
+  unequal lengths, so one branch's second node starts after its siblings' first ones), and
+  a ``join: all`` node reading what the branches wrote — branches may overwrite a key
+  another one reads, so the order the log defines decides what each node saw.
 
 Every node reads only keys it declares; some declare a key nothing ever writes (``ghost``),
 so "a declared read of an absent key" happens. Subgraph nodes run child graphs that the case
@@ -38,7 +42,7 @@ GHOST = "ghost"
 """A key some nodes declare as a read and nothing ever writes (absent unless patched in)."""
 
 NEXT = "@next"
-SEGMENTS = ("single", "diamond", "branch", "loop")
+SEGMENTS = ("single", "diamond", "branch", "loop", "fan")
 SINGLE_KINDS = ("agent", "multi", "tool", "approval", "subgraph")
 
 
@@ -264,7 +268,28 @@ class _Builder:
             return split, [join]
         if kind == "branch":
             return self.branch()
+        if kind == "fan":
+            return self.fan()
         return self.loop()
+
+    def fan(self) -> tuple[str, list[str]]:
+        split = self.single(("agent", "tool"))
+        ends: list[str] = []
+        written: set[str] = set()
+        for _ in range(self.draw(st.integers(2, 3))):
+            previous = split
+            for _ in range(self.draw(st.integers(1, 2))):
+                node = self.single(("agent", "tool", "multi"))
+                self.edges.append({"from": previous, "to": node})
+                written.update(self.node(node)["writes"])
+                previous = node
+            ends.append(previous)
+        reads = self.draw(st.lists(st.sampled_from(sorted(written)), max_size=3, unique=True)) \
+            if written else []
+        join = self.agent(reads=reads)
+        self.node(join)["join"] = "all"
+        self.edges += [{"from": end, "to": join} for end in ends]
+        return split, [join]
 
     def node(self, node_id: str) -> dict[str, Any]:
         return next(n for n in self.nodes if n["id"] == node_id)
@@ -374,6 +399,6 @@ def graph_cases(draw: Any, options: Options | None = None, graph_id: str = "g") 
     return GraphCase(graph=graph, children=builder.children, input=inputs)
 
 
-PATH_STABLE = Options(segments=("single", "diamond"), singles=("agent", "multi", "tool", "subgraph"),
+PATH_STABLE = Options(segments=("single", "diamond", "fan"), singles=("agent", "multi", "tool", "subgraph"),
                       flaky_tools=False)
 """No routers, loops, gates or failing tools: every fork takes the base's path."""

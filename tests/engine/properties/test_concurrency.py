@@ -22,7 +22,8 @@ from tests.engine.properties.profiles import examples
 from tests.engine.properties.recording import record_case
 from tests.engine.properties.world import Harness, hitl
 
-WIDE = Options(segments=("diamond", "branch", "diamond", "single", "loop"), min_segments=2)
+WIDE = Options(segments=("diamond", "branch", "diamond", "single", "loop", "fan", "fan"),
+               min_segments=2)
 """Mostly fan-outs: where nodes really run at once."""
 
 
