@@ -474,7 +474,11 @@ def from_wire(data: dict[str, Any], *, run_id: str | None = None,
     if cls is None:
         raise EventGapError(f"unknown event type {type_!r} at seq {data.get('seq')}")
     payload = data.get("payload") or {}
-    payload = upcast(type_, int(data.get("v", 1)), payload if owned else dict(payload))
+    if not owned:
+        payload = dict(payload)
+    version = data.get("v", 1)
+    if version != cls.SCHEMA:  # a payload written at the class's schema needs no upcast
+        payload = upcast(type_, int(version), payload)
     seq = int(data["seq"])
     if cls is NodeReused and "actions" in payload:  # listed without seq: each takes the event's
         payload["actions"] = tuple(action_from_wire(a, seq=seq) for a in payload["actions"] or ())
@@ -512,7 +516,7 @@ class _Builder:
     was no faster once its compiling in a fresh process was counted).
     """
 
-    __slots__ = ("cls", "fields", "unset")
+    __slots__ = ("cls", "fields", "named", "unset")
 
     def __init__(self, cls: type[Event]) -> None:
         self.cls = cls
@@ -520,6 +524,7 @@ class _Builder:
             (getattr(cls, f.name).__set__, f.name, f.default,
              None if f.default_factory is dataclasses.MISSING else f.default_factory)
             for f in _payload_fields(cls))
+        self.named = tuple((set_slot, name) for set_slot, name, _, _ in self.fields)
         # in-memory-only fields (``_NOT_WIRE``) take their default: a log never sets them
         self.unset = tuple((getattr(cls, f.name).__set__, f.default)
                            for f in dataclasses.fields(cls)
@@ -539,6 +544,16 @@ class _Builder:
         _SET_ITERATION(event, data.get("iteration"))
         for set_slot, value in self.unset:
             set_slot(event, value)
+        if len(payload) == len(self.named):
+            # what a store writes: every payload field, nothing else (as many keys as
+            # fields, each field found: the same names). A key the class lacks standing in
+            # for one it has raises KeyError, and the general loop below decides.
+            try:
+                for set_slot, name in self.named:
+                    set_slot(event, payload[name])
+                return event
+            except KeyError:
+                pass
         found = 0
         for set_slot, name, default, factory in self.fields:
             value = payload.get(name, _ABSENT)
