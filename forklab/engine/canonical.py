@@ -158,9 +158,10 @@ def _float_spelled_apart(value: Any) -> bool:
     return True
 
 
-def loads(text: str) -> Any:
+def loads(text: str | bytes) -> Any:
     """``json.loads``, several times faster for what orjson reads the same way (stored
-    events, states).
+    events, states). ``text`` may be UTF-8 bytes (a store's column read as a blob: no
+    decoding to ``str`` only to encode it again).
 
     orjson refuses what the json module writes but strict JSON does not have (``NaN``,
     ``Infinity``) and lone surrogates, and reads an integer wider than 64 bits as a float:
@@ -169,10 +170,13 @@ def loads(text: str) -> Any:
     to the same nearest double; key order is kept and, as there, the last of duplicate keys
     wins).
     """
-    try:
-        data = text.encode()
-    except UnicodeEncodeError:  # a lone surrogate
-        return json.loads(text)
+    if type(text) is bytes:
+        data = text
+    else:
+        try:
+            data = text.encode()  # type: ignore[union-attr]
+        except UnicodeEncodeError:  # a lone surrogate
+            return json.loads(text)
     if not _may_hold_wide_int(data):
         try:
             return orjson.loads(data)

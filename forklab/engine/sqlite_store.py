@@ -216,8 +216,9 @@ class SqliteStore:
         """Events with ``after < seq <= upto`` in seq order (one consistent WAL snapshot)."""
         conn = self._conn()
         rows = conn.execute(
-            "SELECT at, body FROM events WHERE run_id = ? AND seq > ? AND seq <= ? "
-            "ORDER BY seq",
+            # the body as a blob: its UTF-8 bytes, which the decoder reads as they are
+            "SELECT at, CAST(body AS BLOB) FROM events "
+            "WHERE run_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
             (run_id, after, upto if upto is not None else 2**62),
         ).fetchall()
         events: list[AnyEvent] = []
