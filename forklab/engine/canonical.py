@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -183,6 +184,25 @@ def loads(text: str | bytes) -> Any:
         except orjson.JSONDecodeError:
             pass
     return json.loads(text)
+
+
+def loads_many(blobs: Sequence[bytes]) -> list[Any]:
+    """``[loads(blob) for blob in blobs]`` (UTF-8 bytes, a log's bodies), with the
+    wide-integer check made once over all of them: joined by a newline, which cannot stand
+    inside a digit run, they hold a suspect run only if one of them does. Only then is each
+    checked on its own; otherwise every body goes to orjson, and the json module reads what
+    orjson refuses, as in :func:`loads`. A read of a 5,000-event log made 5,000 checks of
+    ~300 bytes each, the calls costing more than the bytes."""
+    if _may_hold_wide_int(b"\n".join(blobs)):
+        return [loads(blob) for blob in blobs]
+    decoded: list[Any] = []
+    append = decoded.append
+    for blob in blobs:
+        try:
+            append(orjson.loads(blob))
+        except orjson.JSONDecodeError:
+            append(json.loads(blob))
+    return decoded
 
 
 def _may_hold_wide_int(data: bytes) -> bool:
