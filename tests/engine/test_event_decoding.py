@@ -102,6 +102,21 @@ def test_a_payload_the_class_cannot_take_raises_what_its_init_raises(
             from_wire(_wire(cls, {k: v for k, v in required.items() if k != name}))
 
 
+@pytest.mark.parametrize("cls", sorted(EVENT_TYPES.values(), key=lambda c: c.TYPE),
+                         ids=lambda c: str(c.TYPE))
+def test_a_whole_payload_takes_the_stored_form_path_and_a_swapped_key_does_not(
+        cls: type[Event]) -> None:
+    # what a store writes: every payload field (the builder's path without defaults)
+    whole = {f.name: [f.name] if cls is not NodeReused or f.name != "actions" else []
+             for f in _payload_fields(cls)}
+    decoded = from_wire(_wire(cls, dict(whole)))
+    assert _fields(decoded) == _fields(cls(**ENVELOPE, **_typed(cls, whole)))  # type: ignore[arg-type]
+    # as many keys as fields, one of them foreign: refused as __init__ refuses it
+    swapped = {**dict(list(whole.items())[1:]), "not_a_field": 1}
+    with pytest.raises(TypeError, match="unexpected keyword argument 'not_a_field'"):
+        from_wire(_wire(cls, swapped))
+
+
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_every_golden_event_decodes_to_what_its_init_builds(name: str) -> None:
     for wire in load_golden(name)["events"]:
