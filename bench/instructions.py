@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/instructions.py fork DIR [worker0|last] [--warm N] [--runs R]
     .venv/bin/python bench/instructions.py record chain|fanout [N] [--runs R]
+    .venv/bin/python bench/instructions.py fold [EVENTS] [--runs R]
 
 Wall and CPU seconds on this shared, virtualised host swing by 2x between sittings and by
 tens of percent between processes (docs/benchmarks.md, eighth sitting), so a change of a
@@ -16,7 +17,9 @@ forks are not counted. Prints the instructions (``Ir``) of each run and their sp
 it, parsed-graph cache cleared, as ``fork_split.py repeat`` does): ``--warm 0`` (the
 default) counts the first fork of a fresh process, first-use costs included, as the peer
 harness times it; ``--warm 1`` counts a second fork after one uncounted. ``record`` counts
-``bench.peers.forklab_peer.record`` into a fresh SQLite store (0 ms model).
+``bench.peers.forklab_peer.record`` into a fresh SQLite store (0 ms model). ``fold`` counts
+``reducers.fold`` of ``bench/bench_engine.py``'s loop run of about EVENTS events (default
+10,000; the events read from a ``MemoryStore`` before counting) — the fold target's work.
 
 Threads: valgrind runs one thread at a time, so a fork's pool threads and the runner
 interleave differently than natively, and the 20 ms model sleeps of the fan-out are long
@@ -65,6 +68,15 @@ def _child(args: list[str]) -> None:
             _counted(lambda: forklab_peer.fork_run(kind, fork_split.N, latency, scratch / "base"))
         finally:
             shutil.rmtree(scratch)
+    elif args[0] == "fold":
+        from bench import bench_engine
+        from forklab.engine.reducers import fold
+        from forklab.engine.store import MemoryStore
+
+        store = MemoryStore()
+        _, run_id, _ = bench_engine.record(store, bench_engine.iterations_for(int(args[1])))
+        events = store.read(run_id)
+        _counted(lambda: fold(events))
     else:
         shape, n = args[1], int(args[2])
         with tempfile.TemporaryDirectory() as directory:
@@ -115,6 +127,9 @@ def main(argv: list[str]) -> None:
             sys.exit(__doc__)
         child, label = ["fork", positional[0], kind, str(options["--warm"])], f"fork {kind}"
         label += f" (after {options['--warm']} warm)" if options["--warm"] else " (first in process)"
+    elif argv[:1] == ["fold"] and len(positional) <= 1 and all(p.isdigit() for p in positional):
+        events = positional[0] if positional else "10000"
+        child, label = ["fold", events], f"fold of ~{events} events"
     elif argv[:1] == ["record"] and positional and positional[0] in ("chain", "fanout"):
         n = positional[1] if len(positional) > 1 else "1000"
         child, label = ["record", positional[0], n], f"record {positional[0]} {n}"
