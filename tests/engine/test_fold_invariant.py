@@ -120,3 +120,24 @@ def test_fold_mismatch_names_the_first_differing_key() -> None:
     assert problem.startswith("state.executions[0].node: ")
     assert first_difference(live, copy.deepcopy(live)) is None
     assert first_difference({"a": 1, "b": None}, {"a": 1}) is None  # None means absent
+
+
+def test_every_event_type_has_its_reducer_and_a_subclass_takes_its_bases() -> None:
+    from dataclasses import dataclass
+
+    from forklab.engine.events import EVENT_TYPES, MemoryWritten, RunStarted
+    from forklab.engine.reducers import _HANDLERS, evolve
+    from forklab.engine.state import RunState
+
+    assert set(_HANDLERS) == set(EVENT_TYPES.values())
+
+    @dataclass(frozen=True, slots=True)
+    class Annotated(MemoryWritten):  # no engine event is subclassed; a caller's may be
+        note: str = ""
+
+    state = evolve(RunState(), RunStarted(run_id="r", seq=1, graph_id="g", graph_version=1,
+                                          graph_hash="h", input={}, start="a"))
+    evolve(state, Annotated(run_id="r", seq=2, key="k", value=1, note="x"))
+    assert state.memory == {"k": 1} and state.version == 2  # applied outside a node
+    with pytest.raises(TypeError, match="no reducer for event Event"):
+        evolve(state, Event(run_id="r", seq=3))
