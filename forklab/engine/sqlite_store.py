@@ -1,7 +1,8 @@
 """A durable Store on one SQLite file (stdlib ``sqlite3``), safe across threads and processes.
 
-Layout: ``runs`` (one row per run: creation order and the last seq ever appended, which
-survives compaction and archiving), ``events`` (``UNIQUE(run_id, seq)``; the body is the JSON
+Layout: ``runs`` (one row per run: creation order and, written when events of the run are
+compacted or archived away, the last seq they held — an append writes no run row, the log's
+own last seq is its last seq: one WAL page fewer per transaction), ``events`` (``UNIQUE(run_id, seq)``; the body is the JSON
 of ``event.untimed_wire()``: the wire form without its ISO ``at``, kept as a float beside it;
 rows written with it, before, read the same), ``graphs`` (``UNIQUE(graph_id, version)``; the JSON of
 ``graph.to_wire()`` in its own key order — a multi-role node runs its roles in mapping order,
@@ -158,22 +159,9 @@ class SqliteStore:
     def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> None:
         """Append atomically after ``expected_seq``; raises SeqConflictError / EventGapError."""
         with self._write() as conn:
-            if expected_seq and events:
-                # the run row exists: move its last seq only if it is still expected_seq
-                # (one statement where a read and an upsert were); else read why not
-                # (a conflict is reported before a gap, as check_append does; either error
-                # rolls the update back)
-                last = expected_seq
-                if conn.execute("UPDATE runs SET last_seq = ? WHERE run_id = ? AND last_seq = ?",
-                                (events[-1].seq, run_id, expected_seq)).rowcount != 1:
-                    last = self._last_seq(conn, run_id)  # not expected_seq: raises below
-                check_append(run_id, events, expected_seq, last)
-                moved = True
-            else:
-                check_append(run_id, events, expected_seq, self._last_seq(conn, run_id))
-                if not events:
-                    return
-                moved = False
+            check_append(run_id, events, expected_seq, self._last_seq(conn, run_id))
+            if not events:
+                return
             rows = [(run_id, e.seq, e.TYPE, e.at,
                      stored_json(self._stored_wire(conn, e, events))) for e in events]
             try:
@@ -187,11 +175,8 @@ class SqliteStore:
                     "concurrent append; re-read the log and retry",
                     run_id=run_id, expected_seq=expected_seq,
                 ) from None
-            if not moved:
-                conn.execute(  # the run row and its last seq in one statement
-                    "INSERT INTO runs (run_id, last_seq) VALUES (?, ?) "
-                    "ON CONFLICT (run_id) DO UPDATE SET last_seq = excluded.last_seq",
-                    (run_id, rows[-1][1]))
+            if not expected_seq:  # the run's first events: its row (creation order)
+                self._touch_run(conn, run_id)
             appended = sum(len(row[4]) for row in rows)
         with self._lock:
             self._unchecked += appended
@@ -362,8 +347,18 @@ class SqliteStore:
 
     @staticmethod
     def _last_seq(conn: sqlite3.Connection, run_id: str) -> int:
-        row = conn.execute("SELECT last_seq FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        return int(row[0]) if row else 0
+        """The last seq ever appended: the log's own last one, or what the run row kept of
+        a log compacted or archived away (one index seek each, no write per append)."""
+        row = conn.execute(
+            "SELECT MAX(COALESCE((SELECT MAX(seq) FROM events WHERE run_id = ?), 0), "
+            "COALESCE((SELECT last_seq FROM runs WHERE run_id = ?), 0))", (run_id, run_id),
+        ).fetchone()
+        return int(row[0])
+
+    def _keep_last_seq(self, conn: sqlite3.Connection, run_id: str) -> None:
+        """Write the run's last seq into its row before events of it are deleted."""
+        conn.execute("UPDATE runs SET last_seq = ? WHERE run_id = ?",
+                     (self._last_seq(conn, run_id), run_id))
 
     @staticmethod
     def _touch_run(conn: sqlite3.Connection, run_id: str) -> None:
@@ -456,12 +451,14 @@ class SqliteStore:
                     run_id=run_id,
                 )
             self._materialize_forks_of(conn, run_id)
+            self._keep_last_seq(conn, run_id)
             conn.execute("DELETE FROM events WHERE run_id = ? AND seq <= ?", (run_id, upto))
 
     def archive(self, run_id: str) -> None:
         """Delete every event of the run; its last seq and snapshots stay."""
         with self._write() as conn:
             self._materialize_forks_of(conn, run_id)
+            self._keep_last_seq(conn, run_id)
             conn.execute("DELETE FROM events WHERE run_id = ?", (run_id,))
 
     def first_seq(self, run_id: str) -> int:

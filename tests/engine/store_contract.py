@@ -150,6 +150,7 @@ class StoreContract:
         assert loaded is not None and canonical_equals(loaded.to_wire(), mid.to_wire())
         store.compact(recorded.run_id, 5)
         assert store.first_seq(recorded.run_id) == 6
+        assert store.last_seq(recorded.run_id) == recorded.state.version
         rest = store.read(recorded.run_id)
         assert rest[0].seq == 6
         rebuilt = fold(rest, store.load_snapshot(recorded.run_id))
@@ -161,6 +162,9 @@ class StoreContract:
         store.archive("r1")
         assert store.read("r1") == []
         assert store.first_seq("r1") == 0
+        assert store.last_seq("r1") == 2
+        with pytest.raises(SeqConflictError):  # the run is not new again
+            store.append("r1", [started()], expected_seq=0)
 
     def test_a_finished_runs_stored_final_state_is_what_its_log_folds_to(
         self, store: Store

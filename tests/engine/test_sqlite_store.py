@@ -144,12 +144,12 @@ class TestSqliteStore(StoreContract):
 
     def test_appends_stay_in_the_wal_until_the_store_closes(self) -> None:
         """A run's transactions are not checkpointed (two syncs each time) every 1,000 WAL
-        pages, SQLite's default, but every WAL_CHECKPOINT_PAGES: 400 appends (over 1,000
+        pages, SQLite's default, but every WAL_CHECKPOINT_PAGES: 700 appends (over 1,000
         pages) leave the database file as created; closing checkpoints them all into it."""
         store = self.make_store()
         store.append("r1", [started()], expected_seq=0)
         created = self.path.stat().st_size
-        for seq in range(2, 402):
+        for seq in range(2, 702):
             store.append("r1", [written("r1", seq)], expected_seq=seq - 1)
         wal = self.path.with_name(self.path.name + "-wal")
         assert wal.stat().st_size > 1000 * 4096
@@ -157,7 +157,7 @@ class TestSqliteStore(StoreContract):
         store.close()
         assert not wal.exists()
         with sqlite3.connect(self.path) as conn:
-            assert conn.execute("SELECT MAX(seq) FROM events").fetchone()[0] == 401
+            assert conn.execute("SELECT MAX(seq) FROM events").fetchone()[0] == 701
 
     def test_the_same_seq_cannot_be_stored_twice_even_bypassing_the_store(self) -> None:
         store = self.make_store()
