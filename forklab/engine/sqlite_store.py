@@ -59,9 +59,9 @@ BUSY_TIMEOUT_S = 30.0
 WAL_CHECKPOINT_PAGES = 10_000
 """WAL pages a commit may leave before it checkpoints them into the database file (SQLite's
 default is 1,000). Each checkpoint syncs the WAL and the database (three ``fdatasync``
-calls), and a recording writes ~5.6 WAL pages per node (each transaction rewrites the
-tail pages of the events table, of its index and the run row's page), so the default
-checkpointed a 1,000-node chain five times while it ran. With 10,000 such a run
+calls), and a recording writes ~4.3 WAL pages per node (each transaction rewrites the
+tail pages of the events table and of its index; the run row is not written per append),
+so the default checkpointed a 1,000-node chain four times while it ran. With 10,000 such a run
 checkpoints once, when the file's last connection closes (which also deletes the WAL). The
 price is disk: the WAL grows to ~40 MB before it is reused; readers are unaffected (they
 find a page through the WAL index whatever its size)."""
