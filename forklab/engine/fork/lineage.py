@@ -126,12 +126,15 @@ class Lineage:
         """Every known folded state of the chain (memo and guard index them all)."""
         return [link.state for link in self.links if link.state is not None]
 
-    def reads_of(self, run_id: str, node: str) -> list[str] | None:
-        """The reads ``node`` declares in the graph run ``run_id`` executed."""
+    def reads_of(self, run_id: str, node: str) -> Sequence[str] | None:
+        """The reads ``node`` declares in the graph run ``run_id`` executed (the node's own
+        list: read it, do not edit it)."""
         for link in self.links:
-            if link.run_id == run_id and link.graph is not None \
-                    and link.graph.has_node(node):
-                return list(link.graph.node(node).reads)
+            if link.run_id == run_id and link.graph is not None:
+                found = link.graph.index.nodes.get(node)
+                if found is not None:
+                    reads: Sequence[str] = found.reads
+                    return reads
         return None
 
     def missing(self, run_id: str) -> str | None:

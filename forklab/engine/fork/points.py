@@ -19,7 +19,7 @@ address resolving to one names the earliest forkable point.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -101,7 +101,9 @@ class _Exec:
     start: int
     end: int | None = None
     outcome: str = "running"  # completed | failed | interrupted | running
-    reads: tuple[str, ...] = ()
+    # the keys read as recorded (the event's reads mapping, shared: a tuple of its keys is
+    # made only if the graph's declared reads are unknown, as Entry needs them)
+    reads: Collection[str] = ()
     writes: set[str] = field(default_factory=set)
 
 
@@ -126,7 +128,7 @@ def _scan(events: Sequence[AnyEvent]) -> tuple[list[_Exec], int | None]:
             started = cast(NodeStarted, event)
             ex = _Exec(node=started.node or "", kind=started.kind,
                        occurrence=started.occurrence or 1, iteration=started.iteration or 1,
-                       start=started.seq, reads=tuple(started.reads))
+                       start=started.seq, reads=started.reads)
             execs.append(ex)
             open_[ex.node] = ex
         elif cls is NodeReused:  # a served node: started and completed in one event
@@ -134,7 +136,7 @@ def _scan(events: Sequence[AnyEvent]) -> tuple[list[_Exec], int | None]:
             execs.append(_Exec(node=reused.node or "", kind=reused.kind,
                                occurrence=reused.occurrence or 1,
                                iteration=reused.iteration or 1, start=reused.seq,
-                               end=reused.seq, outcome="completed", reads=tuple(reused.reads),
+                               end=reused.seq, outcome="completed", reads=reused.reads,
                                writes={*reused.writes, *reused.deletes}))
         elif cls is MemoryWritten:
             if event.node in open_:
