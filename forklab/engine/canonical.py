@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -186,23 +186,25 @@ def loads(text: str | bytes) -> Any:
     return json.loads(text)
 
 
-def loads_many(blobs: Sequence[bytes]) -> list[Any]:
-    """``[loads(blob) for blob in blobs]`` (UTF-8 bytes, a log's bodies), with the
-    wide-integer check made once over all of them: joined by a newline, which cannot stand
-    inside a digit run, they hold a suspect run only if one of them does. Only then is each
-    checked on its own; otherwise every body goes to orjson, and the json module reads what
-    orjson refuses, as in :func:`loads`. A read of a 5,000-event log made 5,000 checks of
-    ~300 bytes each, the calls costing more than the bytes."""
-    if _may_hold_wide_int(b"\n".join(blobs)):
-        return [loads(blob) for blob in blobs]
-    decoded: list[Any] = []
-    append = decoded.append
-    for blob in blobs:
-        try:
-            append(orjson.loads(blob))
-        except orjson.JSONDecodeError:
-            append(json.loads(blob))
-    return decoded
+def loads_for(blobs: Sequence[bytes]) -> Callable[[bytes], Any]:
+    """A decoder for each of ``blobs`` (UTF-8 bytes, a log's bodies) that reads it as
+    :func:`loads` does, with the wide-integer check made once over all of them: joined by
+    a newline, which cannot stand inside a digit run, they hold a suspect run only if one
+    of them does. Then each is checked on its own (:func:`loads`); otherwise each goes to
+    orjson, and the json module reads what orjson refuses. A read of a 5,000-event log made
+    5,000 checks of ~300 bytes each, the calls costing more than the bytes. The caller
+    decodes body by body as it builds its events: decoding them all first kept 5,000 dicts
+    alive at once, which cost more in cache misses than the checks it saved (a fork before
+    the last node of a 1,000-node chain ran 14% slower, in 1.5% fewer instructions)."""
+    return loads if _may_hold_wide_int(b"\n".join(blobs)) else _loads_narrow
+
+
+def _loads_narrow(blob: bytes) -> Any:
+    """:func:`loads` of a body known to hold no integer wider than 64 bits."""
+    try:
+        return orjson.loads(blob)
+    except orjson.JSONDecodeError:
+        return json.loads(blob)
 
 
 def _may_hold_wide_int(data: bytes) -> bool:

@@ -46,7 +46,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from forklab.engine.canonical import canonical_equals, loads, loads_many, stored_json
+from forklab.engine.canonical import canonical_equals, loads, loads_for, stored_json
 from forklab.engine.errors import GraphNotFound, RunNotFound, SeqConflictError, SourceMissing
 from forklab.engine.events import AnyEvent, Event, RunForked, RunStarted, from_wire
 from forklab.engine.graph import GraphSpec, parse_stored_text
@@ -207,7 +207,9 @@ class SqliteStore:
             (run_id, after, upto if upto is not None else 2**62),
         ).fetchall()
         events: list[AnyEvent] = []
-        for (at, _), data in zip(rows, loads_many([body for _, body in rows]), strict=True):
+        decode = loads_for([body for _, body in rows])
+        for at, body in rows:
+            data = decode(body)
             data["at"] = at
             if data["type"] == RunForked.TYPE:
                 self._restore_forked(run_id, data["payload"])

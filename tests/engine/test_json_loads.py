@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forklab.engine.canonical import loads, loads_many
+from forklab.engine.canonical import loads, loads_for
 
 _LEAVES = (st.none() | st.booleans() | st.floats(allow_nan=True, allow_infinity=True)
            | st.integers(min_value=-(2**80), max_value=2**80) | st.text(max_size=12))
@@ -39,19 +39,22 @@ def test_loads_reads_whatever_json_dumps_wrote_as_json_loads_does(value: Any,
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_VALUES, max_size=6))
-def test_loads_many_reads_a_log_of_bodies_as_json_loads_reads_each(values: list[Any]) -> None:
+def test_loads_for_reads_a_log_of_bodies_as_json_loads_reads_each(values: list[Any]) -> None:
     # one wide integer or NaN among them sends the batch down the careful path; none, the fast
     texts = [json.dumps(value) for value in values]
-    decoded = loads_many([text.encode() for text in texts])
+    blobs = [text.encode() for text in texts]
+    decode = loads_for(blobs)
+    decoded = [decode(blob) for blob in blobs]
     assert [repr(d) for d in decoded] == [repr(json.loads(text)) for text in texts]
 
 
-def test_loads_many_keeps_a_wide_integer_an_integer_beside_plain_bodies() -> None:
+def test_loads_for_keeps_a_wide_integer_an_integer_beside_plain_bodies() -> None:
     blobs = [b'{"n": 1}', json.dumps({"n": 2**70}).encode(), b'{"x": NaN}', b"[]"]
-    decoded = loads_many(blobs)
-    assert decoded[1] == {"n": 2**70} and type(decoded[1]["n"]) is int
-    assert repr(decoded[2]) == repr({"x": float("nan")})
-    assert repr(loads_many([b'{"x": NaN}', b"{}"])) == repr([{"x": float("nan")}, {}])
+    decode = loads_for(blobs)
+    assert decode(blobs[1]) == {"n": 2**70} and type(decode(blobs[1])["n"]) is int
+    assert repr(decode(blobs[2])) == repr({"x": float("nan")})
+    plain = [b'{"x": NaN}', b"{}"]  # no wide integer anywhere: the narrow path reads NaN too
+    assert repr([loads_for(plain)(b) for b in plain]) == repr([{"x": float("nan")}, {}])
 
 
 def test_integers_wider_than_64_bits_stay_integers() -> None:
