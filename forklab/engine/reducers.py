@@ -40,6 +40,7 @@ from forklab.engine.events import (
     CallFailed,
     ChangeApplied,
     EffectSuppressed,
+    Event,
     HumanAnswered,
     HumanRequested,
     MemoryWritten,
@@ -160,7 +161,7 @@ def _finish(state: RunState, status: RunStatus, at: float) -> None:
         state.current = None
 
 
-def evolve(state: RunState, event: AnyEvent) -> RunState:
+def evolve(state: RunState, event: Event) -> RunState:
     """Apply one event to ``state`` (in place) and return it: the handler of its type.
 
     A table by exact class (:data:`_HANDLERS`, checked at import to cover every event
@@ -302,21 +303,13 @@ def _run_cancelled(state: RunState, event: RunCancelled) -> None:
 Handler = Callable[[RunState, Any], None]
 
 
-def _handler_of(event: AnyEvent) -> Handler:
+def _handler_of(event: Event) -> Handler:
     """The handler of a subclass of an event type (by its nearest listed base)."""
     for cls in type(event).__mro__:
         found = _HANDLERS.get(cls)
         if found is not None:
             return found
     raise TypeError(f"no reducer for event {type(event).__name__} (seq {event.seq})")
-
-
-def evolve_reused(state: RunState, event: NodeReused) -> RunState:
-    """``evolve(state, event)`` of a ``node.reused`` event, without the match over every
-    event type before its branch (the live runner applies one per served node)."""
-    state.version = event.seq
-    _reuse_node(state, event)
-    return state
 
 
 def _holders(prefix: RunState) -> tuple[tuple[str, int], ...]:

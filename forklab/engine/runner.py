@@ -104,7 +104,7 @@ from forklab.engine.planner import (
     read_slice,
     successors,
 )
-from forklab.engine.reducers import evolve, evolve_reused, fold
+from forklab.engine.reducers import evolve, fold
 from forklab.engine.scheduler import BufferedEvent, Flight, Scheduler
 from forklab.engine.state import RunState
 from forklab.engine.status import RunKind
@@ -196,10 +196,9 @@ class Runner:
         at = round(self.env.clock(), 6) if at is None else at
         return self._queue(cls(run_id=self.run_id, seq=self.state.version + 1, at=at, **fields))
 
-    def _queue(self, event: Event, apply: Callable[[RunState, Any], RunState] = evolve) -> Event:
-        """Fold ``event`` (built at the state's version + 1) with ``apply`` (``evolve``, or
-        the branch of it the event takes) and queue it (see :meth:`emit`)."""
-        apply(self.state, event)
+    def _queue(self, event: Event) -> Event:
+        """Fold ``event`` (built at the state's version + 1) and queue it (see :meth:`emit`)."""
+        evolve(self.state, event)
         if self._call_began is not None:  # the first event after a call: it has returned
             self._last_call_s = time.monotonic() - self._call_began
             self._call_began = None
@@ -526,7 +525,7 @@ class Runner:
         self._settle(call)
         seq = self.state.version + 1  # the records carry the event's seq (the fold shares them)
         self._queue(reused_event(self.run_id, seq, round(self.env.clock(), 6), call, node,
-                                 tainted, recorded, ready, waiting), evolve_reused)
+                                 tainted, recorded, ready, waiting))
 
     def _execute(self, call: NodeCall, substitute: dict[str, Any] | None, memo: Any) -> None:
         """Execute the head node in place, its events queued as they happen (see flush points)."""

@@ -122,7 +122,7 @@ class DjangoStore:
                 state = self._state_at(run_id, expected_seq)
                 for event in events:
                     check_next(state, event)  # type: ignore[arg-type]
-                    evolve(state, event)  # type: ignore[arg-type]
+                    evolve(state, event)
                 project_id = locked[0][1] if locked else self._new_run(run_id, state).project_id
                 self._insert(run_id, events)
                 batch = Appended(run_id=run_id, project_id=project_id, state=state,
