@@ -34,7 +34,8 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -95,19 +96,26 @@ def fork(directory: Path, kind: str) -> None:
           f"open={spent['open']:.3f} diff={spent['diff']:.3f} gc={spent['gc']:.3f}")
 
 
-def one_fork(directory: Path, kind: str) -> tuple[float, float]:
-    """CPU and wall seconds of one fork in this process, from a fresh copy of the base with
-    the parsed-graph cache cleared (each fork parses its graphs, as a fresh process does)."""
+@contextmanager
+def fresh_base(directory: Path, kind: str) -> Iterator[Path]:
+    """A scratch copy of the recorded base for ``kind``, removed afterwards, with the
+    parsed-graph cache cleared (a fork from it parses its graphs, as a fresh process does)."""
     scratch = Path(tempfile.mkdtemp())
     try:
         shutil.copytree(directory / kind, scratch / "base")
         graph_module._parsed.clear()
-        gc.collect()  # the last fork's garbage is not this one's to collect
-        cpu_started, wall_started = time.process_time(), time.perf_counter()
-        forklab_peer.fork_run(kind, N, SHAPES[kind][1], scratch / "base")
-        return time.process_time() - cpu_started, time.perf_counter() - wall_started
+        yield scratch / "base"
     finally:
         shutil.rmtree(scratch)
+
+
+def one_fork(directory: Path, kind: str) -> tuple[float, float]:
+    """CPU and wall seconds of one fork in this process, from a :func:`fresh_base`."""
+    with fresh_base(directory, kind) as base:
+        gc.collect()  # the last fork's garbage is not this one's to collect
+        cpu_started, wall_started = time.process_time(), time.perf_counter()
+        forklab_peer.fork_run(kind, N, SHAPES[kind][1], base)
+        return time.process_time() - cpu_started, time.perf_counter() - wall_started
 
 
 def serve(directory: Path, kind: str) -> None:

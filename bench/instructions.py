@@ -60,14 +60,9 @@ def _child(args: list[str]) -> None:
         directory, kind, warm = Path(args[1]), args[2], int(args[3])
         for _ in range(warm):
             fork_split.one_fork(directory, kind)
-        scratch = Path(tempfile.mkdtemp())
-        try:
-            shutil.copytree(directory / kind, scratch / "base")
-            fork_split.graph_module._parsed.clear()
+        with fork_split.fresh_base(directory, kind) as base:
             latency = fork_split.SHAPES[kind][1]
-            _counted(lambda: forklab_peer.fork_run(kind, fork_split.N, latency, scratch / "base"))
-        finally:
-            shutil.rmtree(scratch)
+            _counted(lambda: forklab_peer.fork_run(kind, fork_split.N, latency, base))
     elif args[0] == "fold":
         from bench import bench_engine
         from forklab.engine.reducers import fold

@@ -511,8 +511,8 @@ class Scheduler:
         that is every event it emitted.
 
         Releasing a flight, it returns once the flight has left its flush point for its
-        call (or ended, or the scheduler stops): the runner's next work — walks, predictions, a
-        burst — holds the GIL for milliseconds, and a woken worker waits out the
+        call (or ended, or the scheduler stops): the runner's next work — walks,
+        predictions, a burst — holds the GIL for milliseconds, and a woken worker waits out the
         interpreter's switch interval (5 ms) for it before it can even start the call it
         waited for. Blocked here, the runner lets the worker run to its call, which
         releases the GIL within microseconds.
@@ -520,8 +520,8 @@ class Scheduler:
         A flight stored beside its call is made durable without waiting, so it may have
         come back and reached its next flush point since the runner's drain, with events
         the runner has not taken: it stays waiting (the runner's next drain sees that and
-        stores them), for released on the stale drain it would wait for them forever and
-        the runner for its departure.
+        stores them). Released on the stale drain, it would wait for them forever, and the
+        runner for its departure.
         """
         with self.cond:
             flight.durable = flight.drained

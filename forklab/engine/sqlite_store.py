@@ -2,9 +2,10 @@
 
 Layout: ``runs`` (one row per run: creation order and, written when events of the run are
 compacted or archived away, the last seq they held — an append writes no run row, the log's
-own last seq is its last seq: one WAL page fewer per transaction), ``events`` (``UNIQUE(run_id, seq)``; the body is the JSON
-of ``event.untimed_wire()``: the wire form without its ISO ``at``, kept as a float beside it;
-rows written with it, before, read the same), ``graphs`` (``UNIQUE(graph_id, version)``; the JSON of
+own last seq is its last seq: one WAL page fewer per transaction), ``events``
+(``UNIQUE(run_id, seq)``; the body is the JSON of ``event.untimed_wire()``: the wire form
+without its ISO ``at``, kept as a float beside it; rows written with it, before, read the
+same), ``graphs`` (``UNIQUE(graph_id, version)``; the JSON of
 ``graph.to_wire()`` in its own key order — a multi-role node runs its roles in mapping order,
 so sorting keys would change what a reloaded graph does; identity is canonical equality) and
 ``snapshots`` (``UNIQUE(run_id, version)``; ``RunState.to_wire()`` JSON).
@@ -61,8 +62,8 @@ WAL_CHECKPOINT_PAGES = 10_000
 default is 1,000). Each checkpoint syncs the WAL and the database (three ``fdatasync``
 calls), and a recording writes ~4.3 WAL pages per node (each transaction rewrites the
 tail pages of the events table and of its index; the run row is not written per append),
-so the default checkpointed a 1,000-node chain four times while it ran. With 10,000 such a run
-checkpoints once, when the file's last connection closes (which also deletes the WAL). The
+so the default checkpointed a 1,000-node chain four times while it ran. With 10,000 such a
+run checkpoints once, when the file's last connection closes (which also deletes the WAL). The
 price is disk: the WAL grows to ~40 MB before it is reused; readers are unaffected (they
 find a page through the WAL index whatever its size)."""
 IDLE_CHECKPOINT_CHARS = 512 * 1024
