@@ -1,14 +1,21 @@
 """A durable Store on one SQLite file (stdlib ``sqlite3``), safe across threads and processes.
 
-Layout: ``runs`` (one row per run: creation order and, written when events of the run are
-compacted or archived away, the last seq they held — an append writes no run row, the log's
-own last seq is its last seq: one WAL page fewer per transaction), ``events``
-(``UNIQUE(run_id, seq)``; the body is the JSON of ``event.untimed_wire()``: the wire form
-without its ISO ``at``, kept as a float beside it; rows written with it, before, read the
-same), ``graphs`` (``UNIQUE(graph_id, version)``; the JSON of
+Layout (:data:`LAYOUT`, kept in ``PRAGMA user_version``): ``runs`` (one row per run: its
+``ordinal`` — creation order, and the high half of its events' keys — and, written when
+events of the run are compacted or archived away, the last seq they held; an append writes
+no run row, the log's own last seq is its last seq), ``event_rows`` (``key INTEGER PRIMARY
+KEY`` = ``ordinal << 32 | seq``, so a run's log is one range of the table's own B-tree and
+an append touches no second index: half the WAL pages per transaction of a table keyed by
+rowid beside a ``UNIQUE (run_id, seq)`` index; the body is the JSON of
+``event.untimed_wire()``: the wire form without its ISO ``at``, kept as a float beside
+it; rows written with it, before, read the same), the view ``events`` (``run_id``, ``seq``,
+``type``, ``at``, ``body``: the rows as earlier layouts stored them, for queries by hand),
+``graphs`` (``UNIQUE(graph_id, version)``; the JSON of
 ``graph.to_wire()`` in its own key order — a multi-role node runs its roles in mapping order,
 so sorting keys would change what a reloaded graph does; identity is canonical equality) and
-``snapshots`` (``UNIQUE(run_id, version)``; ``RunState.to_wire()`` JSON).
+``snapshots`` (``UNIQUE(run_id, version)``; ``RunState.to_wire()`` JSON). A file of the
+first layout (an ``events`` table keyed by run id and seq) is moved to this one, in one
+transaction, by the first store that opens it; a file of a later layout is refused.
 
 Invariants (on top of the protocol's, see :mod:`forklab.engine.store`):
 - every thread (and every process) uses its own connection; the database runs in WAL mode,
@@ -48,7 +55,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from forklab.engine.canonical import canonical_equals, loads, loads_for, stored_json
-from forklab.engine.errors import GraphNotFound, RunNotFound, SeqConflictError, SourceMissing
+from forklab.engine.errors import (
+    GraphNotFound,
+    RunNotFound,
+    SeqConflictError,
+    SourceMissing,
+    StoreRejected,
+    VersionSkewError,
+)
 from forklab.engine.events import AnyEvent, Event, RunForked, RunStarted, from_wire
 from forklab.engine.graph import GraphSpec, parse_stored_text
 from forklab.engine.graph_delta import StoredVersion, apply_delta, delta
@@ -60,10 +74,11 @@ BUSY_TIMEOUT_S = 30.0
 WAL_CHECKPOINT_PAGES = 10_000
 """WAL pages a commit may leave before it checkpoints them into the database file (SQLite's
 default is 1,000). Each checkpoint syncs the WAL and the database (three ``fdatasync``
-calls), and a recording writes ~4.3 WAL pages per node (each transaction rewrites the
-tail pages of the events table and of its index; the run row is not written per append),
-so the default checkpointed a 1,000-node chain four times while it ran. With 10,000 such a
-run checkpoints once, when the file's last connection closes (which also deletes the WAL). The
+calls), and a recording writes ~2.3 WAL pages per node (each transaction rewrites the
+tail pages of ``event_rows`` — no second index since layout 2, which halved it — and,
+as the file grows, its header page; the run row is not written per append), so the
+default would checkpoint a 1,000-node chain twice while it ran. With 10,000 such a run
+checkpoints once, when the file's last connection closes (which also deletes the WAL). The
 price is disk: the WAL grows to ~40 MB before it is reused; readers are unaffected (they
 find a page through the WAL index whatever its size)."""
 IDLE_CHECKPOINT_CHARS = 512 * 1024
@@ -72,20 +87,31 @@ checkpoints (below it, the file's closing checkpoint is cheap anyway)."""
 PREFIX_CACHE_CHARS = 64 * 1024 * 1024  # JSON text of fork prefixes kept per store
 VERSION_CACHE_SIZE = 8  # stored graph versions kept decoded for fork graph deltas
 
+LAYOUT = 2
+"""The file layout this module writes (``PRAGMA user_version``; 0 on a file of the first
+layout, which had no number)."""
+SEQ_BITS = 32
+"""A key's low bits: the seq (so a run holds fewer than 2**32 events, and a file fewer than
+2**31 runs: keys are signed 64-bit integers)."""
+SEQ_MASK = (1 << SEQ_BITS) - 1
+MAX_ORDINAL = (1 << (63 - SEQ_BITS)) - 1
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     ordinal INTEGER PRIMARY KEY AUTOINCREMENT,
     run_id TEXT NOT NULL UNIQUE,
     last_seq INTEGER NOT NULL DEFAULT 0
 );
-CREATE TABLE IF NOT EXISTS events (
-    run_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
+CREATE TABLE IF NOT EXISTS event_rows (
+    key INTEGER PRIMARY KEY,
     type TEXT NOT NULL,
     at REAL NOT NULL,
-    body TEXT NOT NULL,
-    UNIQUE (run_id, seq)
+    body TEXT NOT NULL
 );
+CREATE VIEW IF NOT EXISTS events (run_id, seq, type, at, body) AS
+    SELECT runs.run_id, event_rows.key & 4294967295, event_rows.type, event_rows.at,
+           event_rows.body
+    FROM event_rows JOIN runs ON runs.ordinal = event_rows.key >> 32;
 CREATE TABLE IF NOT EXISTS graphs (
     graph_id TEXT NOT NULL,
     version INTEGER NOT NULL,
@@ -101,6 +127,41 @@ CREATE TABLE IF NOT EXISTS snapshots (
 """
 
 
+def _create_or_migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Create this layout's tables in a new file, or move a first-layout file to it (in the
+    caller's ``BEGIN IMMEDIATE``: two processes opening one old file cannot both move it,
+    and a failure leaves the file as it was). Refuses a file of a later layout."""
+    layout = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if layout > LAYOUT:
+        raise VersionSkewError(
+            f"{path} was written by a newer forklab (store layout {layout}; this one reads "
+            f"layout {LAYOUT} and earlier); open it with that version, or upgrade",
+            path=str(path), recorded=layout, current=LAYOUT)
+    found = conn.execute("SELECT type FROM sqlite_master WHERE name = 'events'").fetchone()
+    first_layout = found is not None and found[0] == "table"
+    if first_layout:  # its rows are copied below, under their run's ordinal
+        conn.execute("ALTER TABLE events RENAME TO events_first_layout")
+    for statement in filter(str.strip, _SCHEMA.split(";")):
+        conn.execute(statement)
+    if first_layout:
+        # a run whose row the first layout never wrote gets one, in the order it began
+        conn.execute("INSERT OR IGNORE INTO runs (run_id) SELECT run_id FROM "
+                     "events_first_layout GROUP BY run_id ORDER BY MIN(rowid)")
+        conn.execute("INSERT INTO event_rows (key, type, at, body) "
+                     "SELECT (runs.ordinal << 32) | old.seq, old.type, old.at, old.body "
+                     "FROM events_first_layout AS old JOIN runs USING (run_id)")
+        conn.execute("DROP TABLE events_first_layout")
+    if layout != LAYOUT:
+        conn.execute(f"PRAGMA user_version = {LAYOUT}")
+
+
+def _log_range(ordinal: int, after: int = 0, upto: int = SEQ_MASK) -> tuple[int, int]:
+    """The keys ``(low, high]`` of a run's events with ``after < seq <= upto`` (both clamped
+    to the seq half: a bound past it must not reach into the next run's keys)."""
+    base = ordinal << SEQ_BITS
+    return base | min(max(after, 0), SEQ_MASK), base | min(max(upto, 0), SEQ_MASK)
+
+
 class SqliteStore:
     """Events, graph versions and snapshots in the SQLite file at ``path`` (created if absent)."""
 
@@ -114,9 +175,11 @@ class SqliteStore:
         self._prefixes: OrderedDict[tuple[str, int], str] = OrderedDict()
         self._versions: OrderedDict[tuple[str, int], StoredVersion] = OrderedDict()
         self._unchecked = 0  # body text appended since the last checkpoint (see idle)
+        # run id -> ordinal, for runs whose row is committed (an ordinal never changes, and
+        # a row is never deleted; one read in a rolled-back append is not kept)
+        self._ordinals: dict[str, int] = {}
         with self._write() as conn:  # not executescript: it would commit outside the lock
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                conn.execute(statement)
+            _create_or_migrate(conn, self.path)
 
     # -- connections -----------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -163,24 +226,30 @@ class SqliteStore:
             check_append(run_id, events, expected_seq, self._last_seq(conn, run_id))
             if not events:
                 return
-            rows = [(run_id, e.seq, e.TYPE, e.at,
+            if events[-1].seq > SEQ_MASK:
+                raise StoreRejected(
+                    f"run {run_id!r} would reach seq {events[-1].seq}; a SQLite store holds "
+                    f"at most {SEQ_MASK:,} events per run — nothing was appended; continue "
+                    "in a fork of its last snapshot", run_id=run_id, seq=events[-1].seq)
+            if not expected_seq:  # the run's first events: its row (creation order)
+                self._touch_run(conn, run_id)
+            ordinal = self._ordinal(conn, run_id)
+            assert ordinal is not None  # written above, or a last seq was found under it
+            rows = [((ordinal << SEQ_BITS) | e.seq, e.TYPE, e.at,
                      stored_json(self._stored_wire(conn, e, events))) for e in events]
             try:
                 conn.executemany(
-                    "INSERT INTO events (run_id, seq, type, at, body) VALUES (?, ?, ?, ?, ?)",
-                    rows,
-                )
+                    "INSERT INTO event_rows (key, type, at, body) VALUES (?, ?, ?, ?)", rows)
             except sqlite3.IntegrityError:  # pragma: no cover - the lock makes this unreachable
                 raise SeqConflictError(
                     f"append to run {run_id!r} after seq {expected_seq} collided with a "
                     "concurrent append; re-read the log and retry",
                     run_id=run_id, expected_seq=expected_seq,
                 ) from None
-            if not expected_seq:  # the run's first events: its row (creation order)
-                self._touch_run(conn, run_id)
-            appended = sum(len(row[4]) for row in rows)
-        with self._lock:
+            appended = sum(len(row[3]) for row in rows)
+        with self._lock:  # committed: the ordinal is the run's for good
             self._unchecked += appended
+            self._ordinals[run_id] = ordinal
 
     def idle(self) -> None:
         """Upkeep while the caller waits on something else (a runner whose node waits on a
@@ -201,11 +270,13 @@ class SqliteStore:
     def read(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[AnyEvent]:
         """Events with ``after < seq <= upto`` in seq order (one consistent WAL snapshot)."""
         conn = self._conn()
+        ordinal = self._ordinal(conn, run_id)
+        if ordinal is None:
+            return []
         rows = conn.execute(
             # the body as a blob: its UTF-8 bytes, which the decoder reads as they are
-            "SELECT at, CAST(body AS BLOB) FROM events "
-            "WHERE run_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
-            (run_id, after, upto if upto is not None else 2**62),
+            "SELECT at, CAST(body AS BLOB) FROM event_rows WHERE key > ? AND key <= ? "
+            "ORDER BY key", _log_range(ordinal, after, SEQ_MASK if upto is None else upto),
         ).fetchall()
         events: list[AnyEvent] = []
         decode = loads_for([body for _, body in rows])
@@ -280,12 +351,15 @@ class SqliteStore:
                            (graph_id, version)).fetchone()
         return None if row is None else str(row[0])
 
-    @staticmethod
-    def _whole_log_upto(conn: sqlite3.Connection, run_id: str, seq: int) -> bool:
+    def _whole_log_upto(self, conn: sqlite3.Connection, run_id: str, seq: int) -> bool:
         """Whether this file holds every event of ``run_id`` from seq 1 to ``seq``."""
-        row = conn.execute("SELECT MIN(seq), MAX(seq), COUNT(*) FROM events WHERE run_id = ? "
-                           "AND seq <= ?", (run_id, seq)).fetchone()
-        return bool(row and row[0] == 1 and row[1] == seq and row[2] == seq)
+        ordinal = self._ordinal(conn, run_id)
+        if ordinal is None or not 0 < seq <= SEQ_MASK:
+            return False
+        low, high = _log_range(ordinal, 0, seq)
+        row = conn.execute("SELECT MIN(key), MAX(key), COUNT(*) FROM event_rows "
+                           "WHERE key > ? AND key <= ?", (low, high)).fetchone()
+        return bool(row and row[0] == low + 1 and row[1] == high and row[2] == seq)
 
     def _restore_forked(self, run_id: str, payload: dict[str, object]) -> None:
         """Put back what a stored ``run.forked`` keeps by reference."""
@@ -333,29 +407,49 @@ class SqliteStore:
         """Copy the prefix into every fork stored by reference to ``run_id``'s log (called in
         the write transaction that is about to delete some of that log)."""
         rows = conn.execute(
-            "SELECT run_id, seq, body FROM events WHERE type = ? "
-            "AND json_extract(body, '$.payload.prefix_ref.run_id') = ? "
-            "AND json_type(body, '$.payload.prefix_state') IS NULL",
+            "SELECT runs.run_id, event_rows.key, event_rows.body FROM event_rows "
+            "JOIN runs ON runs.ordinal = event_rows.key >> 32 WHERE event_rows.type = ? "
+            "AND json_extract(event_rows.body, '$.payload.prefix_ref.run_id') = ? "
+            "AND json_type(event_rows.body, '$.payload.prefix_state') IS NULL",
             (RunForked.TYPE, run_id),
         ).fetchall()
-        for fork_id, seq, body in rows:
+        for fork_id, key, body in rows:
             data = json.loads(body)
             data["payload"]["prefix_state"] = self._referenced_prefix(
                 fork_id, data["payload"]["prefix_ref"])
-            conn.execute("UPDATE events SET body = ? WHERE run_id = ? AND seq = ?",
-                         (json.dumps(data, ensure_ascii=False), fork_id, seq))
+            conn.execute("UPDATE event_rows SET body = ? WHERE key = ?",
+                         (json.dumps(data, ensure_ascii=False), key))
 
     def last_seq(self, run_id: str) -> int:
         return self._last_seq(self._conn(), run_id)
 
-    @staticmethod
-    def _last_seq(conn: sqlite3.Connection, run_id: str) -> int:
+    def _last_seq(self, conn: sqlite3.Connection, run_id: str) -> int:
         """The last seq ever appended: the log's own last one, or what the run row kept of
-        a log compacted or archived away (one index seek each, no write per append)."""
+        a log compacted or archived away (one B-tree seek each, no write per append)."""
+        ordinal = self._ordinal(conn, run_id)
+        if ordinal is None:  # no row: nothing was ever appended
+            return 0
         row = conn.execute(
-            "SELECT MAX(COALESCE((SELECT MAX(seq) FROM events WHERE run_id = ?), 0), "
-            "COALESCE((SELECT last_seq FROM runs WHERE run_id = ?), 0))", (run_id, run_id),
+            "SELECT MAX(COALESCE((SELECT MAX(key) FROM event_rows WHERE key > ? AND key <= ?)"
+            " & 4294967295, 0), (SELECT last_seq FROM runs WHERE ordinal = ?))",
+            (*_log_range(ordinal), ordinal),
         ).fetchone()
+        return int(row[0])
+
+    def _ordinal(self, conn: sqlite3.Connection, run_id: str) -> int | None:
+        """The run's ordinal (the high half of its keys), or None before its row exists."""
+        ordinal = self._ordinals.get(run_id)
+        if ordinal is not None:
+            return ordinal
+        row = conn.execute("SELECT ordinal FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            return None
+        if row[0] > MAX_ORDINAL:  # pragma: no cover - 2**31 runs in one file
+            raise StoreRejected(f"{self.path} holds {MAX_ORDINAL:,} runs, its most; start "
+                                "another file", run_id=run_id)
+        if not conn.in_transaction:  # committed (a write's own new row waits for its commit)
+            with self._lock:
+                self._ordinals[run_id] = int(row[0])
         return int(row[0])
 
     def _keep_last_seq(self, conn: sqlite3.Connection, run_id: str) -> None:
@@ -455,20 +549,29 @@ class SqliteStore:
                 )
             self._materialize_forks_of(conn, run_id)
             self._keep_last_seq(conn, run_id)
-            conn.execute("DELETE FROM events WHERE run_id = ? AND seq <= ?", (run_id, upto))
+            self._delete_events(conn, run_id, upto)
 
     def archive(self, run_id: str) -> None:
         """Delete every event of the run; its last seq and snapshots stay."""
         with self._write() as conn:
             self._materialize_forks_of(conn, run_id)
             self._keep_last_seq(conn, run_id)
-            conn.execute("DELETE FROM events WHERE run_id = ?", (run_id,))
+            self._delete_events(conn, run_id, SEQ_MASK)
+
+    def _delete_events(self, conn: sqlite3.Connection, run_id: str, upto: int) -> None:
+        ordinal = self._ordinal(conn, run_id)
+        if ordinal is not None:
+            conn.execute("DELETE FROM event_rows WHERE key > ? AND key <= ?",
+                         _log_range(ordinal, 0, upto))
 
     def first_seq(self, run_id: str) -> int:
-        row = self._conn().execute(
-            "SELECT MIN(seq) FROM events WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
+        conn = self._conn()
+        ordinal = self._ordinal(conn, run_id)
+        if ordinal is None:
+            return 0
+        row = conn.execute("SELECT MIN(key) FROM event_rows WHERE key > ? AND key <= ?",
+                           _log_range(ordinal)).fetchone()
+        return int(row[0]) & SEQ_MASK if row and row[0] is not None else 0
 
     def load_final_state(self, run_id: str) -> RunState | None:
         """A finished run's final snapshot, if one was saved at its last event."""

@@ -38,6 +38,21 @@ def written(run_id: str, seq: int, key: str = "k", value: Any = 1) -> MemoryWrit
     return MemoryWritten(run_id=run_id, seq=seq, at=float(seq), key=key, value=value)
 
 
+def fork_before_last_node(store: Store) -> tuple[str, str]:
+    """A research-write run recorded into ``store`` and a fork of it before its last node
+    (its prompt changed, memoized): their run ids."""
+    from forklab.engine import change, fork
+
+    recorded = run_recorded(SCENARIOS["research-write"].graph(),
+                            SCENARIOS["research-write"].input, store=store)
+    last = recorded.state.executions[-1].node
+    result = fork(recorded.run_id, store=store, at={"before_node": last},
+                  change=change.prompt(last, "Say it differently."),
+                  policy={"memoize": True})
+    assert result.state.status == "completed"
+    return recorded.run_id, result.run_id
+
+
 class StoreContract:
     def make_store(self) -> Store:
         raise NotImplementedError  # pragma: no cover - subclasses provide the backend
@@ -68,6 +83,13 @@ class StoreContract:
         assert [e.seq for e in store.read("r1", after=3)] == [4, 5, 6, 7]
         assert [e.seq for e in store.read("r1", after=2, upto=5)] == [3, 4, 5]
         assert store.read("r1", after=7) == []
+
+    def test_bounds_far_past_a_log_stay_inside_its_run(self, store: Store) -> None:
+        store.append("r1", [started(), written("r1", 2)], expected_seq=0)
+        store.append("r2", [started("r2"), written("r2", 2)], expected_seq=0)
+        assert store.read("r1", after=2**40) == []
+        assert [(e.run_id, e.seq) for e in store.read("r1", upto=2**40)] == [("r1", 1), ("r1", 2)]
+        assert [e.seq for e in store.read("r2", after=-3, upto=1)] == [1]
 
     def test_append_refuses_a_stale_expected_seq(self, store: Store) -> None:
         store.append("r1", [started()], expected_seq=0)
@@ -195,22 +217,10 @@ class StoreContract:
                                 recorded.state.to_wire())
 
     # -- forks and their base ----------------------------------------------------------------
-    def _fork_before_last_node(self, store: Store) -> tuple[str, str]:
-        from forklab.engine import change, fork
-
-        recorded = run_recorded(SCENARIOS["research-write"].graph(),
-                                SCENARIOS["research-write"].input, store=store)
-        last = recorded.state.executions[-1].node
-        result = fork(recorded.run_id, store=store, at={"before_node": last},
-                      change=change.prompt(last, "Say it differently."),
-                      policy={"memoize": True})
-        assert result.state.status == "completed"
-        return recorded.run_id, result.run_id
-
     def test_a_forks_log_reads_back_its_whole_prefix(self, store: Store) -> None:
         from forklab.engine.fork.lineage import forked_event
 
-        base_id, fork_id = self._fork_before_last_node(store)
+        base_id, fork_id = fork_before_last_node(store)
         forked = forked_event(store.read(fork_id))
         assert forked is not None and forked.prefix_ref["run_id"] == base_id
         point = forked.prefix_ref["seq"]
@@ -221,7 +231,7 @@ class StoreContract:
     def test_a_fork_keeps_its_prefix_when_its_base_is_archived_or_compacted(
         self, store: Store, retire: str
     ) -> None:
-        base_id, fork_id = self._fork_before_last_node(store)
+        base_id, fork_id = fork_before_last_node(store)
         before = [e.to_wire() for e in store.read(fork_id)]
         folded = fold(store.read(fork_id)).to_wire()
         if retire == "archive":
@@ -240,7 +250,7 @@ class StoreContract:
     ) -> None:
         from forklab.engine import change, fork
 
-        _, fork_id = self._fork_before_last_node(store)
+        _, fork_id = fork_before_last_node(store)
         node = fold(store.read(fork_id)).executions[-1].node
         second = fork(fork_id, store=store, at={"before_node": node},
                       change=change.prompt(node, "Once more, shorter."), policy={"memoize": True})

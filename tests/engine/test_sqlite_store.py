@@ -17,13 +17,20 @@ from pathlib import Path
 
 import pytest
 
+from forklab.engine import sqlite_store
 from forklab.engine.canonical import canonical_equals
-from forklab.engine.errors import SeqConflictError
+from forklab.engine.errors import SeqConflictError, StoreRejected, VersionSkewError
 from forklab.engine.events import MemoryWritten
 from forklab.engine.graph import parse_graph
 from forklab.engine.sqlite_store import SqliteStore
 from forklab.engine.store import Store
-from tests.engine.store_contract import GRAPH, StoreContract, started, written
+from tests.engine.store_contract import (
+    GRAPH,
+    StoreContract,
+    fork_before_last_node,
+    started,
+    written,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,7 +68,7 @@ class TestSqliteStore(StoreContract):
 
     def test_a_fork_stores_its_prefix_by_reference_until_its_base_is_archived(self) -> None:
         store = self.make_store()
-        base_id, fork_id = self._fork_before_last_node(store)
+        base_id, fork_id = fork_before_last_node(store)
 
         def stored_prefix() -> bool:
             with sqlite3.connect(self.path) as conn:
@@ -113,7 +120,8 @@ class TestSqliteStore(StoreContract):
                 assert e.to_wire() == {**e.untimed_wire(), "at": e.to_wire()["at"]}
                 assert list(e.to_wire()) == [*e.untimed_wire(), "at"]
             conn.executemany(  # rows written when the body still held the ISO time
-                "UPDATE events SET body = ? WHERE run_id = 'r1' AND seq = ?",
+                "UPDATE event_rows SET body = ? WHERE key = (SELECT ordinal FROM runs "
+                "WHERE run_id = 'r1') << 32 | ?",
                 [(json.dumps(e.to_wire()), e.seq) for e in events])
         assert store.read("r1") == events
 
@@ -144,12 +152,12 @@ class TestSqliteStore(StoreContract):
 
     def test_appends_stay_in_the_wal_until_the_store_closes(self) -> None:
         """A run's transactions are not checkpointed (two syncs each time) every 1,000 WAL
-        pages, SQLite's default, but every WAL_CHECKPOINT_PAGES: 700 appends (over 1,000
+        pages, SQLite's default, but every WAL_CHECKPOINT_PAGES: 1,500 appends (over 1,000
         pages) leave the database file as created; closing checkpoints them all into it."""
         store = self.make_store()
         store.append("r1", [started()], expected_seq=0)
         created = self.path.stat().st_size
-        for seq in range(2, 702):
+        for seq in range(2, 1502):
             store.append("r1", [written("r1", seq)], expected_seq=seq - 1)
         wal = self.path.with_name(self.path.name + "-wal")
         assert wal.stat().st_size > 1000 * 4096
@@ -157,14 +165,16 @@ class TestSqliteStore(StoreContract):
         store.close()
         assert not wal.exists()
         with sqlite3.connect(self.path) as conn:
-            assert conn.execute("SELECT MAX(seq) FROM events").fetchone()[0] == 701
+            assert conn.execute("SELECT MAX(seq) FROM events").fetchone()[0] == 1501
 
     def test_the_same_seq_cannot_be_stored_twice_even_bypassing_the_store(self) -> None:
         store = self.make_store()
         store.append("r1", [started()], expected_seq=0)
+        (ordinal,) = sqlite3.connect(self.path).execute(
+            "SELECT ordinal FROM runs WHERE run_id = 'r1'").fetchone()
         with sqlite3.connect(self.path) as conn, pytest.raises(sqlite3.IntegrityError):
-            conn.execute("INSERT INTO events (run_id, seq, type, at, body) "
-                         "VALUES ('r1', 1, 'run.started', 0, '{}')")
+            conn.execute("INSERT INTO event_rows (key, type, at, body) "
+                         "VALUES (?, 'run.started', 0, '{}')", ((ordinal << 32) | 1,))
 
     def test_a_failed_append_leaves_the_store_usable(self) -> None:
         store = self.make_store()
@@ -264,3 +274,89 @@ class TestForkGraphByReference:
         assert [e.to_wire() for e in other.read(fork_id)] == [e.to_wire() for e in events]
         store.close()
         other.close()
+
+
+_FIRST_LAYOUT = """
+CREATE TABLE events_first (
+    run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, at REAL NOT NULL,
+    body TEXT NOT NULL, UNIQUE (run_id, seq)
+);
+INSERT INTO events_first SELECT run_id, seq, type, at, body FROM events
+    ORDER BY (SELECT ordinal FROM runs WHERE runs.run_id = events.run_id), seq;
+DROP VIEW events;
+DROP TABLE event_rows;
+ALTER TABLE events_first RENAME TO events;
+PRAGMA user_version = 0;
+"""
+"""Rewrites a file of this layout into the first one (an ``events`` table keyed by run id
+and seq, the rows as that layout's code wrote them: the bodies were the same)."""
+
+
+class TestLayout:
+    """Files of the first layout are moved to this one when opened, losing nothing; a file of
+    a later layout is refused; a run cannot outgrow its keys."""
+
+    @staticmethod
+    def _wire(store: SqliteStore) -> dict[str, list[str]]:
+        return {run: [json.dumps(e.to_wire()) for e in store.read(run)]
+                for run in store.run_ids()}
+
+    def test_a_first_layout_file_is_moved_and_reads_the_same(self, tmp_path: Path) -> None:
+        path = tmp_path / "old.sqlite3"
+        store = SqliteStore(path)
+        base_id, fork_id = fork_before_last_node(store)
+        store.append("r1", [started()], expected_seq=0)
+        store.append("r2", [started("r2")], expected_seq=0)
+        store.append("r1", [written("r1", 2)], expected_seq=1)  # two runs' rows interleave
+        before, last = self._wire(store), {run: store.last_seq(run) for run in store.run_ids()}
+        store.close()
+        with sqlite3.connect(path) as conn:
+            conn.executescript(_FIRST_LAYOUT)
+            conn.execute("DELETE FROM runs WHERE run_id = 'r2'")  # a run the old code gave no row
+            assert conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] > 0
+
+        moved = SqliteStore(path)
+        assert self._wire(moved) == before
+        assert moved.run_ids() == [base_id, fork_id, "r1", "r2"]
+        assert {run: moved.last_seq(run) for run in moved.run_ids()} == last
+        moved.append("r2", [written("r2", 2)], expected_seq=1)
+        moved.archive(base_id)  # the fork's prefix by reference still resolves, then is copied
+        assert self._wire(moved)[fork_id] == before[fork_id]
+        moved.close()
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.LAYOUT
+            tables = {row[0] for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            assert "events_first_layout" not in tables and "events" not in tables
+            assert conn.execute("SELECT seq FROM events WHERE run_id = 'r2' ORDER BY seq"
+                                ).fetchall() == [(1,), (2,)]
+        again = SqliteStore(path)  # opening a moved file changes nothing
+        assert self._wire(again)[fork_id] == before[fork_id]
+        again.close()
+
+    def test_a_file_of_a_later_layout_is_refused_untouched(self, tmp_path: Path) -> None:
+        path = tmp_path / "new.sqlite3"
+        SqliteStore(path).close()
+        with sqlite3.connect(path) as conn:
+            conn.execute(f"PRAGMA user_version = {sqlite_store.LAYOUT + 1}")
+        with pytest.raises(VersionSkewError) as raised:
+            SqliteStore(path)
+        assert raised.value.code == "version_skew"
+        assert raised.value.context["recorded"] == sqlite_store.LAYOUT + 1
+        assert "newer forklab" in raised.value.message
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.LAYOUT + 1
+
+    def test_a_run_cannot_reach_past_its_keys(self, tmp_path: Path) -> None:
+        store = SqliteStore(tmp_path / "s.sqlite3")
+        store.append("r1", [started()], expected_seq=0)
+        store.append("r2", [started("r2")], expected_seq=0)
+        last = sqlite_store.SEQ_MASK
+        with sqlite3.connect(tmp_path / "s.sqlite3") as conn:  # as an archived run keeps it
+            conn.execute("UPDATE runs SET last_seq = ? WHERE run_id = 'r1'", (last,))
+        store.append("r1", [], expected_seq=last)
+        with pytest.raises(StoreRejected) as raised:
+            store.append("r1", [written("r1", last + 1)], expected_seq=last)
+        assert raised.value.code == "store_rejected"
+        assert store.last_seq("r1") == last and [e.seq for e in store.read("r2")] == [1]
+        store.close()
