@@ -1,6 +1,7 @@
 """Forks from two trees in alternation, each tree in one long-lived process: paired figures.
 
     .venv/bin/python bench/fork_pairs.py BEFORE_TREE AFTER_TREE DIR [--kind last] [--pairs 30]
+        [--after-dir DIR2]
 
 Starts ``bench/fork_split.py serve DIR KIND`` (this checkout's script) once per tree, with
 ``PYTHONPATH`` the tree, and asks them for one fork each in turn (before-after, then after-before, and so on).
@@ -9,7 +10,10 @@ cleared (``fork_split.one_fork``). A pair's two forks are a fraction of a second
 host whose speed changes between processes and over seconds (this one's did by half:
 docs/benchmarks.md, eighth sitting) slows both alike; the per-pair ratio after/before is
 what is compared, and its median and quartiles are printed with each tree's median. DIR is
-``fork_split.py record``'s. What a fresh process pays once (first calls) is not in these
+``fork_split.py record``'s; when the two trees store runs in different file layouts, record
+a base with each and give the after tree's as ``--after-dir`` (a tree opening a file of an
+earlier layout would move it on every fresh copy, which the other tree does not pay).
+What a fresh process pays once (first calls) is not in these
 figures: ``fork_split.py fork`` interleaved with ``interleave.py`` measures that.
 """
 
@@ -68,8 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", default="worker0", choices=("worker0", "last"))
     parser.add_argument("--pairs", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=2, help="pairs run first and not kept")
+    parser.add_argument("--after-dir", type=Path, default=None,
+                        help="the after tree's own bases (default: DIR)")
     args = parser.parse_args(argv)
-    workers = [_worker(tree, args.directory, args.kind) for tree in (args.before, args.after)]
+    workers = [_worker(args.before, args.directory, args.kind),
+               _worker(args.after, args.after_dir or args.directory, args.kind)]
     try:
         pairs = [_pair(workers, i) for i in range(args.warmup + args.pairs)][args.warmup:]
     finally:
