@@ -143,7 +143,8 @@ class MemoryStore:
     def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> None:
         with self._lock:
             check_append(run_id, events, expected_seq, self.last_seq(run_id))
-            self._events.setdefault(run_id, []).extend(events)  # type: ignore[arg-type]
+            if events:  # an empty append makes no run (run_ids lists runs with an event)
+                self._events.setdefault(run_id, []).extend(events)  # type: ignore[arg-type]
 
     def read(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[AnyEvent]:
         with self._lock:

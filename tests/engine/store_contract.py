@@ -84,6 +84,12 @@ class StoreContract:
         assert [e.seq for e in store.read("r1", after=2, upto=5)] == [3, 4, 5]
         assert store.read("r1", after=7) == []
 
+    def test_an_empty_append_makes_no_run(self, store: Store) -> None:
+        store.append("r1", [], expected_seq=0)
+        store.append("r2", [started("r2")], expected_seq=0)
+        store.append("r1", [started()], expected_seq=0)
+        assert store.run_ids() == ["r2", "r1"]  # oldest first: r1 began with its event
+
     def test_bounds_far_past_a_log_stay_inside_its_run(self, store: Store) -> None:
         store.append("r1", [started(), written("r1", 2)], expected_seq=0)
         store.append("r2", [started("r2"), written("r2", 2)], expected_seq=0)
