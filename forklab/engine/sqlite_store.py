@@ -92,7 +92,8 @@ LAYOUT = 2
 layout, which had no number)."""
 SEQ_BITS = 32
 """A key's low bits: the seq (so a run holds fewer than 2**32 events, and a file fewer than
-2**31 runs: keys are signed 64-bit integers)."""
+2**31 runs: keys are signed 64-bit integers). Fixed by :data:`LAYOUT` — the SQL of this
+module spells it as ``32`` and ``4294967295``; another width is another layout."""
 SEQ_MASK = (1 << SEQ_BITS) - 1
 MAX_ORDINAL = (1 << (63 - SEQ_BITS)) - 1
 
