@@ -65,13 +65,15 @@ class Event:
         return wire
 
     def untimed_wire(self) -> dict[str, Any]:
-        """:meth:`to_wire` without its last key, ``at`` (the ISO time): the body a store
-        keeps when it keeps the exact float time beside it (``SqliteStore``), so it neither
-        formats nor stores nor parses a second, coarser copy of the time."""
+        """:meth:`to_wire` without its last key, ``at`` (the ISO time)."""
+        return {"run_id": self.run_id, "seq": self.seq, "type": self.TYPE,
+                **self.stored_body()}
+
+    def stored_body(self) -> dict[str, Any]:
+        """:meth:`untimed_wire` without ``run_id``, ``seq`` and ``type``: the body a store
+        keeps when its columns hold those and the exact float time (``SqliteStore``), so it
+        neither formats nor stores nor parses a second copy of any of them."""
         return {
-            "run_id": self.run_id,
-            "seq": self.seq,
-            "type": self.TYPE,
             "v": self.SCHEMA,
             "node": self.node,
             "occurrence": self.occurrence,

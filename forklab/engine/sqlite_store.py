@@ -6,9 +6,10 @@ events of the run are compacted or archived away, the last seq they held; an app
 no run row, the log's own last seq is its last seq), ``event_rows`` (``key INTEGER PRIMARY
 KEY`` = ``ordinal << 32 | seq``, so a run's log is one range of the table's own B-tree and
 an append touches no second index: half the WAL pages per transaction of a table keyed by
-rowid beside a ``UNIQUE (run_id, seq)`` index; the body is the JSON of
-``event.untimed_wire()``: the wire form without its ISO ``at``, kept as a float beside
-it; rows written with it, before, read the same), the view ``events`` (``run_id``, ``seq``,
+rowid beside a ``UNIQUE (run_id, seq)`` index; ``type``; ``at``, the exact float time; the
+body is the JSON of ``event.stored_body()``: the wire form without what the key and the
+columns hold — run id, seq, type and the ISO ``at``; bodies written with them, before,
+read the same), the view ``events`` (``run_id``, ``seq``,
 ``type``, ``at``, ``body``: the rows as earlier layouts stored them, for queries by hand),
 ``graphs`` (``UNIQUE(graph_id, version)``; the JSON of
 ``graph.to_wire()`` in its own key order — a multi-role node runs its roles in mapping order,
@@ -276,35 +277,37 @@ class SqliteStore:
             return []
         rows = conn.execute(
             # the body as a blob: its UTF-8 bytes, which the decoder reads as they are
-            "SELECT at, CAST(body AS BLOB) FROM event_rows WHERE key > ? AND key <= ? "
-            "ORDER BY key", _log_range(ordinal, after, SEQ_MASK if upto is None else upto),
+            "SELECT key, type, at, CAST(body AS BLOB) FROM event_rows "
+            "WHERE key > ? AND key <= ? ORDER BY key",
+            _log_range(ordinal, after, SEQ_MASK if upto is None else upto),
         ).fetchall()
         events: list[AnyEvent] = []
-        decode = loads_for([body for _, body in rows])
-        for at, body in rows:
+        decode = loads_for([row[3] for row in rows])
+        for key, type_, at, body in rows:
             data = decode(body)
-            data["at"] = at
-            if data["type"] == RunForked.TYPE:
+            # the columns' copies (a body of the first layout holds the same seq and type)
+            data["seq"], data["type"], data["at"] = key & SEQ_MASK, type_, at
+            if type_ == RunForked.TYPE:
                 self._restore_forked(run_id, data["payload"])
-            events.append(from_wire(data, owned=True))
+            events.append(from_wire(data, run_id=run_id, owned=True))
         return events
 
     # -- fork prefixes by reference ----------------------------------------------------------
     def _stored_wire(self, conn: sqlite3.Connection, event: Event,
                      batch: Sequence[Event]) -> dict[str, object]:
-        """The body stored for ``event``: its untimed wire form, minus what a fork's
+        """The body stored for ``event``: :meth:`~Event.stored_body`, minus what a fork's
         ``run.forked`` can keep by reference (see the module invariants): its prefix state
         when a whole log in this file folds to it, its graph when a stored version plus a
         delta rebuilds it."""
         if not isinstance(event, RunForked):
-            return event.untimed_wire()
+            return event.stored_body()
         ref_run, ref_seq = event.prefix_ref.get("run_id"), event.prefix_ref.get("seq")
         by_reference = (isinstance(ref_run, str) and isinstance(ref_seq, int)
                         and event.prefix_names() == (ref_run, ref_seq)
                         and self._whole_log_upto(conn, ref_run, ref_seq))
         if by_reference:  # replaced, not read: a live fork's prefix wire form is made on
             event = dataclasses.replace(event, prefix_state={})  # first read (never, here)
-        wire = event.untimed_wire()
+        wire = event.stored_body()
         payload = wire["payload"]
         if by_reference:
             del payload["prefix_state"]

@@ -107,7 +107,7 @@ class TestSqliteStore(StoreContract):
         assert store.read("r1")[1].at == event.at
 
     @pytest.mark.parametrize("at", [0.0, 1_767_225_600.0, 1_767_225_600.123456789, 2.5e9])
-    def test_a_body_leaves_its_time_to_the_column_and_a_body_holding_it_reads_the_same(
+    def test_a_body_leaves_its_key_type_and_time_to_the_columns_and_older_bodies_read_the_same(
             self, at: float) -> None:
         store = self.make_store()
         events = [started(), MemoryWritten(run_id="r1", seq=2, at=at, key="k", value=[1.5])]
@@ -115,15 +115,19 @@ class TestSqliteStore(StoreContract):
         with sqlite3.connect(self.path) as conn:
             bodies = [json.loads(body) for (body,) in conn.execute(
                 "SELECT body FROM events WHERE run_id = 'r1' ORDER BY seq")]
-            assert bodies == [e.untimed_wire() for e in events]
-            for e in events:  # to_wire is the untimed form, its ISO time appended last
+            assert bodies == [e.stored_body() for e in events]
+            for e in events:  # the stored body is the wire form without the columns' parts
+                assert e.untimed_wire() == {"run_id": e.run_id, "seq": e.seq, "type": e.TYPE,
+                                            **e.stored_body()}
                 assert e.to_wire() == {**e.untimed_wire(), "at": e.to_wire()["at"]}
                 assert list(e.to_wire()) == [*e.untimed_wire(), "at"]
-            conn.executemany(  # rows written when the body still held the ISO time
-                "UPDATE event_rows SET body = ? WHERE key = (SELECT ordinal FROM runs "
-                "WHERE run_id = 'r1') << 32 | ?",
-                [(json.dumps(e.to_wire()), e.seq) for e in events])
-        assert store.read("r1") == events
+            for older in ("to_wire", "untimed_wire"):  # bodies written by earlier code
+                conn.executemany(
+                    "UPDATE event_rows SET body = ? WHERE key = (SELECT ordinal FROM runs "
+                    "WHERE run_id = 'r1') << 32 | ?",
+                    [(json.dumps(getattr(e, older)()), e.seq) for e in events])
+                conn.commit()
+                assert store.read("r1") == events
 
     def test_the_database_runs_in_wal_mode(self) -> None:
         self.make_store()
