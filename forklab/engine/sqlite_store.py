@@ -10,7 +10,7 @@ rowid beside a ``UNIQUE (run_id, seq)`` index; ``type``; ``at``, the exact float
 body is the JSON of ``event.stored_body()``: the wire form without what the key and the
 columns hold — run id, seq, type and the ISO ``at``; bodies written with them, before,
 read the same), the view ``events`` (``run_id``, ``seq``,
-``type``, ``at``, ``body``: the rows as earlier layouts stored them, for queries by hand),
+``type``, ``at``, ``body``: the rows by run id and seq, for queries by hand),
 ``graphs`` (``UNIQUE(graph_id, version)``; the JSON of
 ``graph.to_wire()`` in its own key order — a multi-role node runs its roles in mapping order,
 so sorting keys would change what a reloaded graph does; identity is canonical equality) and
@@ -23,7 +23,8 @@ Invariants (on top of the protocol's, see :mod:`forklab.engine.store`):
   so readers never block the single writer and a reader sees only committed appends;
 - ``append`` runs inside ``BEGIN IMMEDIATE``: the write lock is taken before the last seq is
   read, so two appenders (threads or processes) with the same ``expected_seq`` can never both
-  win — the loser gets :class:`SeqConflictError`. ``UNIQUE(run_id, seq)`` is the backstop;
+  win — the loser gets :class:`SeqConflictError`. The primary key (one per run and seq) is
+  the backstop;
 - an append is committed before ``append`` returns: a process killed (even SIGKILL) after
   that loses none of it, and one killed before leaves none of it;
 - an event's ``at`` is kept as the exact float next to the wire body (the wire's ISO time has

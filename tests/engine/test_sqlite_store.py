@@ -285,7 +285,9 @@ CREATE TABLE events_first (
     run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, at REAL NOT NULL,
     body TEXT NOT NULL, UNIQUE (run_id, seq)
 );
-INSERT INTO events_first SELECT run_id, seq, type, at, body FROM events
+INSERT INTO events_first
+    SELECT run_id, seq, type, at, json_set(body, '$.run_id', run_id, '$.seq', seq,
+                                           '$.type', type) FROM events
     ORDER BY (SELECT ordinal FROM runs WHERE runs.run_id = events.run_id), seq;
 DROP VIEW events;
 DROP TABLE event_rows;
@@ -293,7 +295,7 @@ ALTER TABLE events_first RENAME TO events;
 PRAGMA user_version = 0;
 """
 """Rewrites a file of this layout into the first one (an ``events`` table keyed by run id
-and seq, the rows as that layout's code wrote them: the bodies were the same)."""
+and seq, the rows as that layout's code wrote them: bodies holding run id, seq and type)."""
 
 
 class TestLayout:
