@@ -242,6 +242,21 @@ def fingerprint(value: Any) -> str:
     return hash_text(canonical_json(value))
 
 
+def fingerprint_unless_null(value: Any) -> str | None:
+    """:func:`fingerprint` of ``value``, hashed from orjson's bytes in one pass, when orjson
+    writes it without a ``null`` (so it holds no ``None`` to drop: its canonical JSON is
+    that text, checked as in :func:`canonical_json`); None when the text holds ``null`` or
+    orjson refuses the value — the caller then fingerprints a form the walk may strip.
+    Equal to ``fingerprint(value)`` whenever it is not None (tests compare them): the text
+    is neither decoded to ``str`` nor written a second time only to look for ``null``."""
+    data = _orjson(value)
+    if data is None or b"null" in data:
+        return None
+    if not _spelled_alike(value, data):
+        return hash_text(_CANONICAL.encode(value))
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
 def hash_text(text: str) -> str:
     """:func:`fingerprint` of a value whose canonical JSON ``text`` is already known."""
     return hashlib.sha256(text.encode()).hexdigest()[:32]

@@ -25,7 +25,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
 
-import orjson
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -39,7 +38,7 @@ from forklab.engine.canonical import (
     canonical_json,
     canonical_json_stripped,
     fingerprint,
-    hash_text,
+    fingerprint_unless_null,
     loads,
     orjson_canonical,
     unchecked_canonical,
@@ -262,11 +261,8 @@ class GraphSpec(_Model):
             dumped = self.model_dump(mode="json", by_alias=True, exclude_none=True,
                                      exclude={"nodes"})
             dumped["nodes"] = passed
-        try:
-            has_null = b"null" in orjson.dumps(dumped)
-        except TypeError:  # an integer wider than 64 bits: let the slow path serialise it
-            has_null = True
-        if has_null:
+        found = fingerprint_unless_null(dumped)  # refused: a wide integer, say
+        if found is None:
             return fingerprint(self.to_wire())
         known = self.__dict__.get("_fingerprint_parts")
         if passed is None and len(self.nodes) > PER_NODE_FIRST and not (
@@ -274,7 +270,7 @@ class GraphSpec(_Model):
             # the one fingerprint-parts pass, if it comes, starts from these nodes (a fork's
             # graph is hashed when the fork opens, then its tail serves its nodes)
             self.__dict__["_nodes_dump"] = dumped["nodes"]
-        return hash_text(canonical_json_stripped(dumped))
+        return found
 
     def model_copy(self, *, update: Any = None, deep: bool = False) -> GraphSpec:
         copied = super().model_copy(update=update, deep=deep)

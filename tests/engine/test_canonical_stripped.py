@@ -86,6 +86,30 @@ def test_a_value_without_none_is_written_without_the_stripping_walk_alike(value:
     assert canonical_json(value) == _REFERENCE.encode(_strip_none(value))
 
 
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+def test_the_one_pass_fingerprint_is_the_fingerprint_whenever_it_answers(value: Any) -> None:
+    """``fingerprint_unless_null`` (a graph's content hash) answers for every value orjson
+    writes without ``null`` — floats spelled apart and wide integers included — and then
+    with ``fingerprint``'s hash; it declines the rest (the caller strips them first)."""
+    from forklab.engine.canonical import fingerprint, fingerprint_unless_null, hash_text
+
+    found = fingerprint_unless_null(value)
+    text = _REFERENCE.encode(value)
+    if found is None:
+        assert "null" in text or "NaN" in text or "Infinity" in text or _wide(value)
+    else:
+        assert found == fingerprint(value) == hash_text(text)
+
+
+def _wide(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, list, dict)):
+        return False
+    if isinstance(value, int):
+        return not -(2**63) <= value < 2**64
+    return any(map(_wide, value.values() if isinstance(value, dict) else value))
+
+
 def test_values_the_json_module_refuses_are_still_refused() -> None:
     import dataclasses
     from datetime import UTC, datetime
