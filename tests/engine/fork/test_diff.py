@@ -104,6 +104,35 @@ def test_a_scorer_adds_base_variant_and_delta() -> None:
     assert "  score     " in result.explain()
 
 
+def test_a_forks_diff_is_computed_when_first_read_and_kept(monkeypatch) -> None:
+    """fork() does not walk both runs: a caller reading only the state never pays for the
+    diff; the first read computes it (with the scorer and the fork's own changes) and later
+    reads return the same object."""
+    from forklab.engine.fork import result as result_module
+
+    base = record("research-write")
+    walked: list[int] = []
+    real = result_module.diff_runs
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        walked.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(result_module, "diff_runs", counted)
+    result = fork(base, at={"before_node": "write"}, change=change.prompt("write", "x"),
+                  scorer=lambda state: len(state.memory.get("draft", "")))
+    assert walked == []
+
+    diff = result.diff
+    assert walked == [1] and result.diff is diff
+    expected = real(base.state, result.state,
+                    scorer=lambda state: len(state.memory.get("draft", "")),
+                    changes=[change.prompt("write", "x").describe()])
+    assert diff.wire() == expected.wire() and diff.changes == expected.changes
+    assert fork(base, at={"before_node": "write"}, change=change.prompt("write", "y"),
+                dry_run=True).diff is None
+
+
 def test_diff_runs_of_a_run_with_itself_is_empty() -> None:
     base = record("panel-vote")
 
