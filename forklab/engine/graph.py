@@ -445,19 +445,16 @@ class _KnownParts:
 
 def _inline_agent_parts(node: Any, config: dict[str, Any],
                         encode: Callable[[Any], str] = canonical_json) -> FingerprintParts | None:
-    """The parts of a node that drives one inline agent (most agent nodes), with that agent
-    serialised once: its canonical JSON ``A`` is the agents part's only value and, "agent"
-    sorting before every other key, the config's first. Equal to the general path's texts,
-    character for character (tests compare them); None for any other node."""
+    """The parts of a node that drives one inline agent (most agent nodes): the config's
+    text and ``{"agent": A}`` with ``A`` the agent's text, each written by ``encode`` in one
+    C pass. Equal to the general path's texts, character for character (tests compare
+    them): the general path resolves the same inline agent to the same dump. None for any
+    other node."""
     agent = config.get("agent")
     if (not isinstance(node, (AgentNode, RouterNode)) or not isinstance(node.agent, AgentSpec)
-            or getattr(node, "roles", None) or not isinstance(agent, dict)
-            or any(key <= "agent" for key in config if key != "agent")):
+            or getattr(node, "roles", None) or not isinstance(agent, dict)):
         return None
-    text = encode(agent)
-    rest = encode({k: v for k, v in config.items() if k != "agent"})
-    return FingerprintParts(config='{"agent":' + text + ("}" if rest == "{}" else "," + rest[1:]),
-                            agents='{"agent":' + text + "}")
+    return FingerprintParts(config=encode(config), agents='{"agent":' + encode(agent) + "}")
 
 
 def _dump_nodes(graph: GraphSpec) -> list[dict[str, Any]]:
@@ -491,7 +488,11 @@ def _bulk_fingerprint_parts(graph: GraphSpec) -> dict[str, FingerprintParts]:
         nodes = _dump_nodes(graph)
         if "content_hash" not in graph.__dict__:  # the hash, when it comes, starts from it
             graph.__dict__["_nodes_dump"] = nodes
-    dumped = [{k: v for k, v in node.items() if k != "description"} for node in nodes]
+    dumped = []
+    for node in nodes:  # copies (the hash may share ``nodes``): a C copy, then one key off
+        config = dict(node)
+        config.pop("description", None)
+        dumped.append(config)
     # the texts below are parts of the dump's: checked once for all (orjson_canonical)
     encode = (canonical_json_stripped if orjson_canonical(dumped) is None
               else unchecked_canonical)
