@@ -65,7 +65,7 @@ from forklab.engine.errors import (
     StoreRejected,
     VersionSkewError,
 )
-from forklab.engine.events import AnyEvent, Event, RunForked, RunStarted, from_wire
+from forklab.engine.events import AnyEvent, Event, RunForked, RunStarted, from_stored
 from forklab.engine.graph import GraphSpec, parse_stored_text
 from forklab.engine.graph_delta import StoredVersion, apply_delta, delta
 from forklab.engine.reducers import fold
@@ -286,11 +286,10 @@ class SqliteStore:
         decode = loads_for([row[3] for row in rows])
         for key, type_, at, body in rows:
             data = decode(body)
-            # the columns' copies (a body of the first layout holds the same seq and type)
-            data["seq"], data["type"], data["at"] = key & SEQ_MASK, type_, at
             if type_ == RunForked.TYPE:
                 self._restore_forked(run_id, data["payload"])
-            events.append(from_wire(data, run_id=run_id, owned=True))
+            # the columns' seq and type (a body of the first layout holds the same ones)
+            events.append(from_stored(type_, run_id, key & SEQ_MASK, at, data))
         return events
 
     # -- fork prefixes by reference ----------------------------------------------------------
