@@ -155,7 +155,7 @@ def test_node_reused_builds_what_its_init_builds(data: st.DataObject) -> None:
 def test_a_stored_row_of_an_unknown_type_or_another_schema_takes_the_wire_path() -> None:
     from forklab.engine.errors import EventGapError
 
-    with pytest.raises(EventGapError, match="unknown event type 'no.such'"):
+    with pytest.raises(EventGapError, match=r"unknown event type 'no\.such'"):
         from_stored("no.such", "r", 3, 1.0, {"payload": {}})
     cls = EVENT_TYPES["memory.written"]
     wire = _wire(cls, {"key": "k", "value": 1, "tainted": False, "deleted": False})
