@@ -11,6 +11,7 @@ read slice is tainted.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -50,12 +51,19 @@ def render(template: str, reads: dict[str, Any]) -> str:
     """Fill ``{key}`` placeholders from the read slice (non-strings as canonical JSON)."""
     if not template:
         return canonical_json(reads)
+    pieces = list(_pieces(template))
+    for i in range(1, len(pieces), 2):  # the keys, between the literal texts
+        v = reads.get(pieces[i], "")
+        pieces[i] = v if isinstance(v, str) else canonical_json(v)
+    return "".join(pieces)
 
-    def value(match: re.Match[str]) -> str:
-        v = reads.get(match.group(1), "")
-        return v if isinstance(v, str) else canonical_json(v)
 
-    return _PLACEHOLDER.sub(value, template)
+@functools.lru_cache(maxsize=1024)
+def _pieces(template: str) -> tuple[str, ...]:
+    """``template`` split at its placeholders: literal text, key, literal text, … (a node's
+    prompt is rendered once per execution; a join's holds one placeholder per branch, and
+    a substitution callback per placeholder was ~4x the cost of filling the split)."""
+    return tuple(_PLACEHOLDER.split(template))
 
 
 def execute(ctx: NodeContext, node: Any) -> str | None:
