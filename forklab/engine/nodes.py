@@ -44,7 +44,7 @@ from forklab.engine.providers import ChatRequest
 from forklab.engine.subgraphs import run_subgraph_node
 from forklab.engine.tools import ToolContext
 
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # one group: its split alternates text, key
 
 
 def render(template: str, reads: dict[str, Any]) -> str:
