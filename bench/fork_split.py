@@ -5,6 +5,7 @@
     .venv/bin/python bench/fork_split.py fork DIR last       # one fork before a chain's last node
     .venv/bin/python bench/fork_split.py repeat DIR [last] [N]   # N forks in one process
     .venv/bin/python bench/fork_split.py serve DIR [last]        # a fork per stdin line
+    .venv/bin/python bench/fork_split.py held DIR [last] [N]     # N forks of one loaded base
 
 ``record`` records the peers' 1,000-worker fan-out (20 ms model) into ``DIR/worker0`` and
 their 1,000-node chain (0 ms) into ``DIR/last``. Fork in a fresh process each time (the
@@ -25,6 +26,11 @@ wall times. On a host whose speed swings from one process to the next, interleav
 processes cannot separate a few percent; noise only ever adds time, so minima over many
 forks can (docs/benchmarks.md, eighth sitting). What a fresh process pays once (first
 calls, imports made inside the fork) is not in them: ``fork`` measures that.
+
+``held`` loads the base once (``load_base``, untimed) and forks that one ``BaseRun`` N times
+(default 15) into its store, printing the same figures: the server's path, whose
+``runs.bases`` keeps a finished run's loaded base per process, so a second fork of a run
+reads, folds and indexes nothing of it (the graph's parse is the loaded base's too).
 """
 
 from __future__ import annotations
@@ -40,9 +46,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers import forklab_peer
+from bench.peers.model import FakeModel
+from bench.peers.outcome import load_meta
+from forklab.engine import fork as fork_of
 from forklab.engine import graph as graph_module
 from forklab.engine import runner
 from forklab.engine.fork import core, result, variant
+from forklab.engine.sqlite_store import SqliteStore
 
 N = 1000
 SHAPES = {"worker0": ("fanout", 20), "last": ("chain", 0)}  # kind -> (base shape, model ms)
@@ -134,6 +144,30 @@ def repeat(directory: Path, kind: str, times: int) -> None:
           f"wall_min={wall[0]:.4f} wall_q1={wall[q1]:.4f}")
 
 
+def held(directory: Path, kind: str, times: int) -> None:
+    at, changed = forklab_peer.FORKS[kind](N)
+    model = FakeModel(SHAPES[kind][1])
+    env = forklab_peer.environment(model)
+    timed = []
+    with fresh_base(directory, kind) as base_dir:
+        store = SqliteStore(base_dir / forklab_peer.STORE)
+        base = core.load_base(load_meta(base_dir)["run_id"], store=store, env=env)
+        for _ in range(times):
+            gc.collect()
+            cpu_started, wall_started = time.process_time(), time.perf_counter()
+            forked = fork_of(base, at=at, change=changed, policy={"memoize": True},
+                             budget=forklab_peer.NO_BUDGET, ignore_budget=True)
+            timed.append((time.process_time() - cpu_started, time.perf_counter() - wall_started))
+            assert forked.state.status == "completed", forked.state.error
+        store.close()
+    cpu = sorted(c for c, _ in timed)
+    wall = sorted(w for _, w in timed)
+    q1, mid = times // 4, times // 2
+    print(f"{kind} held forks={times} calls={model.calls / times:g} cpu_min={cpu[0]:.4f} "
+          f"cpu_med={cpu[mid]:.4f} wall_min={wall[0]:.4f} wall_q1={wall[q1]:.4f} "
+          f"wall_med={wall[mid]:.4f}")
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     if args[:1] == ["record"] and len(args) == 2:
@@ -142,11 +176,12 @@ if __name__ == "__main__":
         fork(Path(args[1]), (args[2:] or ["worker0"])[0])
     elif args[:1] == ["serve"] and len(args) in (2, 3) and (args[2:] or ["worker0"])[0] in SHAPES:
         serve(Path(args[1]), (args[2:] or ["worker0"])[0])
-    elif args[:1] == ["repeat"] and 2 <= len(args) <= 4:
+    elif args[:1] in (["repeat"], ["held"]) and 2 <= len(args) <= 4:
         rest = args[2:]
         kind = rest.pop(0) if rest and rest[0] in SHAPES else "worker0"
         if len(rest) > 1 or (rest and not rest[0].isdigit()):
             sys.exit(__doc__)
-        repeat(Path(args[1]), kind, int(rest[0]) if rest else 15)
+        (repeat if args[0] == "repeat" else held)(Path(args[1]), kind,
+                                                  int(rest[0]) if rest else 15)
     else:
         sys.exit(__doc__)

@@ -2,14 +2,16 @@
 
 Prints the :class:`~bench.peers.outcome.Outcome` as one JSON line on stdout. A recording
 writes its store (and ``meta.json``) into ``--dir``; a fork runs on a directory holding a
-copy of a recording. Only the system measured is imported, so no other system's imports,
+copy of a recording (a warm fork first forks, untimed, a copy of that copy of its own). Only the system measured is imported, so no other system's imports,
 caches or threads are in the process.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     if measurement.fork is None:
         outcome = record(measurement.shape, args.n, latency, args.dir)
     else:
+        if measurement.warm:  # the same fork first, on a scratch copy: its figures are dropped
+            with tempfile.TemporaryDirectory(dir=args.dir.parent) as scratch:
+                shutil.copytree(args.dir, Path(scratch) / "warm-up")
+                fork(measurement.fork, args.n, latency, Path(scratch) / "warm-up")
         outcome = fork(measurement.fork, args.n, latency, args.dir)
     print(outcome.to_json())
     return 0

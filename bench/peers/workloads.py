@@ -9,6 +9,10 @@ Every system reads its prompts from here, so "node i" means the same agent every
 
 A measurement is one timed operation in a fresh process (``worker.py``): recording a shape,
 or one fork of a recorded shape. Forks start from a copy of the recording's store on disk.
+A *warm* fork is the same fork made second in its process: the process first makes it,
+untimed, on another copy of the recording, so imports, first calls and caches keyed by
+content (a parsed graph, a compiled one) are warm, but nothing of the run timed is held —
+what a long-lived server pays for a fork, where a fresh process is what a CLI pays.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class Measurement:
     shape: str  # "chain" | "fanout"
     fork: str | None
     title: str
+    warm: bool = False  # made second in its process (see the module's docstring)
 
 
 RECORD_CHAIN = Measurement("record-chain", "chain", None, "record a chain, 0 ms")
@@ -55,8 +60,11 @@ FORK_LAST = Measurement("fork-last", "chain", "last",
 RECORD_FANOUT = Measurement("record-fanout", "fanout", None, "record a fan-out, 20 ms")
 FORK_WORKER = Measurement("fork-worker0", "fanout", "worker0",
                           "fan-out, change worker 0 (its prompt), 20 ms")
+FORK_WORKER_WARM = Measurement("fork-worker0-warm", "fanout", "worker0",
+                               "the same, second fork in a warm process", warm=True)
 
-MEASUREMENTS = (NULL_FORK, FORK_LAST, FORK_WORKER, RECORD_FANOUT, RECORD_CHAIN)
+MEASUREMENTS = (NULL_FORK, FORK_LAST, FORK_WORKER, FORK_WORKER_WARM, RECORD_FANOUT,
+                RECORD_CHAIN)
 SHAPES = ("chain", "fanout")
 
 
