@@ -109,7 +109,8 @@ class RunStreamConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # untype
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         after_text = query.get("after", ["0"])[0]
         self.format = query.get("format", ["json"])[0]
-        if not after_text.isdigit() or self.format not in FORMATS:
+        # isascii: str.isdigit also accepts digits int() refuses ('²')
+        if not (after_text.isascii() and after_text.isdigit()) or self.format not in FORMATS:
             return await self.refuse(CLOSE_BAD_REQUEST)
         run_id = self.scope["url_route"]["kwargs"]["run_id"]
         try:

@@ -79,6 +79,15 @@ def test_only_admins_create_list_and_revoke_links(world: World) -> None:
     assert token in listing and "Revoke" in listing
 
 
+@pytest.mark.parametrize("target", [{"kind": "bogus"}, {"kind": ""},
+                                    {"kind": "point", "seq": "abc"}])
+def test_a_share_the_use_case_refuses_is_a_400_page_with_its_reason(
+        world: World, target: dict[str, str]) -> None:
+    response = world.client("demo").post("/shares/", {**target, "run": world.runs["diamond"]})
+    assert response.status_code == 400
+    assert ("share kind" in page(response)) or ("seq" in page(response))
+
+
 def test_the_share_use_cases_check_their_targets(world: World) -> None:
     admin = world.users["demo"]
     with pytest.raises(ForklabError) as unknown:

@@ -160,7 +160,7 @@ async def test_an_unauthenticated_client_is_closed_with_4401(
     assert await close_code(communicator(world.base.id, "", headers)) == 4401
 
 
-@pytest.mark.parametrize("query", ["after=-1", "after=x", "format=xml"])
+@pytest.mark.parametrize("query", ["after=-1", "after=x", "after=%C2%B2", "format=xml"])
 async def test_a_malformed_query_is_closed_with_4400(world: World, query: str) -> None:
     assert await close_code(communicator(world.base.id, query, token_header(world.token))) == 4400
 

@@ -13,7 +13,7 @@ from django_htmx.middleware import HtmxDetails
 from forklab.engine.errors import RunNotFound
 from forklab.runs import queries
 from forklab.runs.access import PermissionDenied, role_in
-from forklab.runs.errors import NotFound
+from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Project, Role, Run
 from forklab.web.views.errors import error_page
 
@@ -27,7 +27,9 @@ View = Callable[..., HttpResponse]
 
 
 def page_errors(view: View) -> View:
-    """``not_found`` → the 404 page, ``permission_denied`` → the 403 page.
+    """``not_found`` → the 404 page, ``permission_denied`` → the 403 page,
+    ``invalid_argument`` (a form value the use case refuses: a share's kind or seq) → the
+    400 page with its message.
 
     A run outside the user's projects is ``not_found`` in the use cases already, so the page
     never confirms that it exists.
@@ -41,6 +43,8 @@ def page_errors(view: View) -> View:
             return error_page(request, 404, exc.message)
         except PermissionDenied as exc:
             return error_page(request, 403, exc.message)
+        except InvalidArgument as exc:
+            return error_page(request, 400, exc.message)
 
     return wrapped
 
