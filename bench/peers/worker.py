@@ -2,8 +2,9 @@
 
 Prints the :class:`~bench.peers.outcome.Outcome` as one JSON line on stdout. A recording
 writes its store (and ``meta.json``) into ``--dir``; a fork runs on a directory holding a
-copy of a recording (a warm fork first forks, untimed, a copy of that copy of its own). Only the system measured is imported, so no other system's imports,
-caches or threads are in the process.
+copy of a recording (a warm fork first forks, untimed, a scratch copy of that copy). Only
+the system measured is imported, so no other system's imports, caches or threads are in
+the process.
 """
 
 from __future__ import annotations
