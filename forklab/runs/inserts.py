@@ -12,14 +12,23 @@ set by the model's constructor) and ``get_db_prep_save`` (JSON encoding, dates, 
 the values stored are exactly the ORM's. What it does not do: ``pre_save``/``post_save``
 signals (no receiver listens to the models inserted this way: the tests say so) and
 database-generated primary keys (the models inserted here carry their own).
+
+:func:`insert_values` is the bulk form, for the log's rows (events, usage records): many
+rows of one model as plain tuples in one ``executemany`` — no model instance per row, and
+no per-value preparation where the value already is what the driver takes (a ``str`` for a
+text column, an ``int`` for an integer one); dates, JSON and decimals are still prepared by
+their field. ``bulk_create`` spent more CPU building its statement and preparing every value
+than the database took to store the rows (a fork tail of 1,000 served nodes: ~40% of its
+append).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import connections
+from django.db import connections, models
 from django.db.models import Model
 
 _statements: dict[tuple[type[Model], str], tuple[str, list[Any]]] = {}
@@ -69,3 +78,56 @@ def insert(*rows: Model, using: str = "default") -> None:
                 cursor.execute(sql, params)
     for row in rows:
         row._state.adding, row._state.db = False, using
+
+
+# columns whose ``get_db_prep_save`` returns a value of exactly this type unchanged
+_PLAIN: tuple[tuple[type[models.Field[Any, Any]], tuple[type, ...]], ...] = (
+    (models.CharField, (str,)),
+    (models.TextField, (str,)),
+    (models.IntegerField, (int,)),  # and its Small/Big/Positive kinds
+    (models.FloatField, (float, int)),
+    (models.BooleanField, (bool,)),
+)
+
+
+def _preparer(field: Any, connection: Any) -> Callable[[Any], Any]:
+    """How a value of ``field`` becomes a parameter: as is when it already has the column's
+    plain type (or is None), else through the field, exactly as the ORM prepares it."""
+    target = field.target_field if field.is_relation else field
+    plain = next((kinds for kind, kinds in _PLAIN if isinstance(target, kind)), ())
+    prepare = field.get_db_prep_save
+
+    def prepared(value: Any) -> Any:
+        # exact types: a bool is no int here, nor a str subclass a str
+        return value if value is None or type(value) in plain else prepare(value, connection)
+
+    return prepared
+
+
+def insert_values(model: type[Model], attnames: Sequence[str], rows: Sequence[Sequence[Any]],
+                  *, using: str = "default") -> None:
+    """Insert ``rows`` (tuples of ``attnames``' values, in order) into ``model``'s table in
+    one ``executemany``.
+
+    ``attnames`` must name every concrete field but a database-generated primary key: a
+    Python-side default is not applied here, so a missing column is an error, not a guess.
+    """
+    meta = model._meta
+    fields = {f.attname: f for f in meta.local_concrete_fields
+              if not getattr(f, "db_returning", False)}
+    missing = sorted(set(fields) - set(attnames))
+    unknown = sorted(set(attnames) - set(fields))
+    if missing or unknown:
+        raise ValueError(f"insert_values into {meta.label}: columns missing {missing}, "
+                         f"not insertable {unknown}")
+    if not rows:
+        return
+    connection = connections[using]
+    quote: Any = connection.ops.quote_name
+    columns = [fields[name] for name in attnames]
+    sql = (f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in columns)}) "
+           f"VALUES ({', '.join(['%s'] * len(columns))})")
+    prepare = [_preparer(f, connection) for f in columns]
+    params = [[p(value) for p, value in zip(prepare, row, strict=True)] for row in rows]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)

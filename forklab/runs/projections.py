@@ -50,7 +50,7 @@ from forklab.engine.fork.diff import incurred_usd
 from forklab.engine.fork.wire import StoredForkResult
 from forklab.engine.state import RunState
 from forklab.engine.store import Store
-from forklab.runs import metrics
+from forklab.runs import inserts, metrics
 from forklab.runs import models as m
 from forklab.runs.models import ForkResult, Run, RunKind
 
@@ -135,36 +135,31 @@ class UsageProjection:
     served node (``node.reused``) gets one record for its reused responses together (the
     record is keyed by seq, and its responses share the event's)."""
 
-    @staticmethod
-    def apply(batch: Appended) -> None:
-        usage = [
-            m.UsageRecord(
-                run_id=batch.run_id, seq=e.seq, node=e.node or "",
-                role="" if e.role is None else (e.role if e.index is None
-                                                 else f"{e.role}[{e.index}]"),
-                model=e.model, label=e.label, input_tokens=e.input_tokens,
-                output_tokens=e.output_tokens, cost_usd=_usd(e.cost_usd), created_at=_when(e.at),
-            )
-            for e in batch.events if isinstance(e, AgentResponded)
-        ]
-        usage.extend(_reused_usage(batch.run_id, e) for e in batch.events
-                     if isinstance(e, NodeReused)
-                     and any(isinstance(a, AgentAnswer) for a in e.actions))
-        if usage:
-            m.UsageRecord.objects.using(batch.using).bulk_create(usage)
+    COLUMNS = ("run_id", "seq", "node", "role", "model", "label", "input_tokens",
+               "output_tokens", "cost_usd", "created_at")
+
+    @classmethod
+    def apply(cls, batch: Appended) -> None:
+        usage = []
+        for e in batch.events:
+            if isinstance(e, AgentResponded):
+                role = "" if e.role is None else (e.role if e.index is None
+                                                  else f"{e.role}[{e.index}]")
+                usage.append((batch.run_id, e.seq, e.node or "", role, e.model, e.label,
+                              e.input_tokens, e.output_tokens, _usd(e.cost_usd), _when(e.at)))
+            elif isinstance(e, NodeReused) and any(isinstance(a, AgentAnswer) for a in e.actions):
+                usage.append(_reused_usage(batch.run_id, e))
+        inserts.insert_values(m.UsageRecord, cls.COLUMNS, usage, using=batch.using)
 
 
-def _reused_usage(run_id: str, event: NodeReused) -> Any:
+def _reused_usage(run_id: str, event: NodeReused) -> tuple[Any, ...]:
     answers = [a for a in event.actions if isinstance(a, AgentAnswer)]
     roles = [a.role if a.index is None else f"{a.role}[{a.index}]"
              for a in answers if a.role is not None]
     costs = [a.cost_usd for a in answers]
-    return m.UsageRecord(
-        run_id=run_id, seq=event.seq, node=event.node or "", role=",".join(roles)[:100],
-        model=answers[0].model, label="reused",
-        input_tokens=sum(a.input_tokens for a in answers),
-        output_tokens=sum(a.output_tokens for a in answers),
-        cost_usd=_usd(_total(costs)), created_at=_when(event.at))
+    return (run_id, event.seq, event.node or "", ",".join(roles)[:100], answers[0].model,
+            "reused", sum(a.input_tokens for a in answers),
+            sum(a.output_tokens for a in answers), _usd(_total(costs)), _when(event.at))
 
 
 def _total(costs: list[float | None]) -> float | None:
@@ -192,7 +187,7 @@ class MetricsProjection:
     @staticmethod
     def apply(batch: Appended) -> None:
         counted = metrics.observations(batch.events, batch.state)
-        transaction.on_commit(lambda: metrics.apply(counted), using=batch.using)
+        transaction.on_commit(counted.apply, using=batch.using)
 
 
 #: applied in this order by every append

@@ -50,12 +50,16 @@ from forklab.engine.graph import GraphSpec, parse_graph
 from forklab.engine.reducers import check_next, evolve
 from forklab.engine.state import RunState
 from forklab.engine.store import check_append, graph_hash
+from forklab.runs import inserts
 from forklab.runs import models as m
 from forklab.runs.errors import LeaseLost
 from forklab.runs.leases import ttl
 from forklab.runs.projections import WRITE_PROJECTIONS, Appended
 
 DEFAULT_PROJECT_SLUG = "default"
+# an appended event's row, in the order ``_insert`` gives its values
+_INSERTED = ("run_id", "seq", "type", "node", "occurrence", "iteration", "payload", "at",
+             "timestamp", "v")
 _EVENT_FIELDS = ("seq", "type", "v", "node", "occurrence", "iteration", "payload", "timestamp")
 
 
@@ -226,12 +230,11 @@ class DjangoStore:
         return self.project
 
     def _insert(self, run_id: str, events: list[Event]) -> None:
-        self._events().bulk_create([
-            m.Event(run_id=run_id, seq=e.seq, type=e.type, node=e.node,
-                    occurrence=e.occurrence, iteration=e.iteration, payload=e.payload(),
-                    at=_when(e.at), timestamp=e.at, v=e.SCHEMA)
+        inserts.insert_values(m.Event, _INSERTED, [
+            (run_id, e.seq, e.type, e.node, e.occurrence, e.iteration, e.payload(), _when(e.at),
+             e.at, e.SCHEMA)
             for e in events
-        ])
+        ], using=self.using)
 
     # -- graphs ----------------------------------------------------------------------------
     def save_graph(self, graph: GraphSpec) -> int:
