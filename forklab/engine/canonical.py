@@ -107,7 +107,7 @@ _STORED_OPTIONS = (orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DAT
                    | orjson.OPT_PASSTHROUGH_SUBCLASS)
 
 
-def stored_json(value: Any) -> str:
+def stored_json(value: Any, fallback: Callable[[Any], str] = _STORED.encode) -> str:
     """JSON text of ``value`` to store (an event body), which :func:`loads` reads back to
     exactly what it reads from ``json.dumps(value, ensure_ascii=False)``, key order and
     types included; the text itself may differ in whitespace and float spelling.
@@ -121,13 +121,15 @@ def stored_json(value: Any) -> str:
     :func:`canonical_json_stripped` lists (wide integers, non-string keys, lone surrogates,
     dataclasses, datetimes, subclasses): those go to the json module, which raises
     TypeError on what it cannot write, as before. (orjson still writes a plain ``Enum`` or
-    a ``UUID``, which the json module would refuse; engine values are plain JSON data.)"""
+    a ``UUID``, which the json module would refuse; engine values are plain JSON data.)
+    ``fallback`` is that json module encoder: another one (``ensure_ascii`` on, so a lone
+    surrogate is escaped rather than written) changes how the refused values are written."""
     try:
         data = orjson.dumps(value, option=_STORED_OPTIONS)
     except TypeError:
-        return _STORED.encode(value)
+        return fallback(value)
     if b"null" in data and orjson.loads(data) != value:
-        return _STORED.encode(value)
+        return fallback(value)
     return data.decode()
 
 

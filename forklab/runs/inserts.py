@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import connections, models
@@ -94,8 +95,18 @@ def _preparer(field: Any, connection: Any) -> Callable[[Any], Any]:
     """How a value of ``field`` becomes a parameter: as is when it already has the column's
     plain type (or is None), else through the field, exactly as the ORM prepares it."""
     target = field.target_field if field.is_relation else field
-    plain = next((kinds for kind, kinds in _PLAIN if isinstance(target, kind)), ())
     prepare = field.get_db_prep_save
+    if isinstance(target, models.DateTimeField):
+        adapt = connection.ops.adapt_datetimefield_value
+
+        def moment(value: Any) -> Any:
+            # an aware datetime needs none of get_prep_value's parsing or naive warnings
+            if type(value) is datetime and value.tzinfo is not None:
+                return adapt(value)
+            return prepare(value, connection)
+
+        return moment
+    plain = next((kinds for kind, kinds in _PLAIN if isinstance(target, kind)), ())
 
     def prepared(value: Any) -> Any:
         # exact types: a bool is no int here, nor a str subclass a str

@@ -7,16 +7,32 @@ as the events it derives from, so it is never ahead of or behind the log.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from forklab.engine.canonical import stored_json
 from forklab.engine.status import FINISHED_STATUSES, RunKind, RunStatus
 from forklab.runs.models.access import Project
 from forklab.runs.models.graphs import GraphVersion
 
 # every USD amount: up to 10 integer digits and 10 decimal places
 USD_DIGITS, USD_PLACES = 20, 10
+
+
+class StoredJSONEncoder(json.JSONEncoder):
+    """The JSON text of the log's and the projections' JSON columns, written by
+    :func:`forklab.engine.canonical.stored_json`: orjson where what it writes reads back to
+    exactly what the json module's text does (~5x faster; a fork's final state is ~1 MB),
+    else this encoder as Django's default (``ensure_ascii``: a lone surrogate an older
+    version let in is escaped, as before) — so a column reads back as it always did, and a
+    value the json module refuses is refused as before."""
+
+    def encode(self, o: Any) -> str:
+        return stored_json(o, super().encode)
 
 
 __all__ = ["RunKind", "RunStatus"]  # the engine's: one set of words from the fold to the API
@@ -56,14 +72,15 @@ class Run(models.Model):
     )
     fork_sequence_id = models.PositiveIntegerField(null=True, blank=True)
     fork_node_id = models.CharField(max_length=100, null=True, blank=True)
-    fork_mutations = models.JSONField(default=list, blank=True)  # wire-form changes
+    # wire-form changes
+    fork_mutations = models.JSONField(encoder=StoredJSONEncoder, default=list, blank=True)
     fork_group_id = models.CharField(max_length=64, null=True, blank=True, db_index=True)
     replay_version = models.PositiveIntegerField(default=0)
 
-    input = models.JSONField(default=dict, blank=True)
-    memory = models.JSONField(default=dict, blank=True)
-    path = models.JSONField(default=list, blank=True)
-    error = models.JSONField(null=True, blank=True)
+    input = models.JSONField(encoder=StoredJSONEncoder, default=dict, blank=True)
+    memory = models.JSONField(encoder=StoredJSONEncoder, default=dict, blank=True)
+    path = models.JSONField(encoder=StoredJSONEncoder, default=list, blank=True)
+    error = models.JSONField(encoder=StoredJSONEncoder, null=True, blank=True)
 
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
@@ -118,7 +135,7 @@ class Event(models.Model):
     node = models.CharField(max_length=100, null=True, blank=True)
     occurrence = models.PositiveIntegerField(null=True, blank=True)
     iteration = models.PositiveIntegerField(null=True, blank=True)
-    payload = models.JSONField(default=dict)
+    payload = models.JSONField(encoder=StoredJSONEncoder, default=dict)
     at = models.DateTimeField()
     # The engine's exact float timestamp: ``at`` keeps microseconds only, and folded state
     # (started_at, durations) must round-trip exactly.
@@ -146,7 +163,7 @@ class FinalState(models.Model):
     run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True,
                                related_name="final_state")
     version = models.PositiveIntegerField()  # the run's last seq when it finished
-    state = models.JSONField()  # RunState.to_wire()
+    state = models.JSONField(encoder=StoredJSONEncoder)  # RunState.to_wire()
 
     def __str__(self) -> str:
         return f"{self.run_id} final@{self.version}"
@@ -164,7 +181,8 @@ class ForkResult(models.Model):
     run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True,
                                related_name="fork_result")
     version = models.PositiveIntegerField()
-    result = models.JSONField()  # the Fork result fields of ForkResult.to_wire()
+    # the Fork result fields of ForkResult.to_wire()
+    result = models.JSONField(encoder=StoredJSONEncoder)
 
     def __str__(self) -> str:
         return f"{self.run_id} fork result@{self.version}"
@@ -173,7 +191,7 @@ class ForkResult(models.Model):
 class Snapshot(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="snapshots")
     version = models.PositiveIntegerField()  # seq of the last event folded into ``state``
-    state = models.JSONField()  # RunState.to_wire()
+    state = models.JSONField(encoder=StoredJSONEncoder)  # RunState.to_wire()
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
