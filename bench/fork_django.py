@@ -14,7 +14,11 @@ what is measured). Then, timed one by one with ``time.process_time`` and ``perf_
   server's first fork of a run;
 - ``held``: N more forks of the base ``runs.bases`` now holds (default 15), each a fresh
   variant run with its events, its run row and final state written through the ORM — a
-  server's second and later forks of a run.
+  server's second and later forks of a run;
+- ``result``: after each of those forks, its worker's ``after_work`` step — storing the
+  fork's result as it holds it (``ForkResultProjection.hold``, then ``after_run``) — and,
+  for comparison, ``refresh``: the same result rebuilt from both logs, as a read finding no
+  stored result does (and a worker did before it held results).
 
 Each fork is the peers' fork (``bench.peers.forklab_peer.FORKS``: memoize on, budgets
 lifted) and must complete with the peers' call count (2 for ``worker0``, 1 for ``last``).
@@ -61,11 +65,16 @@ def build(shape: str, model: FakeModel) -> tuple[Any, str]:
     return store, recorded.run_id
 
 
-def one_fork(kind: str, store: Any, run_id: str, model: FakeModel) -> tuple[float, float]:
-    """CPU and wall seconds of one fork of the base ``runs.bases`` holds (or loads)."""
+def one_fork(kind: str, store: Any, run_id: str, model: FakeModel) -> tuple[float, ...]:
+    """CPU and wall seconds of one fork of the base ``runs.bases`` holds (or loads), then
+    the CPU seconds of its worker's ``after_work`` step: storing the fork's result (the
+    one in hand, ``ForkResultProjection.hold``) and of rebuilding it from both logs instead
+    (``refresh``: what a worker did before it held results)."""
     from forklab.engine import fork
     from forklab.runs import bases
     from forklab.runs.models import Run
+    from forklab.runs.projections import ForkResultProjection
+    from forklab.runs.store import DjangoStore
 
     at, changed = forklab_peer.FORKS[kind](N)
     env = forklab_peer.environment(model)
@@ -79,7 +88,14 @@ def one_fork(kind: str, store: Any, run_id: str, model: FakeModel) -> tuple[floa
     if result.state.status != "completed" or model.calls - calls != KINDS[kind][2]:
         raise SystemExit(f"the fork ended {result.state.status} after "
                          f"{model.calls - calls} calls: {result.state.error}")
-    return spent
+    cpu = time.process_time()
+    ForkResultProjection.hold(result)
+    ForkResultProjection.after_run(result.run_id, DjangoStore)
+    held = time.process_time() - cpu
+    variant = Run.objects.select_related("project").get(pk=result.run_id)
+    cpu = time.process_time()
+    ForkResultProjection.refresh(variant, DjangoStore(variant.project))
+    return (*spent, held, time.process_time() - cpu)
 
 
 def main(argv: list[str]) -> None:
@@ -94,12 +110,13 @@ def main(argv: list[str]) -> None:
         store, run_id = build(shape, model)
         first = one_fork(kind, store, run_id, model)
         held = [one_fork(kind, store, run_id, model) for _ in range(times)]
-    cpu, wall = sorted(c for c, _ in held), sorted(s for _, s in held)
+    cpu, wall = sorted(f[0] for f in held), sorted(f[1] for f in held)
     print(f"{kind} django first: cpu={first[0]:.4f} wall={first[1]:.4f}")
     print(f"{kind} django held forks={times} cpu_min={cpu[0]:.4f} "
           f"cpu_med={statistics.median(cpu):.4f} wall_min={wall[0]:.4f} "
           f"wall_q1={wall[times // 4]:.4f} wall_med={statistics.median(wall):.4f}")
-
+    print(f"{kind} django result: held cpu_med={statistics.median(f[2] for f in held):.4f} "
+          f"rebuilt cpu_med={statistics.median(f[3] for f in held):.4f}")
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -132,6 +132,8 @@ def _start(run: Run, store: DjangoStore) -> str:
     work = run.work or {}
     if work.get("task") == "fork":
         from forklab.engine.fork.core import run_plan
+        from forklab.engine.fork.result import result_of
+        from forklab.runs.projections import ForkResultProjection
         from forklab.runs.specs import ForkSpec
 
         spec = ForkSpec.model_validate(work["spec"])
@@ -142,6 +144,9 @@ def _start(run: Run, store: DjangoStore) -> str:
         runner = run_plan(plan, run_id=run.id, label=spec.label, store=store,
                           ignore_budget=spec.ignore_budget,
                           fork_group_id=run.fork_group_id, **kwargs)
+        # the result in hand, for after_work to store without reading both logs again
+        ForkResultProjection.hold(result_of(plan, runner.state, run_id=run.id,
+                                            label=spec.label, fork_group_id=run.fork_group_id))
         return runner.state.status
     if work.get("task") == "record":
         graph = store.load_graph(work["graph_id"], work["version"])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,6 +48,7 @@ from forklab.engine.events import (
     RunStarted,
 )
 from forklab.engine.fork.diff import incurred_usd
+from forklab.engine.fork.result import ForkResult as EngineForkResult
 from forklab.engine.fork.wire import StoredForkResult
 from forklab.engine.state import RunState
 from forklab.engine.store import Store
@@ -230,22 +232,55 @@ class ForkResultProjection:
 
         loaded = load_fork_result(run.id, store=store, env=build_environment())
         result = StoredForkResult.of(loaded.wire_model(), base_version=loaded.base_state.version)
+        cls._store(run, result)
+        return result
+
+    @staticmethod
+    def _store(run: Run, result: StoredForkResult) -> None:
         # a concurrent reader or worker may store the same result first
         with contextlib.suppress(IntegrityError):
             ForkResult.objects.update_or_create(
                 run_id=run.pk, defaults={"version": run.last_seq, "result": result.to_wire()})
-        return result
+
+    @classmethod
+    def hold(cls, result: EngineForkResult) -> None:
+        """Keep the result of a fork this worker just finished, as the engine returned it,
+        for :meth:`after_run` to store without reading either log again.
+
+        Sound because the returned result and the one ``load_fork_result`` rebuilds from the
+        logs are equal (``tests/engine/fork/test_result_rebuilt.py``); kept with the fork's
+        last seq, and used only if the run still ends there. Called only on the paths whose
+        ``after_work`` runs in a ``finally`` (``tasks.claim_and_drive``, ``recover_run``,
+        ``execute_sweep``), which take it out again.
+        """
+        state = result.state
+        if result.run_id is None or state is None or not state.finished:
+            return
+        stored = StoredForkResult.of(result.wire_model(), base_version=result.base_state.version)
+        with _held_lock:
+            _held[result.run_id] = (state.version, stored)
 
     @classmethod
     def after_run(cls, run_id: str, store_for: Callable[[m.Project], Store]) -> None:
-        """Called when a worker leaves a run: store a finished fork's result. Never raises
-        (a read computes what this could not)."""
+        """Called when a worker leaves a run: store a finished fork's result (the one it
+        holds, else computed from the logs). Never raises (a read computes what this could
+        not)."""
+        with _held_lock:
+            held = _held.pop(run_id, None)
         run = Run.objects.select_related("project").filter(pk=run_id).first()
         if run is None or not cls.applies_to(run):
             return
         try:
-            cls.refresh(run, store_for(run.project))
+            if held is not None and held[0] == run.last_seq:
+                cls._store(run, held[1])
+            else:
+                cls.refresh(run, store_for(run.project))
         except ForklabError as exc:
             log.warning("fork %s: result not stored: %s: %s", run_id, exc.code, exc.message)
         except Exception:
             log.exception("fork %s: result not stored", run_id)
+
+
+# fork results held between a worker's drive and its after_work: run id -> (last seq, result)
+_held: dict[str, tuple[int, StoredForkResult]] = {}
+_held_lock = threading.Lock()

@@ -145,6 +145,8 @@ def execute_sweep(group: str, spec: dict[str, JsonValue], run_ids: dict[str, str
             planned, concurrency=sweep.concurrency, ignore_budget=sweep.ignore_budget,
             fork_group_id=group, store=DjangoStore(base.project, lease=owner),
             on_event=lambda _name, event: execution.on_event(event), run_ids=live)
+        for variant in result.results.values():  # after_work stores them, reading no log
+            ForkResultProjection.hold(variant)
         for name, error in result.errors.items():
             run = Run.objects.select_related("project").get(pk=live[name])
             execution.fail(run, DjangoStore(run.project, lease=owner),
