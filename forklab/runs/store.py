@@ -24,15 +24,18 @@ refolded on every append.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from django.contrib.auth.models import User as Account
 from django.db import DataError, IntegrityError, transaction
-from django.db.models import Max, Min, QuerySet
+from django.db.models import Max, Min, QuerySet, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
+from forklab.engine.canonical import loads_for
 from forklab.engine.errors import (
     EventGapError,
     ForklabError,
@@ -60,7 +63,17 @@ DEFAULT_PROJECT_SLUG = "default"
 # an appended event's row, in the order ``_insert`` gives its values
 _INSERTED = ("run_id", "seq", "type", "node", "occurrence", "iteration", "payload", "at",
              "timestamp", "v")
-_EVENT_FIELDS = ("seq", "type", "v", "node", "occurrence", "iteration", "payload", "timestamp")
+# a read event's columns, its payload as JSON text (decoded by canonical.loads_for)
+_EVENT_FIELDS = ("seq", "type", "v", "node", "occurrence", "iteration",
+                 Cast("payload", TextField()), "timestamp")
+
+
+def _utf8(text: str) -> bytes | None:
+    """``text``'s UTF-8 bytes; None for a text holding a lone surrogate (read as text)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return None
 
 
 def default_project(*, using: str = "default") -> m.Project:
@@ -165,14 +178,25 @@ class DjangoStore:
             "appended", run_id=run_id, expected_seq=expected_seq)
 
     def read(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[AnyEvent]:
+        """The events after ``after`` (up to ``upto``), by seq.
+
+        Payloads are selected as their JSON text and decoded by the engine's
+        :func:`~forklab.engine.canonical.loads_for` (orjson wherever it reads the text as the
+        json module does, which is what the column's own decoding calls): a base's 5,000
+        payloads were ~40% of reading its log.
+        """
         rows = self._events().filter(run_id=run_id, seq__gt=after)
         if upto is not None:
             rows = rows.filter(seq__lte=upto)
+        found = list(rows.order_by("seq").values_list(*_EVENT_FIELDS))
+        blobs = [_utf8(row[6]) for row in found]
+        decode = loads_for([b for b in blobs if b is not None])
         return [
             from_wire({"seq": seq, "type": type_, "v": v, "node": node, "occurrence": occ,
-                       "iteration": it, "payload": payload, "at": ts}, run_id=run_id)
-            for seq, type_, v, node, occ, it, payload, ts
-            in rows.order_by("seq").values_list(*_EVENT_FIELDS)
+                       "iteration": it, "at": ts,
+                       "payload": json.loads(text) if blob is None else decode(blob)},
+                      run_id=run_id)
+            for (seq, type_, v, node, occ, it, text, ts), blob in zip(found, blobs, strict=True)
         ]
 
     def last_seq(self, run_id: str) -> int:
