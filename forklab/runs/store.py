@@ -35,7 +35,7 @@ from django.db.models import Max, Min, QuerySet, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from forklab.engine.canonical import loads_for
+from forklab.engine.canonical import loads, loads_for
 from forklab.engine.errors import (
     EventGapError,
     ForklabError,
@@ -338,7 +338,7 @@ class DjangoStore:
 
     def load_final_state(self, run_id: str) -> RunState | None:
         """The ``FinalState`` row written with the event that finished the run."""
-        row = (m.FinalState.objects.using(self.using).filter(run_id=run_id)
-               .values_list("state", flat=True).first())
-        return None if row is None else RunState.from_wire(row, owned=True)
+        text = (m.FinalState.objects.using(self.using).filter(run_id=run_id)
+                .values_list(Cast("state", TextField()), flat=True).first())
+        return None if text is None else RunState.from_wire(loads(text), owned=True)
 
