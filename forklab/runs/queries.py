@@ -9,6 +9,7 @@ from django.db.models import Max, QuerySet
 
 from forklab.engine.graph import GraphSpec
 from forklab.engine.reused_form import expand
+from forklab.runs import store
 from forklab.runs.access import User
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Case, Event, Graph, Project, Run, RunKind, RunStatus
@@ -284,11 +285,15 @@ def fork_prefix(run_id: str) -> ForkPrefix:
     from django.db.models import F
 
     row = (Event.objects.filter(run_id=run_id, type="run.forked")
-           .values(memory=F("payload__prefix_state__memory"),
-                   input=F("payload__prefix_state__input")).first())
+           .values_list(F("payload__prefix_state__memory"),
+                        F("payload__prefix_state__input")).first())
     if row is None:
         return ForkPrefix(memory={}, input={})
-    return ForkPrefix(memory=row["memory"] or {}, input=row["input"] or {})
+    memory, input_ = row
+    if memory is None and input_ is None:  # by reference to its base's log (forked_rows)
+        prefix = (store.forked_payload(run_id) or {}).get("prefix_state") or {}
+        memory, input_ = prefix.get("memory"), prefix.get("input")
+    return ForkPrefix(memory=memory or {}, input=input_ or {})
 
 
 def graph_of(run: Run) -> GraphSpec:
@@ -300,6 +305,8 @@ def graph_of(run: Run) -> GraphSpec:
     if run.run_kind == RunKind.COUNTERFACTUAL:
         spec = (Event.objects.filter(run_id=run.id, type="run.forked")
                 .values_list(F("payload__graph"), flat=True).first())
+        if spec is None:  # stored as a delta against its graph version (forked_rows)
+            spec = (store.forked_payload(run.id) or {}).get("graph")
         if spec:
             return parse_graph(spec)
     if run.graph_version is None:
@@ -320,7 +327,8 @@ def list_events(run: Run, *, type: str | None = None, after: int = 0,
     if type is not None:
         rows = rows.filter(type=type)
     return [{"seq": seq, "type": type_, "node": node, "occurrence": occurrence,
-             "iteration": iteration, "payload": payload, "at": at.isoformat()}
+             "iteration": iteration, "payload": store.restored_payload(run.pk, type_, payload),
+             "at": at.isoformat()}
             for seq, type_, node, occurrence, iteration, payload, at in
             rows.order_by("seq").values_list(*_EVENT_SHAPE)[:limit]]
 

@@ -20,6 +20,7 @@ from django.db.models import F, TextField
 from django.db.models.functions import Cast
 
 from forklab.engine.fork.wire import CallWire, ForkPointWire, RunDiffWire
+from forklab.runs import forked_rows
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Event, Run
 
@@ -159,6 +160,7 @@ def clear_caches() -> None:
     """Forget every cached log, state and view (benchmarks measure cold renders with it)."""
     for cache in (_EVENTS, _STATES, _COMPARISONS, _DIFFS, VIEWS):
         cache.clear()
+    forked_rows.clear_caches()
 
 
 def run_diff(base: Run, variant: Run) -> RunDiff:

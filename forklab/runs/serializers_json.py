@@ -11,6 +11,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from forklab.runs import store
 from forklab.runs.models import Event, Run
 
 
@@ -91,7 +92,8 @@ def event_to_json(event: Event) -> dict[str, Any]:
         "node": event.node,
         "occurrence": event.occurrence,
         "iteration": event.iteration,
-        "payload": readable_payload(event.payload),
+        "payload": readable_payload(store.restored_payload(event.run_id, event.type,
+                                                         event.payload)),
         "at": iso(event.at),
     }
 

@@ -28,6 +28,7 @@ import json
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from django.contrib.auth.models import User as Account
 from django.db import DataError, IntegrityError, transaction
@@ -47,13 +48,14 @@ from forklab.engine.errors import (
 from forklab.engine.events import (
     AnyEvent,
     Event,
+    RunForked,
     from_wire,
 )
 from forklab.engine.graph import GraphSpec, parse_graph
 from forklab.engine.reducers import check_next, evolve
 from forklab.engine.state import RunState
 from forklab.engine.store import check_append, graph_hash
-from forklab.runs import inserts
+from forklab.runs import forked_rows, inserts
 from forklab.runs import models as m
 from forklab.runs.errors import LeaseLost
 from forklab.runs.leases import ttl
@@ -141,7 +143,7 @@ class DjangoStore:
                     check_next(state, event)  # type: ignore[arg-type]
                     evolve(state, event)
                 project_id = locked[0][1] if locked else self._new_run(run_id, state).project_id
-                self._insert(run_id, events)
+                self._insert(run_id, events, project_id)
                 batch = Appended(run_id=run_id, project_id=project_id, state=state,
                                  events=events, using=self.using)
                 for projection in WRITE_PROJECTIONS:
@@ -191,13 +193,18 @@ class DjangoStore:
         found = list(rows.order_by("seq").values_list(*_EVENT_FIELDS))
         blobs = [_utf8(row[6]) for row in found]
         decode = loads_for([b for b in blobs if b is not None])
-        return [
-            from_wire({"seq": seq, "type": type_, "v": v, "node": node, "occurrence": occ,
-                       "iteration": it, "at": ts,
-                       "payload": json.loads(text) if blob is None else decode(blob)},
-                      run_id=run_id)
-            for (seq, type_, v, node, occ, it, text, ts), blob in zip(found, blobs, strict=True)
-        ]
+        events: list[AnyEvent] = []
+        for (seq, type_, v, node, occ, it, text, ts), blob in zip(found, blobs, strict=True):
+            payload = json.loads(text) if blob is None else decode(blob)
+            if type_ == RunForked.TYPE:  # what the row keeps by reference, put back
+                forked_rows.restore(run_id, payload, using=self.using, read=self._upto)
+            events.append(from_wire({"seq": seq, "type": type_, "v": v, "node": node,
+                                     "occurrence": occ, "iteration": it, "at": ts,
+                                     "payload": payload}, run_id=run_id))
+        return events
+
+    def _upto(self, run_id: str, seq: int) -> list[AnyEvent]:
+        return self.read(run_id, upto=seq)
 
     def last_seq(self, run_id: str) -> int:
         value = self._runs().filter(pk=run_id).values_list("last_seq", flat=True).first()
@@ -253,10 +260,11 @@ class DjangoStore:
                 return parent.project
         return self.project
 
-    def _insert(self, run_id: str, events: list[Event]) -> None:
+    def _insert(self, run_id: str, events: list[Event], project_id: int) -> None:
         inserts.insert_values(m.Event, _INSERTED, [
-            (run_id, e.seq, e.type, e.node, e.occurrence, e.iteration, e.payload(), _when(e.at),
-             e.at, e.SCHEMA)
+            (run_id, e.seq, e.type, e.node, e.occurrence, e.iteration,
+             forked_rows.stored_payload(e, events, project_id=project_id, using=self.using)
+             if isinstance(e, RunForked) else e.payload(), _when(e.at), e.at, e.SCHEMA)
             for e in events
         ], using=self.using)
 
@@ -323,10 +331,12 @@ class DjangoStore:
                     "save one before compacting",
                     run_id=run_id,
                 )
+            forked_rows.materialize_forks_of(run_id, using=self.using, read=self._upto)
             self._events().filter(run_id=run_id, seq__lte=upto).delete()
 
     def archive(self, run_id: str) -> None:
         with transaction.atomic(using=self.using):
+            forked_rows.materialize_forks_of(run_id, using=self.using, read=self._upto)
             self._events().filter(run_id=run_id).delete()
             self._runs().filter(pk=run_id).update(archived=True)
         with self._lock:
@@ -342,3 +352,28 @@ class DjangoStore:
                 .values_list(Cast("state", TextField()), flat=True).first())
         return None if text is None else RunState.from_wire(loads(text), owned=True)
 
+
+# -- run.forked rows read outside the store (forklab.runs.forked_rows) -------------------------
+
+
+def restored_payload(run_id: str, type_: str, payload: Any, *, using: str = "default") -> Any:
+    """A payload read straight from an event row, as the engine wrote it (a ``run.forked``
+    restored); any other payload as it is."""
+    if type_ == RunForked.TYPE and isinstance(payload, dict):
+        return forked_rows.restore(run_id, payload, using=using,
+                                   read=DjangoStore(using=using)._upto)
+    return payload
+
+
+def forked_payload(run_id: str, *, using: str = "default") -> dict[str, Any] | None:
+    """The fork's ``run.forked`` payload, restored; None for a run that is no fork."""
+    payload = (m.Event.objects.using(using).filter(run_id=run_id, type=RunForked.TYPE)
+               .values_list("payload", flat=True).first())
+    return None if payload is None else restored_payload(run_id, RunForked.TYPE, payload,
+                                                         using=using)
+
+
+def on_run_deleted(sender: Any, instance: m.Run, using: str, **_: Any) -> None:
+    """``pre_delete`` of a run: its forks by reference take a copy of their prefix first."""
+    forked_rows.materialize_forks_of(instance.pk, using=using,
+                                     read=DjangoStore(using=using)._upto)

@@ -29,7 +29,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 
-from forklab.runs import queries
+from forklab.runs import queries, store
 from forklab.runs.access import User
 from forklab.runs.models import Event, Run, RunStatus
 from forklab.runs.serializers_json import iso, readable_payload
@@ -114,7 +114,8 @@ def read_page(run_id: str, after: int, limit: int = BATCH) -> Page:
     events = [dict(zip(EVENT_FIELDS, row, strict=True)) for row in rows]
     for event in events:
         event["at"] = iso(event["at"])
-        event["payload"] = readable_payload(event["payload"])
+        event["payload"] = readable_payload(
+            store.restored_payload(run_id, event["type"], event["payload"]))
     return Page(events=events, status=status, last_seq=last_seq)
 
 

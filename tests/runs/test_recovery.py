@@ -295,12 +295,12 @@ def test_a_store_error_mid_tail_fails_the_run_with_its_code_never_leaving_it_run
     real = DjangoStore._insert
     calls = 0
 
-    def refuse_fifth(self: DjangoStore, run: str, events: list) -> None:
+    def refuse_fifth(self: DjangoStore, run: str, events: list, project_id: int) -> None:
         nonlocal calls
         calls += 1
         if calls == 5:
             raise IntegrityError("CHECK constraint failed: JSON_VALID(payload)")
-        real(self, run, events)
+        real(self, run, events, project_id)
 
     monkeypatch.setattr(DjangoStore, "_insert", refuse_fifth)
     assert tasks.claim_and_drive(run_id) == "failed"
