@@ -1,5 +1,6 @@
 """A position in a run's log as a person gives it — a run page's ``?at=``, a point share's
-``seq``: the seq of one of the run's events, from 1 (after its first event) to its last.
+``seq``: the seq of one of the run's events, from 1 (after its first event) to its last
+(or later, while the run still records).
 
 Both the dashboard and the share use case read positions through here, so a damaged one is
 the same ``invalid_argument`` (400) with the same words wherever it comes from.
@@ -28,11 +29,12 @@ def parse_seq(value: object, *, name: str) -> int:
 
 
 def seq_in(run: Run, seq: int, *, name: str) -> int:
-    """``seq`` if it is one of ``run``'s events (1 to ``run.last_seq``); else
-    ``invalid_argument`` saying which seqs the run has."""
-    if 1 <= seq <= run.last_seq:
+    """``seq`` if ``run`` has (or, unfinished, may yet have) that event: from 1 to
+    ``run.last_seq``, or past it while the run still records; else ``invalid_argument``
+    saying which seqs the run has."""
+    if seq >= 1 and (seq <= run.last_seq or not run.finished):
         return seq
-    span = f"seq 1 to {run.last_seq}" if run.last_seq else "no events yet"
+    span = f"seq 1 to {run.last_seq}" if run.last_seq else "no events"
     where = "past the end of this run" if seq > run.last_seq else (
         "before this run's first event")
     raise InvalidArgument(f"{name}={seq} is {where}: it has {span}", field=name, seq=seq,
