@@ -190,3 +190,38 @@ def test_agents_are_offered_only_the_models_their_provider_serves() -> None:
     known = ["gpt-4o", "llama3.1:8b", "scripted-large", "scripted-small"]
     assert models_for("scripted", known, "scripted-small") == ("scripted-large", "scripted-small")
     assert models_for("openai", known, "my-finetune") == ("gpt-4o", "llama3.1:8b", "my-finetune")
+
+
+def error_slot(html: str, name: str) -> str:
+    found = re.search(rf'<p class="field-error" id="err-{name}"[^>]*>([^<]*)</p>', html)
+    assert found, f"no error slot for {name}"
+    return found.group(1)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "Infinity"])
+def test_a_temperature_that_is_not_a_finite_number_is_refused_next_to_its_field(
+        world: World, value: str) -> None:
+    client = world.client("bob")
+    fields = form(world, **{"agent-1-temperature": value}, label="not finite")
+    submitted = client.post(composer_url(world), fields, headers=htmx("composer"))
+    assert submitted.status_code == 422
+    assert error_slot(page(submitted), "agent-1-temperature") == "Must be a finite number"
+    preflight = page(client.post(composer_url(world, "preflight/"), fields,
+                                 headers=htmx("preflight")))
+    assert error_slot(preflight, "agent-1-temperature") == "Must be a finite number"
+    assert not Run.objects.filter(label="not finite").exists()
+
+
+@pytest.mark.parametrize(("fields", "slot", "says"), [
+    ({"agent-1-temperature": "5"}, "agent-1-temperature", "Must be less than or equal to 2"),
+    ({"max_live_calls": "-3"}, "max_live_calls", "Must be greater than or equal to 0"),
+    ({"label": "x" * 201}, "label", "Must have at most 200 characters"),
+])
+def test_a_field_error_says_what_the_field_must_be_in_plain_words(
+        world: World, fields: dict[str, str], slot: str, says: str) -> None:
+    response = world.client("bob").post(composer_url(world), form(world, **fields),
+                                        headers=htmx("composer"))
+    assert response.status_code == 422
+    text = error_slot(page(response), slot)
+    assert text == says
+    assert "field &#x27;" not in text and "change," not in text  # the API's wire wording

@@ -21,7 +21,7 @@ from forklab.runs.errors import NotFound
 from forklab.runs.models import Run
 from forklab.web import timeline
 from forklab.web.composer import Composer, build_composer, decode_changes, encode_changes
-from forklab.web.forkform import ForkForm, field_for, read_fork_form
+from forklab.web.forkform import ForkForm, read_fork_form
 from forklab.web.inspector import inspector
 from forklab.web.views.common import (
     HtmxHttpRequest,
@@ -52,7 +52,7 @@ def point_error(run: Run, tl: timeline.Timeline, at: int) -> str:
         return (f"seq {at} is past the end of this run: it has {run.last_seq} events and "
                 f"{last}")
     if at < 0:
-        return f"seq {at} is not a position in a run; fork points count from seq 0 ({last})"
+        return f"seq {at} is not a position in a run: fork points count from seq 1 ({last})"
     return (f"seq {at} is not a fork point of this run; choose a marker on the timeline "
             "(a boundary before a node starts)")
 
@@ -124,7 +124,7 @@ def _submit(request: HtmxHttpRequest, run: Run) -> HttpResponse:
         try:
             started = forking.start_fork(user=request.user, spec=form.spec())
         except ForklabError as exc:
-            form.errors[field_for(exc, form)] = exc.message
+            form.refuse(exc)
         else:
             url = reverse("live", args=[started.run.id])
             return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
@@ -165,7 +165,7 @@ def preflight(request: HttpRequest, run_id: str) -> HttpResponse:
         try:
             result = forking.preflight(user=request.user, spec=form.spec())
         except ForklabError as exc:
-            form.errors[field_for(exc, form)] = exc.message
+            form.refuse(exc)
     return render(request, "web/composer.html#preflight-response", {
         "run": run, "composer": composer, "result": result, "errors": form.errors,
         "described": _described(form), "fork_link": _fork_link(request, run, composer.seq,
