@@ -404,7 +404,7 @@ SPECTACULAR_SETTINGS = {
         "the tail live, see what became different.\n\n"
         "Authenticate with a session or `Authorization: Token <key>` (`manage.py "
         "drf_create_token USER`). Every error is `{\"code\", \"detail\", ...context}`; see "
-        "`forklab.api.errors` for the code → status map: 400 a malformed request (body, query "
+        "`forklab.runs.error_status` for the code → status map: 400 a malformed request (body, query "
         "or graph document), 401 not authenticated, 403 role, 404 unknown (or outside your "
         "projects), 409 conflict or unfinished run, 422 a well-formed request the named run "
         "cannot take (fork point, changes, budget, policy, replay)."

@@ -4,7 +4,8 @@
    - "copy" buttons put a link or a text block on the clipboard;
    - selects marked data-autosubmit submit their form when changed;
    - the step drawer takes focus when it opens and gives it back when it closes;
-   - after a timeline swap, focus stays on the chosen point (or the execution a jump found). */
+   - after a timeline swap, focus stays on the chosen point (or the execution a jump found);
+   - a field error that a preflight puts in a folded section opens that section. */
 (function () {
   "use strict";
 
@@ -155,6 +156,17 @@
   document.addEventListener("keydown", function (event) {
     if (event.key === "Escape" && closeDrawer()) event.preventDefault();
   });
+
+  // The preflight fills every field's error slot out of band; a slot inside a folded
+  // <details> (another node's agent, a single instance, the memory patch) would hold its
+  // error out of sight, so the section opens. (A submit's answer opens them server-side.)
+  function revealErrors() {
+    var slots = document.querySelectorAll("details:not([open]) .field-error");
+    for (var i = 0; i < slots.length; i++) {
+      if (slots[i].textContent.trim()) slots[i].closest("details").open = true;
+    }
+  }
+  document.addEventListener("htmx:afterSettle", revealErrors);
 
   document.addEventListener("change", function (event) {
     var select = event.target.closest("[data-autosubmit]");

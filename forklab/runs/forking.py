@@ -271,7 +271,7 @@ def run_cases(*, user: User, project: str | None = None) -> list[tuple[str, Case
 def get_fork(*, user: User, run_id: str) -> Run:
     """A readable counterfactual run; any other run is not_found here."""
     run = _base_run(user, run_id)
-    if run.run_kind != RunKind.COUNTERFACTUAL:
+    if not run.is_fork:
         raise NotFound(f"run {run_id!r} is a {run.run_kind} run, not a fork", run_id=run_id)
     return run
 

@@ -17,6 +17,7 @@ from forklab.runs import queries
 from forklab.runs.access import User, account, require_role
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import Project, Role, Run, ShareLink
+from forklab.runs.positions import parse_seq, seq_in
 
 KINDS = tuple(ShareLink.TargetKind.values)
 
@@ -26,12 +27,8 @@ def _target_runs(kind: str, target: dict[str, Any], user: User) -> tuple[Project
     if kind in ("run", "point"):
         run = queries.get_run(str(target.get("run", "")), user=user)
         clean: dict[str, Any] = {"run": run.id}
-        if kind == "point":
-            try:
-                clean["seq"] = int(target.get("seq", ""))
-            except (TypeError, ValueError):
-                raise InvalidArgument("a point share needs an integer 'seq'",
-                                      field="seq") from None
+        if kind == "point":  # a seq the run has: a link to no point would open broken
+            clean["seq"] = seq_in(run, parse_seq(target.get("seq", ""), name="seq"), name="seq")
         return run.project, clean
     if kind == "diff":
         base = queries.get_run(str(target.get("base", "")), user=user)
@@ -86,6 +83,17 @@ def shared_run(link: ShareLink, run_id: str) -> Run:
     if run is None or not _covers(link, run):
         raise NotFound(f"no run {run_id!r} behind this share link", run_id=run_id)
     return run
+
+
+def shared_seq(link: ShareLink, run: Run) -> int:
+    """The seq a point share opens at. One the run does not have (a link stored before
+    seqs were checked, or damaged) is ``not_found``: the link is broken, not the reader's
+    request, and no other link's point is guessed instead."""
+    try:
+        return seq_in(run, parse_seq(link.target.get("seq"), name="seq"), name="seq")
+    except InvalidArgument as exc:
+        raise NotFound(f"this share link points at no position in the run ({exc.message}); "
+                       "ask whoever shared it for a new link", run_id=run.id) from None
 
 
 def _covers(link: ShareLink, run: Run) -> bool:

@@ -145,6 +145,16 @@ class Composer:
         results = self.recorded.tool_results
         return pretty(results[-1]) if results else ""
 
+    def folded_errors(self, errors: dict[str, str]) -> dict[str, bool]:
+        """Which folded sections (single instances, other nodes' agents) hold a field with
+        an error: the form opens them, else the error sits out of sight."""
+        def any_in(targets: list[AgentTarget]) -> bool:
+            return any(errors.get(name) for t in targets
+                       for name in (t.model_field, t.temperature_field, t.prompt_field))
+
+        return {"instance_errors": any_in(self.point_instances),
+                "other_errors": any_in(self.other_targets)}
+
     def field_names(self) -> list[str]:
         """Every field with an error slot in the form (refreshed on each preflight)."""
         names = ["form", "at", "memory_set", "memory_delete", "input_patch", "extra_changes",

@@ -60,7 +60,12 @@ class ForkForm:
         try:
             self.origins.append((build(*args, **kwargs), origin))
         except ForklabError as exc:
-            self.errors[origin] = exc.message
+            self.refuse(exc, origin)
+
+    def refuse(self, error: ForklabError, name: str | None = None) -> None:
+        """Put ``error`` next to its field (``field_for`` when ``name`` is not given)."""
+        name = name or field_for(error, self)
+        self.errors[name] = error.message if name in WHOLE_MESSAGE else field_text(error)
 
     def spec(self) -> ForkSpec:
         return build(
@@ -174,6 +179,31 @@ def read_fork_form(composer: Composer, data: QueryDict) -> ForkForm:
 
 
 # -- errors -> fields ----------------------------------------------------------------------------
+
+WHOLE_MESSAGE = frozenset({"form", "extra_changes"})
+"""Slots that keep an error's whole message: no one field names what it is about (the form
+itself, a JSON list of changes of any kind)."""
+
+_PLAIN = (("Input should be ", "Must be "), ("String should have ", "Must have "),
+          ("List should have ", "Must have "), ("Dictionary should have ", "Must have "))
+
+
+def field_text(error: ForklabError) -> str:
+    """``error`` as its field shows it: the reason alone, in plain words (``Must be a finite
+    number``), since the field's label already says what it is about; the API's whole message
+    (``temperature change, field 'temperature': Input should be …``) repeats the label in
+    wire terms. An error without a reason keeps its message."""
+    reason = error.context.get("reason")
+    if reason is None and error.code == "invalid_request":
+        errors = error.context.get("errors") or [{}]
+        reason = errors[0].get("msg")
+    if not isinstance(reason, str) or not reason:
+        return error.message
+    for wire, plain in _PLAIN:
+        if reason.startswith(wire):
+            return plain + reason[len(wire):]
+    return reason[0].upper() + reason[1:]
+
 
 _SPEC_FIELDS = {"budget.max_live_calls": "max_live_calls", "budget.max_cost_usd": "max_cost_usd",
                 "label": "label", "policy.side_effects": "side_effects", "at": "at",

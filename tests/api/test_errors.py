@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from forklab.api.errors import DEFAULT_STATUS, STATUS, exception_handler, status_for
+from forklab.api.errors import exception_handler
 from forklab.engine.errors import ForklabError
 from forklab.runs import queries
+from forklab.runs.error_status import DEFAULT_STATUS, STATUS, status_for
 from tests.api.conftest import API, World
 
 pytestmark = pytest.mark.django_db

@@ -190,3 +190,82 @@ def test_agents_are_offered_only_the_models_their_provider_serves() -> None:
     known = ["gpt-4o", "llama3.1:8b", "scripted-large", "scripted-small"]
     assert models_for("scripted", known, "scripted-small") == ("scripted-large", "scripted-small")
     assert models_for("openai", known, "my-finetune") == ("gpt-4o", "llama3.1:8b", "my-finetune")
+
+
+def error_slot(html: str, name: str) -> str:
+    found = re.search(rf'<p class="field-error" id="err-{name}"[^>]*>([^<]*)</p>', html)
+    assert found, f"no error slot for {name}"
+    return found.group(1)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "Infinity"])
+def test_a_temperature_that_is_not_a_finite_number_is_refused_next_to_its_field(
+        world: World, value: str) -> None:
+    client = world.client("bob")
+    fields = form(world, **{"agent-1-temperature": value}, label="not finite")
+    submitted = client.post(composer_url(world), fields, headers=htmx("composer"))
+    assert submitted.status_code == 422
+    assert error_slot(page(submitted), "agent-1-temperature") == "Must be a finite number"
+    preflight = page(client.post(composer_url(world, "preflight/"), fields,
+                                 headers=htmx("preflight")))
+    assert error_slot(preflight, "agent-1-temperature") == "Must be a finite number"
+    assert not Run.objects.filter(label="not finite").exists()
+
+
+@pytest.mark.parametrize(("fields", "slot", "says"), [
+    ({"agent-1-temperature": "5"}, "agent-1-temperature", "Must be less than or equal to 2"),
+    ({"max_live_calls": "-3"}, "max_live_calls", "Must be greater than or equal to 0"),
+    ({"label": "x" * 201}, "label", "Must have at most 200 characters"),
+])
+def test_a_field_error_says_what_the_field_must_be_in_plain_words(
+        world: World, fields: dict[str, str], slot: str, says: str) -> None:
+    response = world.client("bob").post(composer_url(world), form(world, **fields),
+                                        headers=htmx("composer"))
+    assert response.status_code == 422
+    text = error_slot(page(response), slot)
+    assert text == says
+    assert "field &#x27;" not in text and "change," not in text  # the API's wire wording
+
+
+@pytest.mark.parametrize(("at", "says"), [
+    ("abc", "at=&#x27;abc&#x27; is not a seq number"),
+    ("7", "seq 7 is not a fork point of this run"),
+    ("-1", "seq -1 is not a position in a run: fork points count from seq 1"),
+])
+def test_an_htmx_post_at_no_fork_point_shows_why_in_the_composer_and_starts_nothing(
+        world: World, at: str, says: str) -> None:
+    client = world.client("bob")
+    fields = form(world, at=at, label="nowhere")
+    submitted = client.post(composer_url(world), fields, headers=htmx("composer"))
+    assert submitted.status_code == 422  # the one 4xx htmx swaps into the page
+    html = page(submitted)
+    assert html.lstrip().startswith('<section id="composer"') and says in html
+    preflight = client.post(composer_url(world, "preflight/"), fields,
+                            headers=htmx("preflight"))
+    assert preflight.status_code == 422
+    assert "Not ready:" in page(preflight) and says in page(preflight)
+    plain = client.post(composer_url(world), fields)  # no htmx: the error page
+    assert plain.status_code in (400, 404) and says in page(plain)
+    assert not Run.objects.filter(label="nowhere").exists()
+
+
+def test_an_htmx_post_by_a_reader_who_cannot_fork_says_so_in_the_composer(
+        world: World) -> None:
+    client = world.client("vera")
+    submitted = client.post(composer_url(world), form(world), headers=htmx("composer"))
+    assert submitted.status_code == 422
+    assert "forking needs the member role" in page(submitted)
+    assert client.post(composer_url(world), form(world)).status_code == 403
+
+
+def test_an_error_on_another_nodes_agent_opens_its_folded_section(world: World) -> None:
+    response = world.client("bob").post(composer_url(world),
+                                        form(world, **{"agent-0-temperature": "nan"}),
+                                        headers=htmx("composer"))
+    assert response.status_code == 422
+    html = page(response)
+    assert re.search(r"<details open>\s*<summary>Agents of other nodes", html)
+    assert error_slot(html, "agent-0-temperature") == "Must be a finite number"
+    fine = page(world.client("bob").post(composer_url(world), form(world, label="x" * 201),
+                                         headers=htmx("composer")))
+    assert re.search(r"<details>\s*<summary>Agents of other nodes", fine)

@@ -7,9 +7,15 @@ import logging
 import re
 
 import pytest
-from django.test import Client, override_settings
+from django.contrib.auth.models import AnonymousUser
+from django.http import HttpRequest, HttpResponse
+from django.test import Client, RequestFactory, override_settings
 
+from forklab.engine.errors import ForklabError
+from forklab.runs.error_status import status_for
 from forklab.web.views import shares
+from forklab.web.views.common import page_errors
+from tests.api.test_errors import every_error_code
 from tests.web.conftest import World, page
 
 pytestmark = pytest.mark.django_db
@@ -128,3 +134,40 @@ def test_choosing_another_agent_in_the_sweep_form_redraws_it_without_starting(
     from forklab.runs.models import Run
 
     assert not Run.objects.filter(label__in=["kept", "other"]).exists()
+
+
+@pytest.mark.parametrize("code", sorted(every_error_code() | {"invalid_request",
+                                                               "something_new"}))
+def test_every_forklab_error_is_an_error_page_at_the_apis_status(code: str) -> None:
+    class _Refused(ForklabError):  # "_": not one of the real codes
+        pass
+
+    _Refused.code = code
+
+    @page_errors
+    def view(request: HttpRequest) -> HttpResponse:
+        raise _Refused(f"refused with {code}: do something else")
+
+    request = RequestFactory().get("/somewhere/")
+    request.user = AnonymousUser()
+    response = view(request)
+    assert response.status_code == status_for(code)
+    html = page(response)
+    assert f"refused with {code}: do something else" in html
+    assert f'<div class="code">{status_for(code)}</div>' in html
+    assert "Traceback" not in html
+
+
+def test_a_fork_the_run_cannot_take_is_a_422_page_not_a_crash(world: World) -> None:
+    class _Diverged(ForklabError):
+        code = "replay_divergence"
+
+    @page_errors
+    def view(request: HttpRequest) -> HttpResponse:
+        raise _Diverged("the replayed prefix no longer matches the log")
+
+    request = RequestFactory().get("/")
+    request.user = world.users["bob"]
+    response = view(request)
+    assert response.status_code == 422
+    assert "This cannot be done" in page(response)

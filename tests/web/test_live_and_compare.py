@@ -33,6 +33,17 @@ def test_a_viewer_watches_but_cannot_answer_or_cancel(world: World) -> None:
     assert world.client("eve").get(f"/forks/{world.paused_fork}/").status_code == 404
 
 
+def test_the_fork_view_of_a_run_that_is_no_fork_leads_to_its_run_page(world: World) -> None:
+    primary = world.runs["research-write"]
+    client = world.client("bob")
+    assert client.get(f"/api/v1/forks/{primary}/").status_code == 404  # not a fork there
+    response = client.get(f"/forks/{primary}/")
+    assert response.status_code == 302 and response["Location"] == f"/runs/{primary}/"
+    panel = client.get(f"/forks/{primary}/", headers=htmx("fork-panel"))
+    assert panel["HX-Redirect"] == f"/runs/{primary}/"
+    assert world.client("eve").get(f"/forks/{primary}/").status_code == 404  # not readable
+
+
 def test_the_panel_of_a_finished_fork_turns_the_page_into_its_diff(world: World) -> None:
     response = world.client("bob").get(f"/forks/{world.fork}/", headers=htmx("fork-panel"))
     base = world.runs["research-write"]

@@ -110,3 +110,25 @@ def test_a_fork_that_has_not_started_still_has_a_page(world: World) -> None:
     assert "No node has started yet." in html and "Watch live" in html
     live = page(world.client("bob").get(f"/forks/{queued.run.id}/"))
     assert "Queued" in live and "Cancel this fork" in live
+
+
+@pytest.mark.parametrize(("at", "says"), [
+    ("0", "at=0 is before this run&#x27;s first event: it has seq 1 to 12"),
+    ("-1", "at=-1 is before this run&#x27;s first event: it has seq 1 to 12"),
+    ("abc", "at=&#x27;abc&#x27; is not a seq number"),
+    ("1.5", "at=&#x27;1.5&#x27; is not a seq number"),
+    ("\u0661", "is not a seq number"),  # an Arabic-Indic 1: int() takes it, a link should not
+])
+def test_a_point_that_is_no_position_in_the_run_is_a_400_page_that_says_why(
+        world: World, at: str, says: str) -> None:
+    response = world.client("bob").get(f"/runs/{world.runs['research-write']}/", {"at": at})
+    assert response.status_code == 400
+    html = page(response)
+    assert says in html and "This link is damaged" in html
+
+
+def test_a_point_past_the_end_shows_the_end_with_a_notice(world: World) -> None:
+    for at in ("13", "99999999999999999999"):
+        response = world.client("bob").get(f"/runs/{world.runs['research-write']}/", {"at": at})
+        assert response.status_code == 200
+        assert "is past the end of this run: it has 12 events" in page(response)

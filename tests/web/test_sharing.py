@@ -112,3 +112,43 @@ def test_the_share_use_cases_check_their_targets(world: World) -> None:
         sharing.resolve_share(link.token)
     assert ShareLink.objects.get(pk=link.pk).revoked_at is not None
     assert Run.objects.filter(pk=world.fork).exists()
+
+
+@pytest.mark.parametrize(("seq", "says"), [
+    ("-1", "seq=-1 is before this run&#x27;s first event"),
+    ("0", "seq=0 is before this run&#x27;s first event"),
+    ("9999", "seq=9999 is past the end of this run: it has seq 1 to"),
+    ("1.5", "seq=&#x27;1.5&#x27; is not a seq number"),
+    ("", "seq=&#x27;&#x27; is not a seq number"),
+])
+def test_a_point_share_of_a_seq_the_run_does_not_have_is_refused_with_a_400_page(
+        world: World, seq: str, says: str) -> None:
+    response = world.client("demo").post("/shares/", {"kind": "point", "seq": seq,
+                                                      "run": world.runs["diamond"]})
+    assert response.status_code == 400
+    assert says in page(response)
+    assert not ShareLink.objects.filter(target_kind="point").exists()
+
+
+@pytest.mark.parametrize("seq", [-1, 0, 9999, "x", 1.5, None])
+def test_a_stored_point_share_whose_seq_is_not_in_the_run_is_a_404_page_that_says_so(
+        world: World, seq: object) -> None:
+    run = world.run(world.runs["research-write"])
+    link = ShareLink.objects.create(project=run.project, token=f"broken-{seq}",
+                                    target_kind="point", target={"run": run.id, "seq": seq},
+                                    created_by=world.users["demo"])
+    response = world.client(None).get(f"/s/{link.token}/")
+    assert response.status_code == 404
+    html = page(response)
+    assert "this share link points at no position in the run" in html
+    assert "Traceback" not in html
+
+
+@pytest.mark.parametrize("seq", [1.5, True, "\u0663", " 3", "1_0"])
+def test_the_point_share_use_case_takes_only_whole_ascii_seq_numbers(
+        world: World, seq: object) -> None:
+    with pytest.raises(ForklabError) as refused:
+        sharing.create_share(user=world.users["demo"], kind="point",
+                             target={"run": world.runs["diamond"], "seq": seq})
+    assert refused.value.code == "invalid_argument"
+    assert refused.value.context["field"] == "seq"

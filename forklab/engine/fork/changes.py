@@ -128,7 +128,8 @@ class TemperatureChange(AgentChange):
 
     kind: Literal["temperature"] = "temperature"
     agent_field: ClassVar[str] = "temperature"
-    temperature: float = Field(ge=0.0, le=2.0)
+    # allow_inf_nan: NaN fails both bounds silently ('should be <= 2' for nan), inf the upper
+    temperature: float = Field(ge=0.0, le=2.0, allow_inf_nan=False)
 
     def describe(self) -> str:
         return f"temperature of {self.target!r} -> {self.temperature}"
@@ -270,7 +271,7 @@ def _build[C: _Change](cls: type[C], **fields: Any) -> C:
         field = ".".join(str(p) for p in err["loc"]) or "(root)"
         kind = cls.model_fields["kind"].default
         raise InvalidChange(f"{kind} change, field '{field}': {err['msg']}", kind=kind,
-                            field=field) from None
+                            field=field, reason=err["msg"]) from None
 
 
 class change:

@@ -127,6 +127,11 @@ class Run(models.Model):
     def finished(self) -> bool:
         return self.status in FINISHED_STATUSES
 
+    @property
+    def is_fork(self) -> bool:
+        """A counterfactual run: what the fork endpoints and the fork live view read."""
+        return self.run_kind == RunKind.COUNTERFACTUAL
+
 
 class Event(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")

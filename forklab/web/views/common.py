@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -10,12 +11,14 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django_htmx.middleware import HtmxDetails
 
-from forklab.engine.errors import RunNotFound
+from forklab.engine.errors import ForklabError
 from forklab.runs import queries
 from forklab.runs.access import PermissionDenied, role_in
-from forklab.runs.errors import InvalidArgument, NotFound
+from forklab.runs.error_status import status_for
 from forklab.runs.models import Project, Role, Run
 from forklab.web.views.errors import error_page
+
+logger = logging.getLogger("forklab.web")
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -27,9 +30,10 @@ View = Callable[..., HttpResponse]
 
 
 def page_errors(view: View) -> View:
-    """``not_found`` → the 404 page, ``permission_denied`` → the 403 page,
-    ``invalid_argument`` (a form value the use case refuses: a share's kind or seq) → the
-    400 page with its message.
+    """Any ``ForklabError`` escaping the view → the error page with its message, at the
+    status the API answers for the same code (``runs.error_status``): ``not_found`` 404,
+    ``permission_denied`` 403, ``invalid_argument`` 400, ``run_in_progress`` 409, a fork the
+    run cannot take 422, …; never a 500 for what the user asked.
 
     A run outside the user's projects is ``not_found`` in the use cases already, so the page
     never confirms that it exists.
@@ -39,12 +43,11 @@ def page_errors(view: View) -> View:
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         try:
             return view(request, *args, **kwargs)
-        except (NotFound, RunNotFound) as exc:
-            return error_page(request, 404, exc.message)
-        except PermissionDenied as exc:
-            return error_page(request, 403, exc.message)
-        except InvalidArgument as exc:
-            return error_page(request, 400, exc.message)
+        except ForklabError as exc:
+            status = status_for(exc.code)
+            if status >= 500:  # the server's side (a provider, the database): worth a look
+                logger.warning("%s on %s: %s", exc.code, request.path, exc.message)
+            return error_page(request, status, exc.message)
 
     return wrapped
 

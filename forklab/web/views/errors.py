@@ -1,7 +1,7 @@
 """Error pages: plain pages that say what went wrong and where to go, never a traceback.
 
-``error_page`` renders 400/403/404/409 with a message (the views use it through
-``common.page_errors``); the ``handler*`` views serve Django's own errors (an unknown URL, a
+``error_page`` renders any status with a message (the views use it through
+``common.page_errors``, which takes the status from the code map the API uses); the ``handler*`` views serve Django's own errors (an unknown URL, a
 crash) when DEBUG is off; :class:`forklab.web.middleware.PlainErrorPages` serves the same
 pages to anonymous readers and share links when DEBUG is on.
 """
@@ -16,9 +16,11 @@ from django.template.loader import render_to_string
 
 logger = logging.getLogger("forklab.web")
 
-TEMPLATES = {400: "400.html", 403: "403.html", 404: "404.html", 409: "400.html"}
-TITLES = {400: "This link is damaged", 403: "Not allowed", 404: "Nothing here",
-          409: "Not yet"}
+TEMPLATES = {403: "403.html", 404: "404.html"}  # every other status: 400.html with a title
+TITLES = {400: "This link is damaged", 401: "Log in first", 403: "Not allowed",
+          404: "Nothing here", 405: "Not here", 409: "Not yet", 422: "This cannot be done",
+          429: "Too many requests", 502: "A model provider failed",
+          503: "Not available right now"}
 
 
 def error_page(request: HttpRequest, status: int, message: str = "") -> HttpResponse:

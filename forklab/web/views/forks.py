@@ -3,6 +3,7 @@ it as the form changes, submit it (``forking.start_fork``) and go to the live vi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -19,9 +20,10 @@ from forklab.runs import forking, queries
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Run
+from forklab.runs.positions import parse_seq
 from forklab.web import timeline
 from forklab.web.composer import Composer, build_composer, decode_changes, encode_changes
-from forklab.web.forkform import ForkForm, field_for, read_fork_form
+from forklab.web.forkform import ForkForm, read_fork_form
 from forklab.web.inspector import inspector
 from forklab.web.views.common import (
     HtmxHttpRequest,
@@ -52,7 +54,7 @@ def point_error(run: Run, tl: timeline.Timeline, at: int) -> str:
         return (f"seq {at} is past the end of this run: it has {run.last_seq} events and "
                 f"{last}")
     if at < 0:
-        return f"seq {at} is not a position in a run; fork points count from seq 0 ({last})"
+        return f"seq {at} is not a position in a run: fork points count from seq 1 ({last})"
     return (f"seq {at} is not a fork point of this run; choose a marker on the timeline "
             "(a boundary before a node starts)")
 
@@ -79,9 +81,10 @@ def _fork_link(request: HttpRequest, run: Run, seq: int, changes: list[Change]) 
 @page_errors
 def compose(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """GET: the composer (a page, or the partial for htmx). POST: start the fork."""
-    run = forkable_run(request, run_id)
     if request.method == "POST":
-        return _submit(request, run)
+        return refused_in_place(request, "web/composer.html#refused", run_id,
+                                lambda: _submit(request, forkable_run(request, run_id)))
+    run = forkable_run(request, run_id)
     if not run.finished:
         return _refused(request, run, 409, f"This run has not finished (it is {run.status}): "
                         "a fork starts from a finished run's log. Watch it live and fork it "
@@ -117,19 +120,43 @@ def _refused(request: HttpRequest, run: Run, status: int, message: str, *,
                   {"run": run, "point_error": message, "retry_at": at}, status=status)
 
 
+def refused_in_place(request: HttpRequest, partial: str, run_id: str,
+                     answer: Callable[[], HttpResponse]) -> HttpResponse:
+    """``answer()``; for an htmx post, a refusal escaping it (a point that is no fork point,
+    a role lost since the page loaded, a run gone) is ``partial`` with its message, status
+    422 — the one 4xx htmx swaps (base.html's htmx-config), so the form shows why instead of
+    staying as it was. A plain post gets the error page at the code's status (page_errors).
+    """
+    try:
+        return answer()
+    except ForklabError as exc:
+        if not getattr(request, "htmx", False):
+            raise
+        return render(request, partial, {"message": exc.message, "code": exc.code,
+                                         "run_id": run_id}, status=422)
+
+
+def _posted_point(request: HttpRequest) -> int | None:
+    """The ``at`` a composer posts (its hidden field); a damaged one is refused, never
+    replaced by the first point (a fork started where nobody asked)."""
+    text = request.POST.get("at", "")
+    return parse_seq(text, name="at") if text != "" else None
+
+
 def _submit(request: HtmxHttpRequest, run: Run) -> HttpResponse:
-    composer = _composer(run, int_param(request.POST.get("at")))
+    composer = _composer(run, _posted_point(request))
     form = read_fork_form(composer, request.POST)
     if not form.errors:
         try:
             started = forking.start_fork(user=request.user, spec=form.spec())
         except ForklabError as exc:
-            form.errors[field_for(exc, form)] = exc.message
+            form.refuse(exc)
         else:
             url = reverse("live", args=[started.run.id])
             return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
     context = {"run": run, "composer": composer, "values": _posted(request, composer),
-               "errors": form.errors, **roles(request, run.project),
+               "errors": form.errors, **composer.folded_errors(form.errors),
+               **roles(request, run.project),
                "fork_link": _fork_link(request, run, composer.seq, form.changes)}
     template = "web/composer.html#composer" if request.htmx else "web/fork_page.html"
     return render(request, template, context, status=422)
@@ -157,15 +184,19 @@ def preflight(request: HttpRequest, run_id: str) -> HttpResponse:
     The answer carries the estimate and, out of band, every field's error slot, so an error
     appears next to the field that caused it and disappears once fixed.
     """
-    run = forkable_run(request, run_id)
-    composer = _composer(run, int_param(request.POST.get("at")))
+    return refused_in_place(request, "web/composer.html#preflight-refused", run_id,
+                            lambda: _preflight(request, forkable_run(request, run_id)))
+
+
+def _preflight(request: HttpRequest, run: Run) -> HttpResponse:
+    composer = _composer(run, _posted_point(request))
     form = read_fork_form(composer, request.POST)
     result: PreflightWire | None = None
     if not form.errors:
         try:
             result = forking.preflight(user=request.user, spec=form.spec())
         except ForklabError as exc:
-            form.errors[field_for(exc, form)] = exc.message
+            form.refuse(exc)
     return render(request, "web/composer.html#preflight-response", {
         "run": run, "composer": composer, "result": result, "errors": form.errors,
         "described": _described(form), "fork_link": _fork_link(request, run, composer.seq,

@@ -44,7 +44,13 @@ def done_url(run: Run) -> str:
 @require_GET
 @page_errors
 def live(request: HttpRequest, run_id: str) -> HttpResponse:
+    """The fork live view. A run that is no fork has no such view (the API's fork endpoint
+    is ``not_found`` for it): the address leads to the run's own page, its permalink
+    (SPEC §4.5), so an old or hand-made link still arrives somewhere useful."""
     run = queries.get_run(run_id, user=request.user)
+    if not run.is_fork:
+        url = reverse("run", args=[run.id])
+        return HttpResponseClientRedirect(url) if htmx_target(request) else redirect(url)
     never_ran = bool((run.error or {}).get("not_run"))
     if htmx_target(request) == "fork-panel":
         if run.finished and not never_ran:

@@ -13,6 +13,7 @@ from forklab.engine.errors import ForklabError
 from forklab.engine.graph import GraphSpec
 from forklab.runs import queries
 from forklab.runs.models import Run
+from forklab.runs.positions import parse_seq, seq_in
 from forklab.runs.serializers_json import event_to_json
 from forklab.web import graphpic, timeline
 from forklab.web.inspector import inspector
@@ -35,12 +36,19 @@ def run_page(request: HttpRequest, run_id: str) -> HttpResponse:
 
 def run_context(request: HttpRequest, run: Run, *, readonly: bool,
                 at: int | None = None) -> dict[str, Any]:
-    """Everything the run page shows; ``readonly`` drops fork, sweep and share controls."""
-    if at is None:
-        at = int_param(request.GET.get("at"))
+    """Everything the run page shows; ``readonly`` drops fork, sweep and share controls.
+
+    ``at`` (else ``?at=``) is the seq the page shows the state at: not a number, or before the
+    first event, is ``invalid_argument`` (the 400 page); past the end shows the end with a
+    notice (a link made while the run was longer, or mistyped by one digit, still opens).
+    """
+    if at is None and request.GET.get("at", "") != "":
+        at = parse_seq(request.GET["at"], name="at")
     past_end = at if at is not None and at > run.last_seq else None
-    if at is not None:
-        at = min(max(at, 0), run.last_seq)
+    if at is not None and run.last_seq:
+        at = seq_in(run, min(at, run.last_seq), name="at")
+    elif at is not None:  # no event yet: the page shows the run as queued
+        at = 0
     graph = _graph(run)
     kinds = {node.id: node.kind for node in graph.nodes} if graph else {}
     tl = timeline.build(run, page=int_param(request.GET.get("tl")), at=at, kinds=kinds,

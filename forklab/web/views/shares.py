@@ -80,7 +80,8 @@ def shared(request: HtmxHttpRequest, token: str) -> HttpResponse:
     target = link.target
     if link.target_kind in ("run", "point"):
         run = sharing.shared_run(link, target["run"])
-        at = None if "at" in request.GET else target.get("seq")
+        at = None if "at" in request.GET or link.target_kind == "run" else (
+            sharing.shared_seq(link, run))
         context = run_context(request, run, readonly=True, at=at)
         context["share"] = link
         return page_or_partial(request, "web/run.html", context,

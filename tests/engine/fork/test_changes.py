@@ -237,6 +237,14 @@ def test_a_builder_given_a_bad_value_raises_invalid_change_not_a_pydantic_error(
         build()
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_temperature_that_is_not_a_finite_number_says_so(value: float) -> None:
+    with pytest.raises(InvalidChange) as raised:
+        change.temperature("write", value)
+    assert raised.value.context["reason"] == "Input should be a finite number"
+    assert "less than or equal" not in raised.value.message  # NaN is not 'above 2'
+
+
 def test_a_change_can_be_a_function_of_the_resolved_point() -> None:
     base = record("research-write")
     seen = []
