@@ -47,11 +47,15 @@ def statement(model: type[Model], vendor: str, quote: Any) -> tuple[str, list[An
     fields = [f for f in meta.local_concrete_fields if not getattr(f, "db_returning", False)]
     if len(fields) != len(meta.local_concrete_fields):
         raise ValueError(f"{meta.label} has a database-generated column: insert it with the ORM")
-    sql = (f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
-           f"VALUES ({', '.join(['%s'] * len(fields))})")
+    sql = _insert_sql(meta.db_table, fields, quote)
     with _lock:
         _statements[key] = (sql, fields)
     return sql, fields
+
+
+def _insert_sql(table: str, fields: Sequence[Any], quote: Any) -> str:
+    return (f"INSERT INTO {quote(table)} ({', '.join(quote(f.column) for f in fields)}) "
+            f"VALUES ({', '.join(['%s'] * len(fields))})")
 
 
 def one_trip(connection: Any) -> bool:
@@ -86,7 +90,7 @@ _PLAIN: tuple[tuple[type[models.Field[Any, Any]], tuple[type, ...]], ...] = (
     (models.CharField, (str,)),
     (models.TextField, (str,)),
     (models.IntegerField, (int,)),  # and its Small/Big/Positive kinds
-    (models.FloatField, (float, int)),
+    (models.FloatField, (float,)),
     (models.BooleanField, (bool,)),
 )
 
@@ -134,10 +138,8 @@ def insert_values(model: type[Model], attnames: Sequence[str], rows: Sequence[Se
     if not rows:
         return
     connection = connections[using]
-    quote: Any = connection.ops.quote_name
     columns = [fields[name] for name in attnames]
-    sql = (f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in columns)}) "
-           f"VALUES ({', '.join(['%s'] * len(columns))})")
+    sql = _insert_sql(meta.db_table, columns, connection.ops.quote_name)
     prepare = [_preparer(f, connection) for f in columns]
     params = [[p(value) for p, value in zip(prepare, row, strict=True)] for row in rows]
     with connection.cursor() as cursor:
