@@ -268,6 +268,21 @@ def test_forkcheck_json_lists_each_null_fork(capsys: pytest.CaptureFixture[str])
     assert [r["point"]["seq"] for r in data["results"]] == [1, 6, 11]
 
 
+def test_forkcheck_of_a_fork_null_forks_its_own_points_and_says_so(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    run = record("research-write")
+    fork = fork_json(capsys, run.id, "--at", "before:write#1", "--prompt", "write=Be brief.")
+    own = [p["seq"] for p in cli_json(capsys, "forkpoints", fork["id"])
+           if p["run_id"] == fork["id"]]
+    code, out, err = cli(capsys, "forkcheck", "--run", fork["id"], "--deep")
+    assert code == 0, err
+    assert "is a fork: checked at its own points" in out and f"--run {run.id}" in out
+    assert f"{len(own)} null forks checked, all reproduce" in out
+    assert "FAIL" not in out and "metamorphic checks, all hold" in out.splitlines()[-1]
+    data = cli_json(capsys, "forkcheck", "--run", fork["id"])
+    assert data["ok"] is True and [r["point"]["seq"] for r in data["results"]] == own
+
+
 # -- replay ----------------------------------------------------------------------------------
 
 

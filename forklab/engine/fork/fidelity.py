@@ -65,11 +65,19 @@ class FidelityResult:
 
 def fork_check(run_id: str, *, store: Store, env: Environment | None = None,
                scratch: Store | None = None) -> list[FidelityResult]:
-    """Null-fork every point of ``run_id``; variants go to ``scratch`` (memory by default)."""
+    """Null-fork every point of ``run_id``'s own log; variants go to ``scratch`` (memory by
+    default).
+
+    A fork is checked at its own points only: at a point it inherited (before its fork
+    point) a null fork applies the fork's changes that much earlier, which is another fork,
+    not a reproduction of this one.
+    """
     base = load_base(run_id, store=store, env=env, fold_log=True)  # verify the log itself
     results = []
     for point in base.index.points():
-        plan = prepare_fork(base, at={"sequence": point.seq}, policy={"memoize": True},
+        if point.run_id not in (None, run_id):
+            continue
+        plan = prepare_fork(base, at=point.address(), policy={"memoize": True},
                             ignore_budget=True)
         runner = run_plan(plan, store=scratch or MemoryStore(), ignore_budget=True)
         state = runner.state
@@ -252,6 +260,13 @@ def _runner(scratch: ScratchStore, env: Environment, human: Human) -> Fork:
     return run
 
 
+def _point_before(base: BaseRun, ex: Execution) -> ForkPoint:
+    """The boundary before ``ex`` in the logical run: of a fork's log or, for an execution
+    it inherited, of the log holding it (a seq alone would name the wrong log)."""
+    return next(e.point() for e in base.index.entries
+                if (e.node, e.occurrence) == (ex.node, ex.occurrence))
+
+
 def _compare(result: MetamorphicResult, a: ForkResult, b: ForkResult, left: str,
              right: str) -> None:
     result.compared.append(f"{left} == {right}")
@@ -263,29 +278,38 @@ def _compare(result: MetamorphicResult, a: ForkResult, b: ForkResult, left: str,
 
 
 def _point_independence(base: BaseRun, item: Change, run: Fork) -> MetamorphicResult:
+    """Forked at the first point of the run's own log (``start`` of a primary run) or at any
+    later own point before the change bites, the variant is the same. A fork's reference is
+    its own first point, not ``start``: from ``start`` its own changes would apply earlier."""
     result = MetamorphicResult(base.run_id, "point_independence", [item.wire()])
     first = _first_affected(item, base.graph, base.state.executions)
-    limit = first.start_seq - 1 if first is not None else None
+    limit = _point_before(base, first).position if first is not None else None
     own = [p for p in base.index.points() if p.run_id in (None, base.run_id)]
-    later = [p for p in own[1:] if limit is None or p.seq <= limit]
+    later = [p for p in own[1:] if limit is None or (p.position or 0) <= limit]
+    at: Any = "start" if not own[0].position else own[0].address()
     if not later:
-        result.skipped = "the change affects the first node: only 'start' comes before it"
+        result.skipped = ("the change affects the first node: only 'start' comes before it"
+                          if at == "start" else "the change affects the fork's first own "
+                          "execution or one it inherited: only its first own point comes "
+                          "before it")
         return result
-    reference = run(base.run_id, at="start", changes=[item])
+    name = "start" if at == "start" else f"seq {own[0].seq} ({own[0].label})"
+    reference = run(base.run_id, at=at, changes=[item])
     for point in later:
-        other = run(base.run_id, at={"sequence": point.seq}, changes=[item])
-        _compare(result, reference, other, "start", f"seq {point.seq} ({point.label})")
+        other = run(base.run_id, at=point.address(), changes=[item])
+        _compare(result, reference, other, name, f"seq {point.seq} ({point.label})")
     return result
 
 
 def _memoize(base: BaseRun, item: Change, run: Fork) -> MetamorphicResult:
     result = MetamorphicResult(base.run_id, "memoize", [item.wire()])
     first = _first_affected(item, base.graph, base.state.executions)
-    at: Any = "start" if first is None or first is base.state.executions[0] else {
-        "sequence": first.start_seq - 1}
+    at: Any = "start" if first is None or first is base.state.executions[0] else (
+        _point_before(base, first).address())
     if isinstance(item, InputPatchChange):  # from the last point: the point moves back
-        at = {"sequence": base.index.points()[-1].seq}
-    where = at if at == "start" else f"seq {at['sequence']}"
+        at = base.index.points()[-1].address()
+    where = at if at == "start" else f"seq {at['sequence']}" + (
+        "" if at.get("run_id") in (None, base.run_id) else f" of run {at['run_id']}")
     on = run(base.run_id, at=at, changes=[item], memoize=True)
     off = run(base.run_id, at=at, changes=[item], memoize=False)
     _compare(result, on, off, f"memoize on at {where}", "memoize off")
@@ -296,7 +320,7 @@ def _fork_of_fork(base: BaseRun, first: Change, second: Change,
                   run: Fork) -> MetamorphicResult:
     result = MetamorphicResult(base.run_id, "fork_of_fork", [first.wire(), second.wire()])
     bite = _first_affected(first, base.graph, base.state.executions)
-    at: Any = "start" if bite is None else {"sequence": bite.start_seq - 1}
+    at: Any = "start" if bite is None else _point_before(base, bite).address()
     parent = run(base.run_id, at=at, changes=[first])
     assert parent.state is not None and parent.run_id is not None
     if not parent.state.finished:

@@ -184,3 +184,18 @@ def test_a_null_fork_of_a_variant_at_an_inherited_point_is_a_fork_of_its_base_wi
                   policy={"memoize": memoize})
 
     assert canonical_equals(again.state.outcome(), direct.state.outcome()), again.explain()
+
+
+@pytest.mark.parametrize("name", sorted(VARIANT_CHANGES))
+def test_fork_check_of_a_fork_null_forks_every_point_of_its_own_log(name: str) -> None:
+    base = record(name)
+    variant = fork(base, at=fork_points(base.event_log)[1].address(),
+                   change=VARIANT_CHANGES[name])
+
+    results = fork_check(variant.run_id, store=base.store, env=base.env)
+
+    own = [p for p in fork_points(variant.event_log, store=base.store)
+           if p.run_id == variant.run_id]
+    assert own and [r.point for r in results] == own
+    failed = [r.detail for r in results if not r.ok]
+    assert not failed, "\n".join(failed)

@@ -13,8 +13,15 @@ from forklab.engine.canonical import canonical_equals
 from forklab.engine.environment import Environment
 from forklab.engine.errors import ForklabError
 from forklab.engine.events import Event
+from forklab.engine.fork.base import fork_points
 from forklab.engine.fork.core import load_base
-from forklab.engine.fork.fidelity import DEEP_MARKER, deep_check, derived_changes
+from forklab.engine.fork.fidelity import (
+    DEEP_MARKER,
+    deep_check,
+    derived_changes,
+    recorded_human,
+)
+from forklab.engine.fork.result import fork
 from forklab.engine.fork.scratch import ScratchStore
 from forklab.engine.graph import GraphSpec, parse_graph
 from forklab.engine.providers import ChatRequest, ChatResponse, ProviderRegistry
@@ -202,3 +209,20 @@ def test_memoize_off_replays_a_gate_as_recorded_instead_of_pausing() -> None:
 
     memo = [r for r in results if r.check == "memoize" and r.compared]
     assert memo and all(r.ok for r in memo), [r.detail for r in memo]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_metamorphic_check_holds_on_a_fork_of_every_demo_scenario(name: str) -> None:
+    """A fork's inherited executions sit in its base's log, and forking it at 'start' applies
+    its own changes earlier: each check addresses points in the log holding them and compares
+    the fork's own points with its own first one."""
+    base = record(name)
+    items = derived_changes(load_base(base, store=None, env=None))
+    variant = fork(base, at=fork_points(base.event_log)[1].address(), change=items[1:2],
+                   hitl=recorded_human(base.state))
+
+    results = deep_check(variant.run_id, store=base.store, env=base.env)
+
+    failed = [r.detail for r in results if not r.ok]
+    assert not failed, "\n".join(failed)
+    assert any(r.compared for r in results), "nothing was compared"

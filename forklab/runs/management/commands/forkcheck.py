@@ -40,6 +40,9 @@ class Command(ForklabCommand):
                  f"{r.point.label}" for r in results]
         if failed is not None:
             lines.append(failed.detail)
+        lines += [f"{r.id[:12]} is a fork: checked at its own points; the points it inherited "
+                  f"are its base's (check them with --run {r.parent_run_id})"
+                  for r in runs if r.parent_run_id]
         lines.append(f"{len(results)} null forks checked, "
                      f"{'1 mismatch' if failed else 'all reproduce'}")
         if deep is not None:
