@@ -16,11 +16,13 @@ from forklab.engine.errors import ForklabError, InvalidInput
 from forklab.engine.fork.changes import (
     AGENT_CHANGES,
     Change,
+    MemoryChange,
     change,
     parse_change,
     parse_changes,
     wire,
 )
+from forklab.engine.fork.conflicts import check_conflicts
 from forklab.engine.fork.resolve import parse_point
 from forklab.engine.fork.wire import AllowList, PointSpec
 from forklab.runs.errors import InvalidArgument, NotFound
@@ -81,10 +83,9 @@ def changes_from_options(options: dict[str, Any]) -> list[Change]:
     value is ``invalid_change``, as from the API); ``--changes FILE`` takes any kind."""
     changes: list[Change] = [agent_change(kind, text) for kind in AGENT_CHANGES
                              for text in options.get(kind) or []]
-    memory_set = {k: load_json(v, f"--set {k}") for k, v in
-                  (split_pair(t, "set", 'draft=\'"hi"\'') for t in options.get("set") or [])}
-    if memory_set or options.get("delete"):
-        changes.append(change.memory(set=memory_set, delete=options.get("delete") or []))
+    memory = memory_change(options.get("set") or [], options.get("delete") or [])
+    if memory is not None:
+        changes.append(memory)
     for flag, build in (("config", change.config), ("output", change.output),
                         ("tool", change.tool)):
         for text in options.get(flag) or []:
@@ -92,14 +93,27 @@ def changes_from_options(options: dict[str, Any]) -> list[Change]:
             changes.append(build(node, load_json(value, f"--{flag} {node}")))
     for text in options.get("route") or []:
         changes.append(change.route(*split_pair(text, "route", "route=escalate")))
-    if options.get("human"):
-        changes.append(change.human_response(options["human"]))
-    if options.get("input_patch"):
-        changes.append(change.input_patch(load_json(options["input_patch"], "--input-patch")))
+    # repeated, each flag is a change of its own: the engine refuses two that write one thing
+    changes += [change.human_response(decision) for decision in options.get("human") or []]
+    changes += [change.input_patch(load_json(text, "--input-patch"))
+                for text in options.get("input_patch") or []]
     if options.get("changes"):
         changes.extend(changes_file(options["changes"]))
     inputs.check_json_value(wire(changes), where="changes")  # --prompt, --model, names too
     return changes
+
+
+def memory_change(sets: list[str], deletes: list[str]) -> MemoryChange | None:
+    """``--set KEY=JSON`` and ``--delete KEY`` flags as one memory change. Two flags on one
+    key are ``conflicting_changes``, as two changes of one key are from the API — never the
+    last one winning."""
+    pieces = [change.memory(set={key: load_json(value, f"--set {key}")}) for key, value in
+              (split_pair(text, "set", 'draft=\'"hi"\'') for text in sets)]
+    pieces += [change.memory(delete=[key]) for key in deletes]
+    check_conflicts(pieces)
+    if not pieces:
+        return None
+    return change.memory(set={k: v for p in pieces for k, v in p.set.items()}, delete=deletes)
 
 
 def changes_file(path: str) -> list[Change]:

@@ -154,6 +154,35 @@ def test_fork_errors_are_one_line_with_their_code_and_exit_1(
     assert not Run.objects.filter(parent_run=run).exists()
 
 
+@pytest.mark.parametrize(("args", "written"), [
+    (["--model", "write=scripted-small", "--model", "write=scripted-large"],
+     "node/write/agent/model"),
+    (["--set", "draft=1", "--set", "draft=2"], "memory/draft"),
+    (["--delete", "notes", "--delete", "notes"], "memory/notes"),
+    (["--set", "notes=1", "--delete", "notes"], "memory/notes"),
+    (["--input-patch", '{"goal": "a"}', "--input-patch", '{"goal": "b"}'], "memory/goal"),
+    (["--human", "approved", "--human", "rejected"], "human"),
+])
+def test_a_change_given_twice_is_conflicting_changes_not_the_last_one_winning(
+        capsys: pytest.CaptureFixture[str], args: list[str], written: str) -> None:
+    run = record("research-write")
+    status, out, err = cli(capsys, "fork", run.id, "--at", "start", *args)
+    assert status == 1 and out == ""
+    assert err.startswith(f"error: conflicting_changes: two changes write the same thing "
+                          f"({written}): "), err
+    assert not Run.objects.filter(parent_run=run).exists()
+
+
+def test_flags_on_different_keys_combine(capsys: pytest.CaptureFixture[str]) -> None:
+    run = record("research-write")
+    data = fork_json(capsys, run.id, "--at", "start", "--set", "a=1", "--set", "b=2",
+                     "--input-patch", '{"goal": "x"}', "--input-patch", '{"more": "y"}',
+                     "--dry-run")
+    assert data["changes"] == [{"kind": "memory", "set": {"a": 1, "b": 2}, "delete": []},
+                               {"kind": "input_patch", "patch": {"goal": "x"}},
+                               {"kind": "input_patch", "patch": {"more": "y"}}]
+
+
 def test_fork_of_an_unknown_run_says_how_to_list_runs(
         capsys: pytest.CaptureFixture[str]) -> None:
     status, _, err = cli(capsys, "fork", "nope", "--at", "start")

@@ -25,8 +25,11 @@ def add_change_flags(parser: CommandParser) -> None:
     add("--route", action="append", metavar="FROM=TO", help="force a router's decision")
     add("--output", action="append", metavar="NODE=JSON", help="substitute a node's output")
     add("--tool", action="append", metavar="NODE=JSON", help="substitute a tool result")
-    add("--human", choices=("approved", "rejected", "edited"), help="answer approval gates")
-    add("--input-patch", metavar="JSON", help="RFC 7396 merge patch over the run input")
+    # repeatable like every change flag, so a repeat is refused as conflicting, not lost
+    add("--human", action="append", choices=("approved", "rejected", "edited"),
+        help="answer approval gates")
+    add("--input-patch", action="append", metavar="JSON",
+        help="RFC 7396 merge patch over the run input")
     add("--changes", metavar="FILE", help="a JSON file with one change or a list")
 
 
