@@ -240,6 +240,26 @@ def test_sweep_forks_once_per_variant_in_one_group(capsys: pytest.CaptureFixture
     assert set(forks.values_list("status", flat=True)) == {"completed"}
 
 
+def test_a_sweep_with_a_failed_variant_exits_1_naming_it_and_why(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    run = record("flaky-tool")  # its lookup times out in region eu-west
+    fixed = {"kind": "input_patch", "patch": {"region": "us-east"}}
+    still = {"kind": "prompt", "target": "plan", "system_prompt": "Plan it twice."}
+    unpriced = {"kind": "model", "target": "plan", "model": "no-such-model"}
+    args = ["--at", "start", "--variant", f"fixed={json.dumps(fixed)}",
+            "--variant", f"still={json.dumps(still)}", "--variant", f"odd={json.dumps(unpriced)}"]
+    code, out, _ = cli(capsys, "sweep", run.id, *args)
+    assert code == 1
+    assert out.splitlines()[-1] == (
+        "2 of 3 variant(s) failed: still: its run failed at node 'fetch_inventory' "
+        "(node_failed); odd: not forked (unpriced_model)")
+    code, out, _ = cli(capsys, "sweep", run.id, *args, "--json")
+    variants = json.loads(out)["variants"]
+    assert code == 1
+    assert {n: v["status"] for n, v in variants.items()} == {
+        "fixed": "completed", "still": "failed", "odd": "error"}
+
+
 def test_sweep_with_a_malformed_variant_is_an_argument_error(
         capsys: pytest.CaptureFixture[str]) -> None:
     run = record("diamond")

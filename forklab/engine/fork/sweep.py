@@ -48,6 +48,19 @@ class SweepResult:
             return None
         return round(sum(cost or 0.0 for cost in costs), 10)
 
+    def failures(self) -> dict[str, str]:
+        """Each variant that failed, with why: it could not be forked (its error's code), or
+        its run ended ``failed`` (its error's code and node). In variant order."""
+        found: dict[str, str] = {}
+        for name, result in self.results.items():
+            error = (result.state.error or {}) if result.state else {}
+            if result.state is not None and result.state.status == "failed":
+                where = f" at node {error['node']!r}" if error.get("node") else ""
+                found[name] = f"its run failed{where} ({error.get('code', 'failed')})"
+        for name, error in self.errors.items():
+            found[name] = f"not forked ({error['code']})"
+        return found
+
     def wire(self) -> dict[str, Any]:
         variants: dict[str, Any] = {}
         for name, result in self.results.items():

@@ -60,6 +60,18 @@ def test_a_variant_with_a_bad_change_is_recorded_on_its_own_entry() -> None:
     assert all(r.state.status == "completed" for r in sweep.results.values())
 
 
+def test_failures_name_each_variant_not_forked_or_whose_run_failed() -> None:
+    base = record("flaky-tool")  # its lookup times out in region eu-west
+
+    sweep = fork_each(base, at="start", variants={
+        "fixed": change.input_patch({"region": "us-east"}),
+        "still": change.prompt("plan", "Plan it twice."), "bad": change.prompt("editor", "x")})
+
+    assert sweep.failures() == {
+        "still": "its run failed at node 'fetch_inventory' (node_failed)",
+        "bad": "not forked (invalid_change)"}
+
+
 def test_a_caller_chosen_group_id_and_run_ids_are_used() -> None:
     base = record("research-write")
 

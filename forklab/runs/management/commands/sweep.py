@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from django.core.management.base import CommandParser
@@ -56,4 +57,10 @@ class Command(ForklabCommand):
         for name, error in sweep.errors.items():
             lines.append(f"  {name:<16} error      {error['code']}: {error['detail']}")
         lines.append(f"  total incurred {usd_text(sweep.incurred_cost_usd)}")
+        failures = sweep.failures()
+        if failures:
+            lines.append(f"{len(failures)} of {len(variants)} variant(s) failed: "
+                         + "; ".join(f"{name}: {why}" for name, why in failures.items()))
         self.out(options, json.loads(json.dumps(sweep.wire(), default=str)), "\n".join(lines))
+        if failures:
+            sys.exit(1)  # a script must not take a sweep with a failed variant for a success
