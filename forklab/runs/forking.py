@@ -235,16 +235,22 @@ def promote_fork(*, user: User, run_id: str) -> PromoteResult:
 def save_fork_as_case(*, user: User, run_id: str, spec: CaseSpec) -> Case:
     run = _base_run(user, run_id)
     require_role(user, run.project, Role.MEMBER, action="saving a case")
+    return save_run_as_case(run=run, spec=spec, created_by=account(user))
+
+
+def save_run_as_case(*, run: Run, spec: CaseSpec, created_by: Any = None) -> Case:
+    """Save ``run`` (a finished fork) as a case of its project, access already checked (the
+    API's use case above; the CLI, a local operator). A taken name is ``case_exists``."""
     if Case.objects.filter(project=run.project, name=spec.name).exists():
         raise CaseExists(f"project {run.project.slug!r} already has a case named "
                          f"{spec.name!r}; choose another name", name=spec.name)
-    case = save_case(run_id, name=spec.name, store=DjangoStore(run.project),
+    case = save_case(run.id, name=spec.name, store=DjangoStore(run.project),
                      criteria=spec.criteria)
     return Case.objects.create(
         project=run.project, name=spec.name, source_run=run, graph_version=run.graph_version,
         input=case.input, changes=case.changes,
         recorded=case.model_dump(mode="json"), criteria=case_criteria(spec.criteria),
-        created_by=account(user))
+        created_by=created_by)
 
 
 def case_criteria(criteria: Sequence[Condition]) -> list[dict[str, Any]]:

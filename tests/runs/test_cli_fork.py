@@ -406,13 +406,15 @@ def test_a_case_without_criteria_says_it_cannot_fail(capsys: pytest.CaptureFixtu
     assert code == 0 and "no criteria" in out
 
 
-def test_cases_refuse_a_duplicate_name(
+def test_cases_refuse_a_duplicate_name_with_the_apis_case_exists(
         capsys: pytest.CaptureFixture[str]) -> None:
     run = record("diamond")
     fork = fork_json(capsys, run.id, "--at", "start", "--prompt", "left=Be brief.")
     assert cli(capsys, "cases", "save", fork["id"], "--name", "once")[0] == 0
-    code, _, err = cli(capsys, "cases", "save", fork["id"], "--name", "once")
-    assert code == 1 and err.startswith("error: invalid_argument: a case named 'once'")
+    code, _, err = cli(capsys, "cases", "save", fork["id"], "--name", "once", "--json")
+    assert code == 1
+    assert err == ("error: case_exists: project 'default' already has a case named 'once'; "
+                   "choose another name\n")
     assert Case.objects.filter(project__slug="default").count() == 1
 
 

@@ -6,10 +6,9 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from forklab.engine.fork.lifecycle import Case as EngineCase
-from forklab.engine.fork.lifecycle import run_case, save_case
+from forklab.engine.fork.lifecycle import run_case
 from forklab.runs import cli
-from forklab.runs.errors import InvalidArgument
-from forklab.runs.forking import case_criteria
+from forklab.runs.forking import save_run_as_case
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.models import Case
 from forklab.runs.specs import CaseSpec, parse
@@ -37,19 +36,11 @@ class Command(ForklabCommand):
             self._run(options)
 
     def _save(self, options: dict[str, Any]) -> None:
-        run, store = cli.store_for(options["fork"])
+        run, _ = cli.store_for(options["fork"])
         criteria = cli.load_json(options["criteria"], "--criteria") if options["criteria"] else []
         spec = parse(CaseSpec, {"name": options["name"], "criteria": criteria})
-        if Case.objects.filter(project=run.project, name=options["name"]).exists():
-            raise InvalidArgument(f"a case named {options['name']!r} already exists in "
-                                      f"project {run.project.slug!r}")
-        case = save_case(run.id, name=spec.name, store=store, criteria=spec.criteria)
-        Case.objects.create(project=run.project, name=case.name, source_run=run,
-                            graph_version=run.graph_version, input=case.input,
-                            changes=case.changes, recorded=case.model_dump(mode="json"),
-                            criteria=case_criteria(spec.criteria))
-        self.out(options, {"name": case.name, "fork_run_id": run.id,
-                           "criteria": case_criteria(spec.criteria)},
+        case = save_run_as_case(run=run, spec=spec)
+        self.out(options, {"name": case.name, "fork_run_id": run.id, "criteria": case.criteria},
                  f"saved case {case.name!r} from fork {run.id}"
                  + ("" if criteria else " (no criteria: it can only fail if it stops completing)"))
 
