@@ -11,6 +11,12 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 
+def indefinite(word: str) -> str:
+    """``word`` after its indefinite article, for messages naming a kind or a type: ``a tool``,
+    ``an agent``, ``an int``."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
 class ForklabError(Exception):
     """Base of every error forklab raises on purpose."""
 

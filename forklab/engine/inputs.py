@@ -28,7 +28,7 @@ import math
 import re
 from typing import Any
 
-from forklab.engine.errors import InvalidInput
+from forklab.engine.errors import InvalidInput, indefinite
 
 MAX_DEPTH = 64
 MAX_BYTES = 4 * 1024 * 1024
@@ -84,8 +84,8 @@ def _check_scalar(value: Any, path: str) -> int:
         return 24
     if isinstance(value, str):
         return _check_string(value, path, "the string") + 2
-    raise InvalidInput(f"{path}: a {type(value).__name__} is not a JSON value; send null, a "
-                       "boolean, a number, a string, a list or an object", path=path)
+    raise InvalidInput(f"{path}: {indefinite(type(value).__name__)} is not a JSON value; send "
+                       "null, a boolean, a number, a string, a list or an object", path=path)
 
 
 def check_json_value(value: Any, *, where: str = "$", max_depth: int = MAX_DEPTH,
@@ -126,8 +126,8 @@ def check_json_value(value: Any, *, where: str = "$", max_depth: int = MAX_DEPTH
 def _key(key: Any, path: str) -> int:
     """The key's UTF-8 size; raises InvalidInput for a non-string or bad string key."""
     if not isinstance(key, str):
-        raise InvalidInput(f"{path}: object key {key!r} is a {type(key).__name__}; JSON object "
-                           "keys are strings", path=path)
+        raise InvalidInput(f"{path}: object key {key!r} is {indefinite(type(key).__name__)}; "
+                           "JSON object keys are strings", path=path)
     return _check_string(key, path, "an object key")
 
 

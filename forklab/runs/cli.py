@@ -43,7 +43,9 @@ def agent_change(kind: str, text: str) -> Change:
     validation: a bad value is ``invalid_change``; a float setting must be finite)."""
     cls = AGENT_CHANGES[kind]
     flag = agent_flag(kind)
-    target, value = split_pair(text, flag[2:], f"write={cls.agent_field.upper()}")
+    field = cls.agent_field.upper()
+    target, value = split_pair(text, flag[2:], f"T={field} (T: a node or role)",
+                               f"write={field}")
     typed: Any = value
     if cls.model_fields[cls.agent_field].annotation is float:
         typed = finite(value, f"{flag} {target}")
@@ -71,10 +73,11 @@ def finite(text: str, flag: str, expected: str = "a number") -> float:
     return value
 
 
-def split_pair(text: str, flag: str, example: str) -> tuple[str, str]:
+def split_pair(text: str, flag: str, form: str, example: str) -> tuple[str, str]:
+    """``A=B`` of a flag whose value has the form ``form`` (as its usage names it)."""
     target, sep, value = text.partition("=")
     if not sep or not target:
-        raise InvalidArgument(f"--{flag} takes TARGET=VALUE, e.g. --{flag} {example}; got {text!r}")
+        raise InvalidArgument(f"--{flag} takes {form}, e.g. --{flag} {example}; got {text!r}")
     return target, value
 
 
@@ -89,10 +92,10 @@ def changes_from_options(options: dict[str, Any]) -> list[Change]:
     for flag, build in (("config", change.config), ("output", change.output),
                         ("tool", change.tool)):
         for text in options.get(flag) or []:
-            node, value = split_pair(text, flag, "NODE='{...}'")
+            node, value = split_pair(text, flag, "NODE=JSON", "write='{\"key\": \"value\"}'")
             changes.append(build(node, load_json(value, f"--{flag} {node}")))
     for text in options.get("route") or []:
-        changes.append(change.route(*split_pair(text, "route", "route=escalate")))
+        changes.append(change.route(*split_pair(text, "route", "FROM=TO", "route=escalate")))
     # repeated, each flag is a change of its own: the engine refuses two that write one thing
     changes += [change.human_response(decision) for decision in options.get("human") or []]
     changes += [change.input_patch(load_json(text, "--input-patch"))
@@ -108,7 +111,7 @@ def memory_change(sets: list[str], deletes: list[str]) -> MemoryChange | None:
     key are ``conflicting_changes``, as two changes of one key are from the API — never the
     last one winning."""
     pieces = [change.memory(set={key: load_json(value, f"--set {key}")}) for key, value in
-              (split_pair(text, "set", 'draft=\'"hi"\'') for text in sets)]
+              (split_pair(text, "set", "KEY=JSON", 'draft=\'"hi"\'') for text in sets)]
     pieces += [change.memory(delete=[key]) for key in deletes]
     check_conflicts(pieces)
     if not pieces:

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from forklab.engine.canonical import canonical_equals
-from forklab.engine.errors import ForklabError, RunInProgress
+from forklab.engine.errors import ForklabError, RunInProgress, indefinite
 from forklab.engine.fork import ForkPlan
 from forklab.engine.fork.lifecycle import Case as EngineCase
 from forklab.engine.fork.lifecycle import CaseResult, PromoteResult, promote, run_case, save_case
@@ -278,7 +278,8 @@ def get_fork(*, user: User, run_id: str) -> Run:
     """A readable counterfactual run; any other run is not_found here."""
     run = _base_run(user, run_id)
     if not run.is_fork:
-        raise NotFound(f"run {run_id!r} is a {run.run_kind} run, not a fork", run_id=run_id)
+        raise NotFound(f"run {run_id!r} is {indefinite(run.run_kind)} run, not a fork",
+                       run_id=run_id)
     return run
 
 

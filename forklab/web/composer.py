@@ -281,7 +281,7 @@ def build_composer(run: Run, seq: int, *, graph: GraphSpec, after: Any,
         recorded = Recorded(writes=writes, tool_results=results)
     node = after.node if after is not None else None
     label = (f"before '{node}' execution {after.occurrence}, iteration {after.iteration}"
-             if after is not None else "end of the run (after the last node)")
+             if after is not None else "end of the run, after the last node")
     targets = agent_targets(graph)
     known = sorted(set(models) | {t.model for t in targets})
     return Composer(run=run, graph=graph, seq=seq, node=node, label=label, state=state,

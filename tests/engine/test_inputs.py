@@ -101,7 +101,7 @@ def test_one_bad_leaf_anywhere_is_refused_naming_its_path(value: Any, leaf: Any,
     ({"a\x00": 1}, "input: an object key holds a NUL character"),
     ({"items": [1, 2, {"deep": [float("-inf")]}]}, "input.items[2].deep[0]: -inf"),
     ({"odd key": [None, "\udc00"]}, "input['odd key'][1]: the string"),
-    ({1: "int key"}, "input: object key 1 is a int"),
+    ({1: "int key"}, "input: object key 1 is an int"),
 ])
 def test_the_error_names_the_path_and_the_problem(value: Any, says: str) -> None:
     with pytest.raises(InvalidInput) as caught:

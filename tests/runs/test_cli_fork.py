@@ -73,7 +73,7 @@ def test_forkpoints_lists_every_node_boundary_with_its_label(
     assert out.splitlines() == [
         "seq      1  before 'research' execution 1, iteration 1",
         "seq      6  before 'write' execution 1, iteration 1",
-        "seq     11  end of the run (after the last node)",
+        "seq     11  end of the run, after the last node",
     ]
     points = cli_json(capsys, "forkpoints", run.id)
     assert [p["seq"] for p in points] == [1, 6, 11]
@@ -117,6 +117,15 @@ def test_fork_json_is_the_fork_result_with_the_variant_run(
     assert Run.objects.get(pk=data["id"]).parent_run_id == run.id
 
 
+def test_a_fork_at_the_end_explains_its_point_without_doubled_parentheses(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    run = record("research-write")
+    code, out, _ = cli(capsys, "fork", run.id, "--at", "seq:11", "--dry-run")
+    assert code == 0
+    assert "at seq 11 (end of the run, after the last node)" in out.splitlines()[0]
+    assert "((" not in out and "))" not in out
+
+
 def test_fork_dry_run_estimates_and_records_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     run = record("research-write")
     data = fork_json(capsys, run.id, "--at", "start", "--prompt", "research=Be brief.",
@@ -140,7 +149,12 @@ def test_fork_dry_run_estimates_and_records_nothing(capsys: pytest.CaptureFixtur
     (["--at", "start", "--temperature", "write=3"], "invalid_change",
      "temperature change, field 'temperature'"),
     (["--at", "start", "--model", "write"], "invalid_argument",
-     "--model takes TARGET=VALUE"),
+     "--model takes T=MODEL (T: a node or role), e.g. --model write=MODEL"),
+    (["--at", "start", "--set", "draft"], "invalid_argument", "--set takes KEY=JSON"),
+    (["--at", "start", "--tool", 'write={"a": 1}'], "invalid_change",
+     "'write' is an agent node, not a tool"),
+    (["--at", "seq:99"], "fork_point_not_found",
+     "list the run's fork points (manage.py forkpoints RUN, or GET /api/v1/runs/RUN/fork-points/)"),
     (["--at", "start", "--max-live-calls", "-1"], "invalid_request",
      "field 'budget.max_live_calls'"),
 ])
@@ -264,7 +278,23 @@ def test_sweep_with_a_malformed_variant_is_an_argument_error(
         capsys: pytest.CaptureFixture[str]) -> None:
     run = record("diamond")
     status, _, err = cli(capsys, "sweep", run.id, "--at", "start", "--variant", "odd")
-    assert status == 1 and err.startswith("error: invalid_argument: --variant takes TARGET=VALUE")
+    assert status == 1 and err.startswith(
+        "error: invalid_argument: --variant takes NAME=CHANGES_JSON (a change or a JSON list of "
+        "changes), e.g. --variant terse='{\"kind\": \"prompt\", ")
+
+
+def test_sweep_refuses_a_variant_name_given_twice(capsys: pytest.CaptureFixture[str]) -> None:
+    run = record("diamond")
+    status, _, err = cli(capsys, "sweep", run.id, "--at", "start", *variants("poet", "poet"))
+    assert status == 1 and err.startswith(
+        "error: invalid_argument: --variant 'poet' is given twice; give each variant its own name")
+    assert not Run.objects.filter(parent_run=run).exists()
+
+
+def test_sweep_help_says_what_a_variant_is(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "sweep", "--help")
+    assert code == 0
+    assert "one change or a JSON list of changes" in " ".join(out.split())
 
 
 # -- diff ------------------------------------------------------------------------------------

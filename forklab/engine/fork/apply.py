@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forklab.engine.canonical import merge_patch
-from forklab.engine.errors import GraphValidationError, InvalidChange
+from forklab.engine.errors import GraphValidationError, InvalidChange, indefinite
 from forklab.engine.fork.changes import (
     TARGET,
     AgentChange,
@@ -87,7 +87,8 @@ def _apply_agent(graph: GraphSpec, item: AgentChange) -> GraphSpec:
     drives_agent = isinstance(node, AgentNode) or (isinstance(node, RouterNode) and node.agent)
     if not drives_agent:
         raise InvalidChange(
-            f"{item.kind} change: node {node.id!r} is a {node.kind} node and drives no agent; "
+            f"{item.kind} change: node {node.id!r} is {indefinite(node.kind)} node and drives no "
+            "agent; "
             "it takes a memory or output change instead",
             kind=item.kind, target=item.target,
         )
@@ -166,13 +167,13 @@ def _check_state_change(graph: GraphSpec, item: Change) -> None:
         case ToolChange():
             node = _node_or_refuse(graph, item.node, item)
             if not isinstance(node, ToolNode):
-                raise InvalidChange(f"tool change: {node.id!r} is a {node.kind} node, not a "
-                                    "tool; use an output change", target=node.id, kind="tool")
+                raise InvalidChange(f"tool change: {node.id!r} is {indefinite(node.kind)} node, "
+                                    "not a tool; use an output change", target=node.id, kind="tool")
         case RouteChange():
             node = _node_or_refuse(graph, item.source, item)
             if not isinstance(node, RouterNode):
-                raise InvalidChange(f"route change: {node.id!r} is a {node.kind} node, not a "
-                                    "router", target=node.id, kind="route")
+                raise InvalidChange(f"route change: {node.id!r} is {indefinite(node.kind)} node, "
+                                    "not a router", target=node.id, kind="route")
             if item.to != END and not graph.has_node(item.to):
                 raise InvalidChange(f"route change: unknown target {item.to!r}; expected one "
                                     f"of {', '.join([*graph.node_ids(), END])}", kind="route")

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from forklab.engine.canonical import canonical_json
-from forklab.engine.errors import ForklabError, InvalidChange, PrefixDiverged, PromoteConflict
+from forklab.engine.errors import (
+    ForklabError,
+    InvalidChange,
+    PrefixDiverged,
+    PromoteConflict,
+    indefinite,
+)
 from forklab.engine.events import from_wire
 from forklab.engine.fork.apply import effective_graph
 from forklab.engine.fork.base import graph_of as _graph_of
@@ -85,8 +91,8 @@ def promote(fork_run_id: str, *, store: Store) -> PromoteResult:
     new version of its root's graph."""
     state = fold(store.read(fork_run_id))
     if state.run_kind != "counterfactual":
-        raise InvalidChange(f"run {fork_run_id!r} is a {state.run_kind} run, not a fork; only "
-                            "a fork's changes can be promoted", run_id=fork_run_id)
+        raise InvalidChange(f"run {fork_run_id!r} is {indefinite(state.run_kind)} run, not a "
+                            "fork; only a fork's changes can be promoted", run_id=fork_run_id)
     changes = parse_changes(state.changes) if state.changes else []
     config = [c for c in changes if c.kind in CONFIG_KINDS]
     skipped = [{"change": c.wire(), "reason": f"{c.kind} changes state, not the graph; "
@@ -146,8 +152,9 @@ def save_case(fork_run_id: str, *, name: str, store: Store,
     events = store.read(fork_run_id)
     state = fold(events)
     if state.run_kind != "counterfactual" or not state.finished:
-        raise InvalidChange(f"run {fork_run_id!r} is a {state.status} {state.run_kind} run; "
-                            "only a finished fork can be saved as a case", run_id=fork_run_id)
+        raise InvalidChange(f"run {fork_run_id!r} is {indefinite(state.status)} "
+                            f"{state.run_kind} run; only a finished fork can be saved as a case",
+                            run_id=fork_run_id)
     for item in state.changes:
         parse_change(item)
     graph = _graph_of(state, events, store)

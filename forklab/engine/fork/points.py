@@ -56,7 +56,7 @@ class ForkPoint:
     @property
     def label(self) -> str:
         if self.kind == "end":
-            return "end of the run (after the last node)"
+            return "end of the run, after the last node"
         return f"before '{self.node}' execution {self.occurrence}, iteration {self.iteration}"
 
     def address(self) -> dict[str, Any]:

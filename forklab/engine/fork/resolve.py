@@ -94,7 +94,8 @@ def _check_sequence(index: RunIndex, seq: int, run_id: str | None = None) -> For
             )
     raise ForkPointNotFound(
         f"seq {seq} is not a node boundary of this run (last seq {index.last_seq}); list the "
-        "boundaries with fork_points()",
+        "run's fork points (manage.py forkpoints RUN, or GET /api/v1/runs/RUN/fork-points/) "
+        "and give one of their seqs",
         seq=seq,
     )
 

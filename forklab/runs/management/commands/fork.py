@@ -54,7 +54,8 @@ def policy_and_budget(options: dict[str, Any]) -> tuple[Policy, Budget]:
 
 
 class Command(ForklabCommand):
-    help = "Fork a recorded run at a point with changes; prints explain()."
+    help = ("Fork a recorded run at a point with changes; prints what the fork did (with "
+            "--dry-run, what it would do).")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("run", help="base run id")

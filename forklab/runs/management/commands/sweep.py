@@ -11,8 +11,12 @@ from forklab.engine.fork.sweep import estimate_sweep, fork_each
 from forklab.engine.fork.wire import SweepSpec, build
 from forklab.runs import cli, leases
 from forklab.runs.engine_env import build_environment
+from forklab.runs.errors import InvalidArgument
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.management.commands.fork import add_policy_flags, policy_and_budget
+
+VARIANT_FORM = "NAME=CHANGES_JSON (a change or a JSON list of changes)"
+VARIANT_EXAMPLE = 'terse=\'{"kind": "prompt", "target": "write", "system_prompt": "Be terse."}\''
 
 
 class Command(ForklabCommand):
@@ -22,7 +26,10 @@ class Command(ForklabCommand):
         parser.add_argument("run", help="base run id")
         parser.add_argument("--at", required=True, help="fork point (see fork --help)")
         parser.add_argument("--variant", action="append", required=True,
-                            metavar="NAME=CHANGES_JSON", help="a change or a list of changes")
+                            metavar="NAME=CHANGES_JSON",
+                            help="one variant: its name, '=', then one change or a JSON list "
+                                 "of changes (the objects of fork --changes); repeat the flag "
+                                 "once per variant, each with its own name")
         parser.add_argument("--concurrency", type=int, default=4)
         parser.add_argument("--estimate", action="store_true", help="predict spend only")
         add_policy_flags(parser)
@@ -34,7 +41,10 @@ class Command(ForklabCommand):
     def _sweep(self, options: dict[str, Any], run: Any, store: Any) -> None:
         variants = {}
         for text in options["variant"]:
-            name, value = cli.split_pair(text, "variant", "terse='{\"kind\": \"prompt\", ...}'")
+            name, value = cli.split_pair(text, "variant", VARIANT_FORM, VARIANT_EXAMPLE)
+            if name in variants:
+                raise InvalidArgument(f"--variant {name!r} is given twice; give each variant "
+                                      "its own name (a list of changes is one variant)")
             variants[name] = cli.variant_changes(name, cli.load_json(value, f"--variant {name}"))
         policy, budget = policy_and_budget(options)
         spec = build(SweepSpec, base_run=run.id, at=cli.point(options["at"]), variants=variants,
