@@ -26,6 +26,7 @@ from forklab.engine.fork.conflicts import check_conflicts
 from forklab.engine.fork.resolve import parse_point
 from forklab.engine.fork.wire import AllowList, PointSpec
 from forklab.runs.errors import InvalidArgument, NotFound
+from forklab.runs.forking import require_recorded
 from forklab.runs.models import Run
 from forklab.runs.store import DjangoStore
 
@@ -156,9 +157,11 @@ def point(text: str | None) -> PointSpec:
 
 
 def store_for(run_id: str, *, lease: str | None = None) -> tuple[Run, DjangoStore]:
-    """The run and a store of its project; with ``lease``, the runs the command creates are
+    """The run and a store of its project (a run that recorded nothing is refused, saying
+    why: ``forking.require_recorded``); with ``lease``, the runs the command creates are
     leased to it (``forklab.runs.leases.held``), so a killed command's fork is recovered."""
     run = Run.objects.select_related("project").filter(pk=run_id).first()
     if run is None:
         raise NotFound(f"no run {run_id!r}; list runs with: manage.py runs", run_id=run_id)
+    require_recorded(run)  # every command reads the run's log
     return run, DjangoStore(run.project, lease=lease)

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from forklab.engine.canonical import canonical_equals
-from forklab.engine.errors import ForklabError, RunInProgress, indefinite
+from forklab.engine.errors import ForklabError, RunInProgress, RunStateError, indefinite
 from forklab.engine.fork import ForkPlan
 from forklab.engine.fork.lifecycle import Case as EngineCase
 from forklab.engine.fork.lifecycle import CaseResult, PromoteResult, promote, run_case, save_case
@@ -71,6 +71,26 @@ def preflight(*, user: User, spec: ForkSpec) -> PreflightWire:
     _check_fork_rights(user, base.project, spec, role=role)
     _require_finished(base)
     return PreflightWire.from_wire(plan_for(spec, base.project, base).preflight())
+
+
+def require_recorded(run: Run) -> None:
+    """Refuse a run that recorded no event, saying why, before anything reads its log (an
+    empty log folds to a queued primary run, which every later message would misreport): a
+    fork that never ran is ``invalid_run_state`` with the reason it did not run; a run not
+    started yet is ``run_in_progress``. An archived run is left to ``source_missing``."""
+    if run.last_seq or run.archived:
+        return
+    if not run.finished:
+        raise RunInProgress(
+            f"run {run.id!r} is {run.status} and has recorded nothing yet; wait for it to "
+            "finish, then try again", run_id=run.id, status=run.status)
+    error = run.error or {}
+    why = f"{error.get('code', 'not_run')}: {error.get('message', 'no reason recorded')}"
+    again = (f"; fork its base {run.parent_run_id!r} again" if run.parent_run_id else "")
+    raise RunStateError(
+        f"run {run.id!r} never ran ({why.rstrip('.')}); it recorded no events, so it has no "
+        f"result, case, diff or fork points{again}", run_id=run.id,
+        not_run_reason=error.get("code", "not_run"))
 
 
 def _require_finished(run: Run) -> None:
@@ -229,6 +249,7 @@ def diff(*, user: User, base_id: str, variant_id: str) -> RunDiffWire:
 def promote_fork(*, user: User, run_id: str) -> PromoteResult:
     run = _base_run(user, run_id)
     require_role(user, run.project, Role.ADMIN, action="promoting a fork into the graph")
+    require_recorded(run)
     return promote(run_id, store=DjangoStore(run.project))
 
 
@@ -241,6 +262,7 @@ def save_fork_as_case(*, user: User, run_id: str, spec: CaseSpec) -> Case:
 def save_run_as_case(*, run: Run, spec: CaseSpec, created_by: Any = None) -> Case:
     """Save ``run`` (a finished fork) as a case of its project, access already checked (the
     API's use case above; the CLI, a local operator). A taken name is ``case_exists``."""
+    require_recorded(run)
     if Case.objects.filter(project=run.project, name=spec.name).exists():
         raise CaseExists(f"project {run.project.slug!r} already has a case named "
                          f"{spec.name!r}; choose another name", name=spec.name)

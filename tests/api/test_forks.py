@@ -265,9 +265,10 @@ def test_promoting_needs_an_admin(world: World) -> None:
 def test_an_unfinished_fork_cannot_be_saved_as_a_case(world: World) -> None:
     fork = post(world, "member", "/forks/", fork_body(world)).json()
     response = post(world, "member", f"/forks/{fork['id']}/save-case/", {"name": "short"})
-    assert response.status_code == 422
-    assert response.json()["code"] == "invalid_change"
-    assert "only a finished fork can be saved as a case" in response.json()["detail"]
+    assert response.status_code == 409
+    assert response.json()["code"] == "run_in_progress"
+    assert response.json()["detail"] == (f"run {fork['id']!r} is queued and has recorded "
+                                         "nothing yet; wait for it to finish, then try again")
 
 
 @pytest.mark.parametrize("body", [{}, {"name": ""}, {"name": "x", "criteria": [{"op": "eq"}]},
@@ -311,6 +312,27 @@ def test_a_fork_whose_request_no_longer_fits_reads_not_run_with_its_reason(
     assert (detail["state"], detail["status"], detail["not_run_reason"]) == (
         "not_run", "failed", "source_missing")
     assert detail["error"]["not_run"] is True and detail["diff"] is None
+
+
+def test_a_fork_that_never_ran_cannot_be_saved_as_a_case_or_promoted_saying_why(
+    world: World,
+) -> None:
+    from forklab.runs.specs import ForkSpec
+    from forklab.runs.store import DjangoStore
+    from forklab.runs.tasks import execute_fork
+
+    body = fork_body(world)
+    fork = post(world, "member", "/forks/", body).json()
+    DjangoStore(world.lab).archive(world.lab_diamond)
+    execute_fork.call(fork["id"], ForkSpec.model_validate(body).model_dump(mode="json"))
+
+    for who, path, extra in (("member", "save-case", {"name": "never"}),
+                             ("admin", "promote", None)):
+        response = post(world, who, f"/forks/{fork['id']}/{path}/", extra)
+        assert response.status_code == 409, response.json()
+        assert response.json()["code"] == "invalid_run_state"
+        assert response.json()["detail"].startswith(
+            f"run {fork['id']!r} never ran (source_missing: ")
 
 
 # -- sweeps and diffs ----------------------------------------------------------------------

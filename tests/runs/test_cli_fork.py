@@ -433,7 +433,56 @@ def test_a_case_without_criteria_says_it_cannot_fail(capsys: pytest.CaptureFixtu
     run = record("diamond")
     fork = fork_json(capsys, run.id, "--at", "start", "--prompt", "left=Be brief.")
     code, out, _ = cli(capsys, "cases", "save", fork["id"], "--name", "bare")
-    assert code == 0 and "no criteria" in out
+    assert code == 0 and out.strip() == (
+        f"saved case 'bare' from fork {fork['id']} (no criteria: this case cannot fail; add "
+        "criteria to make it a check)")
+
+
+# -- failed forks ----------------------------------------------------------------------------
+
+
+def test_a_failed_forks_explanation_says_which_node_failed_and_what_to_try(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    run = record("flaky-tool")  # its lookup times out in region eu-west
+    code, out, _ = cli(capsys, "fork", run.id, "--at", "start", "--prompt", "plan=Plan twice.")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[2:4] == [
+        "  status    failed",
+        "  error     node 'fetch_inventory' failed with TimeoutError: upstream inventory "
+        "service timed out after 30s (region eu-west); fork at 'failure' with a change to "
+        "that node to try it another way"]
+
+
+def never_ran(base: Run) -> Run:
+    """A fork whose request no longer fitted when its task ran: failed, no event recorded."""
+    from forklab.runs.execution import fail
+    from forklab.runs.store import DjangoStore
+
+    fork = Run.objects.create(
+        id=f"notrun-{base.id[:20]}", project=base.project, graph_version=base.graph_version,
+        graph_slug=base.graph_slug, run_kind="counterfactual", parent_run=base,
+        fork_mutations=[{"kind": "prompt", "target": "plan", "system_prompt": "x"}])
+    fail(fork, DjangoStore(base.project), "source_missing", "the base's events are gone")
+    return fork
+
+
+@pytest.mark.parametrize("command", [
+    ["cases", "save", "FORK", "--name", "never"], ["diff", "BASE", "FORK"], ["promote", "FORK"],
+    ["replay", "FORK", "--strict"], ["forkpoints", "FORK"], ["forkcheck", "--run", "FORK"],
+    ["fork", "FORK", "--at", "start"],
+])
+def test_a_fork_that_never_ran_is_refused_saying_why_not_misread_as_a_primary_run(
+        capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    base = record("flaky-tool")
+    fork = never_ran(base)
+    args = [{"FORK": fork.id, "BASE": base.id}.get(a, a) for a in command]
+    code, out, err = cli(capsys, *args)
+    assert code == 1 and out == ""
+    assert err == (f"error: invalid_run_state: run {fork.id!r} never ran (source_missing: the "
+                   "base's events are gone); it recorded no events, so it has no result, case, "
+                   f"diff or fork points; fork its base {base.id!r} again\n")
+    assert not Case.objects.exists()
 
 
 def test_cases_refuse_a_duplicate_name_with_the_apis_case_exists(

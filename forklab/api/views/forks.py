@@ -105,8 +105,8 @@ def fork_answer(request: Request, run_id: str) -> Response:
     description="A new version of the base run's graph with the fork's model, prompt, "
                 "temperature and config changes; state changes are listed in `skipped`. "
                 "Needs the admin role. 409 `promote_conflict` when the graph gained a newer "
-                "version touching the same fields; 422 `invalid_change` when there is "
-                "nothing to promote.",
+                "version touching the same fields, `invalid_run_state` for a fork that never "
+                "ran; 422 `invalid_change` when there is nothing to promote.",
     responses=responses({200: PromoteSerializer}, 400, 401, 403, 404, 409, 422))
 @api_view(["POST"])
 def fork_promote(request: Request, run_id: str) -> Response:
@@ -119,8 +119,10 @@ def fork_promote(request: Request, run_id: str) -> Response:
     operation_id="forks_save_case", parameters=[FORK_ID], request=CaseSpec,
     summary="Save a finished fork as a case",
     description="Its edited inputs, changes and recorded tail, with optional pass criteria "
-                "(conditions over final memory). 409 `case_exists` for a taken name; 422 "
-                "`invalid_change` for an unfinished fork.",
+                "(conditions over final memory). 409 `case_exists` for a taken name, "
+                "`run_in_progress` for a fork that has recorded nothing yet, "
+                "`invalid_run_state` for one that never ran; 422 `invalid_change` for an "
+                "unfinished fork.",
     responses=responses({201: CaseSerializer}, *WRITE, 409, 422))
 @api_view(["POST"])
 def fork_save_case(request: Request, run_id: str) -> Response:

@@ -197,14 +197,15 @@ def run_case(case: Case, *, graph: GraphSpec | None = None) -> CaseResult:
                               graphs=graphs)
     except ForklabError as exc:
         if not case.criteria:
-            return CaseResult(case.name, True, [], _NO_CRITERIA + f" (it stopped: {exc.code})")
+            return CaseResult(case.name, True, [], NO_CRITERIA + f" (it stopped: {exc.code})")
         return CaseResult(case.name, False, [f"{exc.code}: {exc.message}"])
     if not case.criteria:
-        return CaseResult(case.name, True, [], _NO_CRITERIA + f" (it ended {state.status})")
+        return CaseResult(case.name, True, [], NO_CRITERIA + f" (it ended {state.status})")
     failures = [f"{c.key} {c.op} {c.value!r} does not hold (value: "
                 f"{state.memory.get(c.key)!r})" for c in case.criteria
                 if not _holds(c, state.memory, state.iteration)]
     return CaseResult(case.name, not failures, failures)
 
 
-_NO_CRITERIA = "no criteria: this case cannot fail; add criteria to make it a check"
+NO_CRITERIA = "no criteria: this case cannot fail; add criteria to make it a check"
+"""What a case without criteria says (SPEC §3.9), when it is saved and each time it runs."""

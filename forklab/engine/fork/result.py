@@ -116,6 +116,9 @@ class ForkResult:
                 *(f"  warning   {w}" for w in self.warnings if w not in self.point_notes),
             ])
         lines = format_run_diff(self.diff, header).split("\n")
+        if self.state is not None and self.state.status == "failed":
+            status = next((i for i, line in enumerate(lines) if line.startswith("  status")), 0)
+            lines.insert(status + 1, f"  error     {failure_text(self.state.error or {})}")
         lines[1:1] = moved
         if self.unpriced_calls:
             lines.append(f"  unpriced  {self.unpriced_calls} live call(s) to a model with no "
@@ -229,3 +232,13 @@ def load_fork_result(run_id: str, *, store: Store, env: Environment | None = Non
         warnings=list(est.get("warnings", [])), label=state.label,
         fork_group_id=forked.fork_group_id, own_changes=own,
         point_notes=list(est.get("point_notes", [])), scorer=scorer)
+
+
+def failure_text(error: dict[str, Any]) -> str:
+    """Why a run failed, for people: the node and its error, and what to try next."""
+    node, kind = error.get("node"), error.get("type")
+    what = f"node {node!r} failed" if node else f"the run failed ({error.get('code', 'failed')})"
+    message = str(error.get("message") or "no message recorded").rstrip(".")
+    hint = ("; fork at 'failure' with a change to that node to try it another way" if node
+            else "")
+    return f"{what}{f' with {kind}' if kind else ''}: {message}{hint}"

@@ -5,8 +5,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from forklab.engine.fork.lifecycle import NO_CRITERIA, run_case
 from forklab.engine.fork.lifecycle import Case as EngineCase
-from forklab.engine.fork.lifecycle import run_case
 from forklab.runs import cli
 from forklab.runs.forking import save_run_as_case
 from forklab.runs.management.base import ForklabCommand
@@ -42,7 +42,7 @@ class Command(ForklabCommand):
         case = save_run_as_case(run=run, spec=spec)
         self.out(options, {"name": case.name, "fork_run_id": run.id, "criteria": case.criteria},
                  f"saved case {case.name!r} from fork {run.id}"
-                 + ("" if criteria else " (no criteria: it can only fail if it stops completing)"))
+                 + ("" if criteria else f" ({NO_CRITERIA})"))
 
     def _run(self, options: dict[str, Any]) -> None:
         rows = Case.objects.select_related("project").order_by("project__slug", "name")

@@ -26,7 +26,7 @@ class Command(ForklabCommand):
                             help="also run the metamorphic checks 1, 2 and 4 on every run")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        runs = Run.objects.filter(run_kind=RunKind.PRIMARY,
+        runs = Run.objects.filter(run_kind=RunKind.PRIMARY, last_seq__gt=0,
                                   status__in=["completed", "failed", "blocked", "cancelled"])
         if options["scenario"]:
             runs = runs.filter(graph_slug=get_scenario(options["scenario"]).graph().id)
