@@ -466,8 +466,11 @@ FORKLAB_LOG_FORMAT = envchoice("FORKLAB_LOG_FORMAT", "json", ("json", "console")
 # opens it to everyone.
 FORKLAB_METRICS_TOKEN = os.environ.get("FORKLAB_METRICS_TOKEN", "")
 FORKLAB_METRICS_ALLOW = envlist("FORKLAB_METRICS_ALLOW", ["127.0.0.1", "::1"])
-# The largest request body the API parses (a graph document may be this large).
+# The largest request body the API parses (a graph document may be this large). It is also
+# Django's own body limit, so one setting decides: a bigger body is the API's 400
+# ``invalid_input`` (or the dashboard's 400 page), whichever layer reads it first.
 FORKLAB_MAX_BODY_BYTES = envint("FORKLAB_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = FORKLAB_MAX_BODY_BYTES
 FORKLAB_STREAM_POLL_S = envint("FORKLAB_STREAM_POLL_S", 5, minimum=1)
 
 LOGGING = {

@@ -15,14 +15,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import SuspiciousOperation
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from forklab.engine.errors import ForklabError
+from forklab.engine.inputs import too_large
 from forklab.runs.error_status import status_for
 
 log = logging.getLogger("forklab.api")
@@ -35,6 +37,8 @@ def error_body(code: str, detail: str, context: dict[str, Any] | None = None) ->
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """DRF's ``EXCEPTION_HANDLER``: one body shape and one status map for every error."""
+    if isinstance(exc, RequestDataTooBig):  # Django's check of the same limit, read first
+        exc = too_large("body", settings.FORKLAB_MAX_BODY_BYTES, _content_length(context))
     if isinstance(exc, ForklabError):
         set_rollback()
         return Response(error_body(exc.code, exc.message, _jsonable(exc.context)),
@@ -100,6 +104,12 @@ def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
+
+
+def _content_length(context: dict[str, Any]) -> int | None:
+    request = context.get("request")
+    length = getattr(request, "META", {}).get("CONTENT_LENGTH", "")
+    return int(length) if str(length).isdigit() else None
 
 
 def _view_name(context: dict[str, Any]) -> str:

@@ -131,6 +131,13 @@ def _key(key: Any, path: str) -> int:
     return _check_string(key, path, "an object key")
 
 
+def too_large(where: str, max_bytes: int, size: int | None = None) -> InvalidInput:
+    """The error for JSON text (or a request body) over ``max_bytes``; ``size`` when known."""
+    found = f"is {size} bytes, over" if size is not None else "is over"
+    return InvalidInput(f"{where}: the JSON text {found} the limit of {max_bytes} bytes; "
+                        "send less", path=where, max_bytes=max_bytes)
+
+
 def check_json_text(text: str | bytes, *, where: str = "$", max_depth: int = MAX_DEPTH,
                     max_bytes: int = MAX_BYTES) -> None:
     """Refuse JSON *text* too large or nested too deep, before any parser recurses into it.
@@ -141,8 +148,7 @@ def check_json_text(text: str | bytes, *, where: str = "$", max_depth: int = MAX
     """
     size = len(text)
     if size > max_bytes:
-        raise InvalidInput(f"{where}: the JSON text is {size} bytes, over the limit of "
-                           f"{max_bytes}; send less", path=where, max_bytes=max_bytes)
+        raise too_large(where, max_bytes, size)
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     depth = 0

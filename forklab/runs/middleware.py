@@ -18,11 +18,13 @@ from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.utils.decorators import sync_and_async_middleware
 
 from forklab.engine.errors import InvalidInput
-from forklab.engine.inputs import check_json_text, check_json_value, loads
+from forklab.engine.inputs import check_json_text, check_json_value, loads, too_large
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
@@ -62,7 +64,11 @@ def check_request(request: HttpRequest) -> None:
     check_json_value(request.path, where="the URL path")
     _check_fields(request.GET, "query parameter")
     if request.method == "POST" and request.content_type in FORM_TYPES:
-        _check_fields(request.POST, "form field", json_editors=True)
+        try:
+            form = request.POST
+        except RequestDataTooBig:  # DATA_UPLOAD_MAX_MEMORY_SIZE is FORKLAB_MAX_BODY_BYTES
+            raise too_large("body", settings.FORKLAB_MAX_BODY_BYTES) from None
+        _check_fields(form, "form field", json_editors=True)
 
 
 def _check_fields(data: QueryDict, what: str, *, json_editors: bool = False) -> None:

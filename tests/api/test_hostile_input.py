@@ -67,6 +67,28 @@ def test_json_nested_thousands_deep_is_refused_before_it_is_parsed(world: World)
     assert Run.objects.count() == before
 
 
+def test_django_reads_bodies_under_the_apis_own_limit() -> None:
+    from django.conf import settings
+
+    assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE == settings.FORKLAB_MAX_BODY_BYTES
+
+
+@pytest.mark.parametrize("content_type", ["application/json",
+                                          "application/x-www-form-urlencoded"])
+def test_a_body_over_the_limit_is_invalid_input_whichever_layer_reads_it(
+        world: World, content_type: str) -> None:
+    from django.test import override_settings
+
+    text = fork_text(world, "[]")[:-1] + f', "label": "{"x" * 5000}"}}'
+    if content_type != "application/json":
+        text = "label=" + "x" * 5000
+    with override_settings(FORKLAB_MAX_BODY_BYTES=4096, DATA_UPLOAD_MAX_MEMORY_SIZE=4096):
+        response = world.client("member").post(f"{API}/forks/", text, content_type=content_type)
+    body = assert_refused(response, 400, "invalid_input",
+                          "over the limit of 4096 bytes; send less")
+    assert body["path"] == "body"
+
+
 def test_a_run_input_nested_past_the_limit_is_refused_and_nothing_is_queued(
         world: World) -> None:
     before = Run.objects.count()
