@@ -63,6 +63,13 @@ class CasesRunSpec(BaseModel):
     project: str | None = Field(default=None, max_length=100, description="project slug")
 
 
+class NoFields(BaseModel):
+    """The body of an action that takes no parameters (``cancel``, ``promote``): empty, or
+    ``{}``; any field in it is ``invalid_request`` naming it, never silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", title="NoFields")
+
+
 class BoundedJSONParser(JSONParser):
     """DRF's JSON parser behind the edge checks (``forklab.engine.inputs``).
 

@@ -262,6 +262,18 @@ def test_promoting_needs_an_admin(world: World) -> None:
     assert response.json()["required"] == "admin"
 
 
+@pytest.mark.parametrize("action", ["promote/", "cancel/"])
+def test_an_action_without_parameters_names_an_unknown_body_field(world: World,
+                                                                  action: str) -> None:
+    fork = post(world, "member", "/forks/", fork_body(world)).json()
+    response = post(world, "admin", f"/forks/{fork['id']}/{action}", {"force": True})
+    assert response.status_code == 400
+    assert response.json() == {
+        "code": "invalid_request", "detail": "field 'force': Extra inputs are not permitted",
+        "field": "force", "errors": [{"field": "force", "msg": "Extra inputs are not permitted"}]}
+    assert Run.objects.get(pk=fork["id"]).status == "queued"  # nothing was done
+
+
 def test_an_unfinished_fork_cannot_be_saved_as_a_case(world: World) -> None:
     fork = post(world, "member", "/forks/", fork_body(world)).json()
     response = post(world, "member", f"/forks/{fork['id']}/save-case/", {"name": "short"})

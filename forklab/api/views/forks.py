@@ -10,7 +10,7 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from forklab.api.inputs import body
+from forklab.api.inputs import NoFields, body
 from forklab.api.rendering import view_response
 from forklab.api.schema import FORK_WRITE, READ, WRITE, path_id, responses
 from forklab.api.serializers import (
@@ -72,7 +72,7 @@ def fork_detail(request: Request, run_id: str) -> HttpResponse:
 
 
 @extend_schema(
-    operation_id="forks_cancel", parameters=[FORK_ID], request=None, summary="Cancel a fork",
+    operation_id="forks_cancel", parameters=[FORK_ID], request=NoFields, summary="Cancel a fork",
     description="A queued or paused fork is cancelled at once; a running one stops at its "
                 "next node or call boundary (`cancel_requested`). A finished fork is left as "
                 "it is. Needs the member role.",
@@ -80,6 +80,7 @@ def fork_detail(request: Request, run_id: str) -> HttpResponse:
 @api_view(["POST"])
 def fork_cancel(request: Request, run_id: str) -> Response:
     forking.get_fork(user=request.user, run_id=run_id)  # 404 unless a readable fork
+    body(NoFields, request.data)
     run = forking.cancel(user=request.user, run_id=run_id)
     return Response(ForkSerializer(readmodel.view(run)).data)
 
@@ -100,7 +101,7 @@ def fork_answer(request: Request, run_id: str) -> Response:
 
 
 @extend_schema(
-    operation_id="forks_promote", parameters=[FORK_ID], request=None,
+    operation_id="forks_promote", parameters=[FORK_ID], request=NoFields,
     summary="Promote a fork's config changes into its graph",
     description="A new version of the base run's graph with the fork's model, prompt, "
                 "temperature and config changes; state changes are listed in `skipped`. "
@@ -111,6 +112,7 @@ def fork_answer(request: Request, run_id: str) -> Response:
 @api_view(["POST"])
 def fork_promote(request: Request, run_id: str) -> Response:
     forking.get_fork(user=request.user, run_id=run_id)
+    body(NoFields, request.data)
     promoted = forking.promote_fork(user=request.user, run_id=run_id)
     return Response(PromoteSerializer(promoted.wire()).data)
 
