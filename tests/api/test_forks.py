@@ -382,6 +382,9 @@ def test_starting_a_sweep_queues_one_fork_per_variant(world: World) -> None:
 @pytest.mark.parametrize(("who", "extra", "status", "code"), [
     ("viewer", {}, 403, "permission_denied"),
     ("member", {"variants": {}}, 400, "invalid_request"),
+    ("member", {"variants": {"": PROMPT}}, 400, "invalid_request"),
+    ("member", {"variants": {"  ": PROMPT}}, 400, "invalid_request"),
+    ("member", {"variants": {"x" * 201: PROMPT}}, 400, "invalid_request"),
     ("member", {"variants": {"bad": {"kind": "telepathy"}}}, 422, "invalid_change"),
     ("member", {"at": {"before_node": "nowhere"}}, 422, "fork_point_not_found"),
     ("member", {"base_run": "nope"}, 404, "not_found"),
@@ -392,6 +395,15 @@ def test_bad_sweeps(world: World, who: str, extra: dict[str, Any], status: int,
         response = post(world, who, path, sweep_body(world, **extra))
         assert response.status_code == status, (path, response.json())
         assert response.json()["code"] == code
+
+
+def test_an_empty_variant_name_is_named_in_the_error(world: World) -> None:
+    response = post(world, "member", "/sweeps/", sweep_body(world, variants={"": PROMPT}))
+    assert response.status_code == 400
+    assert response.json() == {
+        "code": "invalid_request", "field": "variants", "variant": "",
+        "detail": "field 'variants': a variant name is 1 to 200 characters, not blank (it "
+                  "labels the variant's fork); got ''"}
 
 
 def test_an_unknown_sweep_is_not_found(world: World) -> None:

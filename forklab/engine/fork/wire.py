@@ -39,6 +39,7 @@ from forklab.engine.inputs import check_json_value
 from forklab.engine.status import CallKind, CallLabel, ExecutionStatus, ForkState, RunStatus
 
 ID_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
+MAX_LABEL = 200
 
 
 class InvalidRequest(ForklabError):
@@ -227,11 +228,17 @@ def _parsed_changes(value: Any) -> Any:
 
 
 def _parsed_variants(value: Any) -> Any:
-    """Each variant's change (or list of changes) parsed; an error names its variant."""
+    """Each variant's change (or list of changes) parsed; an error names its variant. A
+    variant's name labels its fork, so it is non-blank text of at most 200 characters."""
     if not isinstance(value, dict):
         return value
     parsed = {}
     for name, changes in value.items():
+        if not isinstance(name, str) or not name.strip() or len(name) > MAX_LABEL:
+            raise InvalidRequest(
+                f"field 'variants': a variant name is 1 to {MAX_LABEL} characters, not blank "
+                f"(it labels the variant's fork); got {str(name)[:40]!r}", field="variants",
+                variant=str(name)[:40])
         try:
             parsed[name] = parse_changes(changes if isinstance(changes, list) else [changes])
         except ForklabError as exc:
@@ -246,6 +253,7 @@ Variants = Annotated[
     dict[str, list[Change]], BeforeValidator(_parsed_variants),
     WithJsonSchema({"type": "object", "minProperties": 1, "maxProperties": 32,
                     "description": "variant name → one change or a list of changes",
+                    "propertyNames": {"minLength": 1, "maxLength": MAX_LABEL},
                     "additionalProperties": {"anyOf": [CHANGES_SCHEMA, CHANGE_SCHEMA]}}),
 ]
 
@@ -263,7 +271,7 @@ class ForkSpec(WireModel):
     changes: Changes = Field(default_factory=list)
     policy: Policy = Field(default_factory=Policy)
     budget: Budget = Field(default_factory=Budget)
-    label: str = Field(default="", max_length=200)
+    label: str = Field(default="", max_length=MAX_LABEL)
     client_request_id: str | None = Field(default=None, max_length=200)
     ignore_budget: bool = False
     source: Literal["events", "snapshot", "auto"] = "events"
@@ -283,7 +291,7 @@ class SweepSpec(WireModel):
     budget: Budget = Field(default_factory=Budget)
     concurrency: int = Field(default=4, ge=1, le=16)
     ignore_budget: bool = False
-    label: str = Field(default="", max_length=200)
+    label: str = Field(default="", max_length=MAX_LABEL)
 
     def variant(self, name: str) -> ForkSpec:
         """The fork request of one variant (labelled with its name)."""
