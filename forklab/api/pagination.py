@@ -1,8 +1,10 @@
 """Page-number pagination for the API's lists: ``{count, next, previous, results}``.
 
 ``page`` and ``page_size`` are bounded: a page number that is not a positive integer below
-2**31 is a 400 ``invalid_request`` (``?page=10**20`` never reaches the database); a page
-past the end is DRF's 404; ``page_size`` is clamped to 500.
+2**31, or a page size that is not an integer from 1 to 500, is a 400 ``invalid_request``
+naming the parameter and its range (``?page=10**20`` never reaches the database, and a bad
+size is never silently replaced by the default); a page past the end is DRF's 404. An
+empty ``?page_size=`` (as a form sends it) means the default.
 """
 
 from __future__ import annotations
@@ -25,8 +27,16 @@ class Pages(PageNumberPagination):
         raw = super().get_page_number(request, paginator)
         if raw in self.last_page_strings:
             return raw
-        text = str(raw)
-        if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_PAGE:
-            raise InvalidRequest(f"field 'page': expected an integer from 1 to {MAX_PAGE}, "
-                                 f"got {text[:40]!r}", field="page")
-        return text
+        return str(_bounded("page", str(raw), MAX_PAGE))
+
+    def get_page_size(self, request: Any) -> int:
+        raw = request.query_params.get(self.page_size_query_param, "")
+        return _bounded("page_size", raw, self.max_page_size) if raw else self.page_size
+
+
+def _bounded(name: str, text: str, most: int) -> int:
+    """``text`` as an integer from 1 to ``most``, else ``invalid_request`` naming ``name``."""
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= most:
+        raise InvalidRequest(f"field '{name}': expected an integer from 1 to {most}, "
+                             f"got {text[:40]!r}", field=name, min=1, max=most)
+    return int(text)

@@ -129,6 +129,22 @@ def test_a_huge_or_malformed_page_number_is_a_400_never_a_500(world: World, quer
     assert_refused(response, 400, "invalid_request", "field 'page'")
 
 
+@pytest.mark.parametrize("query", ["page_size=abc", "page_size=-1", "page_size=0",
+                                   "page_size=501", "page_size=100000000000000000000",
+                                   "page_size=%EF%BC%91", "page_size=2.5"])
+def test_a_malformed_or_huge_page_size_is_a_400_naming_its_range(world: World,
+                                                                query: str) -> None:
+    response = world.client("demo").get(f"{API}/runs/?{query}")
+    body = assert_refused(response, 400, "invalid_request",
+                          "field 'page_size': expected an integer from 1 to 500")
+    assert (body["field"], body["min"], body["max"]) == ("page_size", 1, 500)
+
+
+def test_an_empty_page_size_means_the_default(world: World) -> None:
+    response = world.client("demo").get(f"{API}/runs/?page_size=")
+    assert response.status_code == 200
+
+
 @pytest.mark.parametrize("query", ["after=100000000000000000000", "limit=100000000000000000000",
                                    "after=-5"])
 def test_huge_event_query_integers_are_a_400(world: World, query: str) -> None:
