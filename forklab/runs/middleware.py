@@ -1,5 +1,8 @@
 """The HTTP edge's first check: a URL or form field no store can keep is a 400, not a 500.
 
+A path whose percent-escapes do not decode to UTF-8 (``/api/v1/runs/%ff/``) is refused the
+same way (``invalid_input``), before Django resolves it.
+
 Path segments (run ids), query parameters and form fields reach database filters and inserts
 as they are; a NUL character in any of them makes PostgreSQL raise, and a lone surrogate
 cannot be encoded; and a form's JSON editor field nested thousands deep would make the
@@ -16,10 +19,12 @@ import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.core.handlers.wsgi import get_bytes_from_wsgi
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.utils.decorators import sync_and_async_middleware
 
@@ -61,6 +66,7 @@ def refusal(request: HttpRequest) -> HttpResponse | None:
 def check_request(request: HttpRequest) -> None:
     """Raise ``InvalidInput`` for a path, query parameter or form field holding NUL or an
     unencodable character."""
+    _check_path_encoding(request)
     check_json_value(request.path, where="the URL path")
     _check_fields(request.GET, "query parameter")
     if request.method == "POST" and request.content_type in FORM_TYPES:
@@ -69,6 +75,25 @@ def check_request(request: HttpRequest) -> None:
         except RequestDataTooBig:  # DATA_UPLOAD_MAX_MEMORY_SIZE is FORKLAB_MAX_BODY_BYTES
             raise too_large("body", settings.FORKLAB_MAX_BODY_BYTES) from None
         _check_fields(form, "form field", json_editors=True)
+
+
+def _check_path_encoding(request: HttpRequest) -> None:
+    """The path's bytes, percent-escapes decoded, are UTF-8. Django keeps a broken escape
+    (``/runs/%ff/``) as the literal text ``%FF`` and would look that up as an id; the
+    request is malformed, so it is refused here instead."""
+    scope = getattr(request, "scope", None)  # ASGI (daphne): the path as the client sent it
+    if scope is not None and scope.get("raw_path"):
+        raw = unquote_to_bytes(bytes(scope["raw_path"]).split(b"?", 1)[0])
+    else:  # WSGI: Django re-escapes PATH_INFO in place; the server's raw URI is the truth
+        uri = request.META.get("RAW_URI") or request.META.get("REQUEST_URI") or ""
+        raw = unquote_to_bytes(get_bytes_from_wsgi({"U": uri}, "U", "").split(b"?", 1)[0])
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(
+            f"the URL path: byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8 once "
+            "its percent-escapes are decoded; percent-encode the path's text as UTF-8",
+            path="the URL path") from None
 
 
 def _check_fields(data: QueryDict, what: str, *, json_editors: bool = False) -> None:

@@ -8,7 +8,9 @@ graph with live write tools. Every error body has the ``{code, detail}`` shape.
 
 from __future__ import annotations
 
+import json
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 import pytest
 
@@ -156,6 +158,48 @@ def test_huge_event_query_integers_are_a_400(world: World, query: str) -> None:
                                   "/forks/ab%00cd/"])
 def test_a_nul_in_the_url_is_invalid_input(world: World, path: str) -> None:
     assert_refused(world.client("admin").get(f"{API}{path}"), 400, "invalid_input", "NUL")
+
+
+def wsgi_get(path: str) -> Any:
+    """GET ``path`` as gunicorn passes it: PATH_INFO the percent-decoded bytes as latin-1,
+    RAW_URI as sent (Django's test client re-escapes broken UTF-8 before the handler)."""
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.test.client import RequestFactory
+
+    environ = RequestFactory()._base_environ(
+        PATH_INFO=unquote_to_bytes(path).decode("latin-1"), RAW_URI=path, REQUEST_METHOD="GET")
+    return WSGIHandler()(environ, lambda status, headers: None)
+
+
+@pytest.mark.parametrize("path, byte", [("/runs/%ff/", "0xff at offset 13"),
+                                        ("/runs/%ff/events/", "0xff at offset 13"),
+                                        ("/forks/%c3%28/", "0xc3 at offset 14"),
+                                        ("/nowhere/%80", "0x80 at offset 16")])
+def test_a_path_whose_escapes_are_not_utf8_is_invalid_input(path: str, byte: str) -> None:
+    response = wsgi_get(f"{API}{path}")
+    body = json.loads(response.content)
+    assert (response.status_code, body["code"], body["path"]) == (
+        400, "invalid_input", "the URL path")
+    assert f"the URL path: byte {byte} is not UTF-8" in body["detail"]
+
+
+def test_a_path_with_escaped_utf8_still_resolves(world: World) -> None:
+    response = world.client("admin").get(f"{API}/runs/%C3%A9/")
+    assert response.status_code == 404 and response.json()["run_id"] == "é"
+
+
+def test_a_path_whose_escapes_are_not_utf8_is_refused_under_asgi() -> None:
+    import io
+
+    from django.core.handlers.asgi import ASGIRequest
+
+    from forklab.runs.middleware import refusal
+
+    scope = {"type": "http", "method": "GET", "path": f"{API}/runs/\ufffd/",
+             "raw_path": f"{API}/runs/%ff/".encode(), "query_string": b"", "headers": []}
+    response = refusal(ASGIRequest(scope, io.BytesIO()))
+    assert response is not None and response.status_code == 400
+    assert json.loads(response.content)["code"] == "invalid_input"
 
 
 def chain(count: int, graph_id: str = "chain") -> dict[str, Any]:
