@@ -441,16 +441,37 @@ def test_a_diff_across_projects_is_not_found(world: World) -> None:
     assert response.json()["run_id"] == world.demo_runs["diamond"]
 
 
-@pytest.mark.parametrize("at", [
-    {"sequence": "x"}, {"sequence": [6]}, {"sequence": True}, {"sequence": "--6"},
-    {"before_iteration": {}}, {"before_first_write_of": {"a": 1}},
-    {"before_first_read_of": ["plan"]}, {"before_node": {"a": 1}},
-    {"before_node": "left", "occurrence": [1]},
+@pytest.mark.parametrize(("at", "field", "expected"), [
+    ({"sequence": "x"}, "at.sequence", 'an integer, got "x"'),
+    ({"sequence": [6]}, "at.sequence", "an integer, got [6]"),
+    ({"sequence": True}, "at.sequence", "an integer, got true"),
+    ({"sequence": 6.0}, "at.sequence", "an integer, got 6.0"),
+    ({"sequence": "--6"}, "at.sequence", 'an integer, got "--6"'),
+    ({"before_iteration": {}}, "at.before_iteration", "an integer, got {}"),
+    ({"before_first_write_of": {"a": 1}}, "at.before_first_write_of", "a non-empty string"),
+    ({"before_first_read_of": ["plan"]}, "at.before_first_read_of", "a non-empty string"),
+    ({"before_node": {"a": 1}}, "at.before_node", "a non-empty string"),
+    ({"before_node": "left", "occurrence": [1]}, "at.occurrence", 'from 1, or "last"'),
+    ({"before_node": "left", "occurrence": 0}, "at.occurrence", 'from 1, or "last"'),
+    ({"before_human_input": False}, "at.before_human_input", "true, got false"),
+    ({"sequence": 6, "colour": "red"}, "at.colour",
+     "no other key with 'sequence' (optional: run_id)"),
+    ({"before_node": "left", "run_id": "x"}, "at.run_id",
+     "no other key with 'before_node' (optional: occurrence)"),
+    ({"sequence": 6, "before_node": "left"}, "at", "exactly one of sequence, before_node, "
+     "after_node, before_iteration, before_human_input, before_first_write_of, "
+     "before_first_read_of, version; got sequence, before_node"),
+    ({}, "at", "; got none"),
 ])
-def test_a_malformed_fork_point_is_refused_not_crashed(world: World, at: Any) -> None:
-    response = post(world, "member", "/forks/preflight/", fork_body(world, at=at))
-    assert response.status_code == 422, response.json()
-    assert response.json()["code"] == "fork_point_not_found"
+def test_a_malformed_fork_point_is_an_invalid_request_naming_the_key(
+        world: World, at: Any, field: str, expected: str) -> None:
+    for path in ("/forks/preflight/", "/forks/"):
+        response = post(world, "member", path, fork_body(world, at=at))
+        assert response.status_code == 400, response.json()
+        body = response.json()
+        assert (body["code"], body["field"]) == ("invalid_request", field)
+        assert body["detail"].startswith(f"field '{field}': expected ")
+        assert expected in body["detail"]
 
 
 def test_a_fork_point_seq_may_be_a_string_of_digits(world: World) -> None:
@@ -459,8 +480,11 @@ def test_a_fork_point_seq_may_be_a_string_of_digits(world: World) -> None:
     assert response.json()["fork_node_id"] == "left"
 
 
-@pytest.mark.parametrize("at", [{"version": {}}, {"version": "v1"}, "version:x"])
-def test_a_malformed_snapshot_version_is_refused_not_crashed(world: World, at: Any) -> None:
+@pytest.mark.parametrize(("at", "status", "code"), [
+    ({"version": {}}, 400, "invalid_request"), ({"version": "v1"}, 400, "invalid_request"),
+    ("version:x", 422, "fork_point_not_found")])
+def test_a_malformed_snapshot_version_is_refused_not_crashed(world: World, at: Any, status: int,
+                                                             code: str) -> None:
     response = post(world, "member", "/forks/preflight/", fork_body(world, at=at))
-    assert response.status_code == 422, response.json()
-    assert response.json()["code"] == "fork_point_not_found"
+    assert response.status_code == status, response.json()
+    assert response.json()["code"] == code

@@ -32,7 +32,7 @@ from forklab.engine.fork.effective import apply_at
 from forklab.engine.fork.estimate import estimate_tail
 from forklab.engine.fork.plan import ForkPlan, PlanInputs
 from forklab.engine.fork.points import ForkPoint
-from forklab.engine.fork.resolve import parse_point, point_number, resolve_point
+from forklab.engine.fork.resolve import check_point, parse_point, point_number, resolve_point
 from forklab.engine.fork.tail import Policy
 from forklab.engine.fork.variant import begin_variant, fork_runner, run_plan
 from forklab.engine.fork.wire import Budget
@@ -126,6 +126,7 @@ def _requested_point(base: BaseRun, at: Any, source: str,
                      ) -> tuple[ForkPoint, RunState | None, str]:
     if isinstance(at, str) and at not in ("start", "failure"):
         at = parse_point(at)  # the CLI form, so "version:N" reaches the snapshot branch
+    check_point(at)
     if (isinstance(at, dict) and "version" in at) or source == "snapshot":
         if not (isinstance(at, dict) and "version" in at):
             raise ForkPointNotFound("source 'snapshot' forks a snapshot: pass at={'version': N}")

@@ -10,6 +10,7 @@ compaction boundary names the earliest forkable point, one in an archived log is
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -205,6 +206,63 @@ def _first_use(index: RunIndex, form: str, attr: str, key: Any) -> ForkPoint:
             return forkable(index, ex, f"the first {verb} of {key!r} ({ex.node!r})")
     verb = "wrote" if attr == "writes" else "read"
     raise ForkPointNotFound(f"no node {verb} memory key {key!r} in this run", key=key)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)) or (
+        isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value) is not None)
+
+
+def _is_name(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+_NUMBER = (_is_number, "an integer")
+_NAME = (_is_name, "a non-empty string")
+_OCCURRENCE = (lambda v: v == "last" or (_is_number(v) and int(v) >= 1),
+               'an integer from 1, or "last"')
+#: each object form's key, what its value is, and the optional keys it may carry
+POINT_FORMS: dict[str, tuple[tuple[Callable[[Any], bool], str], dict[str, Any]]] = {
+    "sequence": (_NUMBER, {"run_id": (_is_name, "a run id")}),
+    "before_node": (_NAME, {"occurrence": _OCCURRENCE}),
+    "after_node": (_NAME, {"occurrence": _OCCURRENCE}),
+    "before_iteration": (_NUMBER, {}),
+    "before_human_input": ((lambda v: v is True, "true"), {}),
+    "before_first_write_of": (_NAME, {}),
+    "before_first_read_of": (_NAME, {}),
+    "version": (_NUMBER, {}),
+}
+
+
+def point_problem(at: dict[str, Any]) -> tuple[str, str] | None:
+    """What is wrong with the shape of an object fork point, as (key, what was expected), or
+    None: exactly one form key, only that form's optional keys, each value of its type
+    (SPEC §3.2). Whether the point exists in a run is :func:`resolve_point`'s question."""
+    forms = [k for k in at if k in POINT_FORMS]
+    if len(forms) != 1:
+        listed = ", ".join(POINT_FORMS)
+        return ("", f"exactly one of {listed}; got {', '.join(forms) or 'none'}")
+    form = forms[0]
+    (check, expected), optional = POINT_FORMS[form]
+    for key in at:
+        if key != form and key not in optional:
+            allowed = ", ".join(optional) or "none"
+            return (key, f"no other key with {form!r} (optional: {allowed})")
+    if not check(at[form]):
+        return (form, f"{expected}, got {json.dumps(at[form])[:60]}")
+    for key, (check, expected) in optional.items():
+        if key in at and not check(at[key]):
+            return (key, f"{expected}, got {json.dumps(at[key])[:60]}")
+    return None
+
+
+def check_point(at: Any) -> None:
+    """Raise ``fork_point_not_found`` for an object fork point of the wrong shape."""
+    problem = point_problem(at) if isinstance(at, dict) else None
+    if problem is not None:
+        key, expected = problem
+        raise ForkPointNotFound(f"fork point {'.'.join(('at', key)) if key else 'at'}: "
+                                f"expected {expected}", field=f"at.{key}" if key else "at")
 
 
 def point_number(at: dict[str, Any], form: str) -> int:

@@ -23,6 +23,7 @@ from copy import deepcopy
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -35,6 +36,7 @@ from pydantic import (
 
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import Change, parse_changes
+from forklab.engine.fork.resolve import point_problem
 from forklab.engine.inputs import check_json_value
 from forklab.engine.status import CallKind, CallLabel, ExecutionStatus, ForkState, RunStatus
 
@@ -194,7 +196,19 @@ POINT_SCHEMA: dict[str, Any] = {
     ],
 }
 
-PointSpec = Annotated[str | dict[str, JsonValue] | None, WithJsonSchema(POINT_SCHEMA)]
+def _checked_point(at: Any) -> Any:
+    """An object fork point of the wrong shape is the request's error (400, naming the key),
+    not a point that fails to resolve in the run."""
+    problem = point_problem(at) if isinstance(at, dict) else None
+    if problem is not None:
+        key, expected = problem
+        field = f"at.{key}" if key else "at"
+        raise InvalidRequest(f"field '{field}': expected {expected}", field=field)
+    return at
+
+
+PointSpec = Annotated[str | dict[str, JsonValue] | None, AfterValidator(_checked_point),
+                      WithJsonSchema(POINT_SCHEMA)]
 """A fork point as a request names it; the engine resolves it against the base run (an
 address that does not resolve is ``fork_point_not_found``, naming what would)."""
 
