@@ -48,6 +48,25 @@ def _child(path: str, key: str | int) -> str:
     return f"{path}.{key}" if _IDENT.fullmatch(key) else f"{path}[{key!r}]"
 
 
+def error_path(loc: tuple[str | int, ...], data: Any, kind: str = "") -> str:
+    """A pydantic error location as the user's path in ``data`` (``changes[0].model``).
+
+    pydantic puts the union member it tried (``AllowList``, ``literal['replay','block']``,
+    ``list[str]``) and validator tags (``[key]``) into ``loc``; those are not keys the user
+    wrote, so a part is kept only where it is a key or index of ``data`` at that point — or,
+    for a ``missing`` error, the absent field it names at the end."""
+    path, node = "", data
+    for i, part in enumerate(loc):
+        indexed = isinstance(node, list | tuple) and isinstance(part, int) and 0 <= part < len(node)
+        if indexed or (isinstance(node, dict) and part in node):
+            node = node[part]
+        elif not (i == len(loc) - 1 and kind == "missing" and isinstance(part, str)):
+            continue  # a union member or validator tag
+        path = _child(path, part) if path else (f"[{part}]" if isinstance(part, int) else
+                                                str(part))
+    return path
+
+
 def _printable(text: str) -> str:
     """A short, always-encodable preview of a bad string for the error message."""
     preview = text[:40].encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")

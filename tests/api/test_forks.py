@@ -82,6 +82,21 @@ def test_preflight_errors(world: World, extra: dict[str, Any], status: int, code
     assert response.json()["detail"]
 
 
+@pytest.mark.parametrize(("extra", "fields"), [
+    ({"policy": {"side_effects": {"allow": 5}}}, ["policy.side_effects", "policy.side_effects.allow",
+                                                  "policy.side_effects.allow"]),
+    ({"policy": {"side_effects": {}}}, ["policy.side_effects", "policy.side_effects.allow"]),
+    ({"budget": {"max_cost_usd": "lots"}}, ["budget.max_cost_usd"]),
+])
+def test_a_body_error_names_the_users_path_not_pydantics_union_members(
+        world: World, extra: dict[str, Any], fields: list[str]) -> None:
+    response = post(world, "admin", "/forks/preflight/", fork_body(world, **extra))
+    assert response.status_code == 400, response.json()
+    body = response.json()
+    assert body["field"] == fields[0]
+    assert [e["field"] for e in body["errors"]] == fields
+
+
 def test_a_fork_point_inside_a_node_names_the_node(world: World) -> None:
     response = post(world, "admin", "/forks/preflight/", fork_body(world, at={"sequence": 3}))
     assert response.status_code == 422
@@ -293,10 +308,10 @@ def test_a_bad_case_request_is_invalid(world: World, body: dict[str, Any]) -> No
 
 
 @pytest.mark.parametrize(("criteria", "field"), [
-    ([{"op": "eq"}], "criteria.0.key"),
-    ([{"key": "a"}, {"key": "a", "op": "like"}], "criteria.1.op"),
-    ([{"key": "a", "extra": 1}], "criteria.0.extra"),
-    (["a"], "criteria.0"),
+    ([{"op": "eq"}], "criteria[0].key"),
+    ([{"key": "a"}, {"key": "a", "op": "like"}], "criteria[1].op"),
+    ([{"key": "a", "extra": 1}], "criteria[0].extra"),
+    (["a"], "criteria[0]"),
     ({"key": "a"}, "criteria"),
 ])
 def test_a_bad_criterion_is_named_by_its_path(world: World, criteria: Any, field: str) -> None:

@@ -503,5 +503,5 @@ def test_cases_refuse_a_bad_criterion_naming_it(capsys: pytest.CaptureFixture[st
     fork = fork_json(capsys, run.id, "--at", "start", "--prompt", "left=Be brief.")
     code, _, err = cli(capsys, "cases", "save", fork["id"], "--name", "odd",
                        "--criteria", '[{"key": "plan", "op": "like"}]')
-    assert code == 1 and err.startswith("error: invalid_request: field 'criteria.0.op'")
+    assert code == 1 and err.startswith("error: invalid_request: field 'criteria[0].op'")
     assert not Case.objects.filter(name="odd").exists()

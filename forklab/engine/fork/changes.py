@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from forklab.engine.errors import InvalidChange, InvalidOverrides
+from forklab.engine.inputs import error_path
 
 MAX_BYTES = 64 * 1024
 MAX_DEPTH = 16
@@ -387,7 +388,7 @@ def parse_change(data: Any) -> Change:
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"][1:]) or "(root)"
+        field = error_path(err["loc"][1:], data, err["type"]) or "(root)"
         raise InvalidChange(
             f"{data['kind']} change, field '{field}': {err['msg']}", kind=data["kind"],
             field=field,

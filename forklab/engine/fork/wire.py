@@ -37,7 +37,7 @@ from pydantic import (
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import Change, parse_changes
 from forklab.engine.fork.resolve import point_problem
-from forklab.engine.inputs import check_json_value
+from forklab.engine.inputs import check_json_value, error_path
 from forklab.engine.status import CallKind, CallLabel, ExecutionStatus, ForkState, RunStatus
 
 ID_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
@@ -73,7 +73,7 @@ def parse_request[S: BaseModel](spec: type[S], data: Any) -> S:
     try:
         return spec.model_validate(data)
     except ValidationError as exc:
-        raise _invalid(exc) from None
+        raise _invalid(exc, data) from None
 
 
 def build[W: WireModel](spec: type[W], *, under: tuple[str, ...] = (), **fields: Any) -> W:
@@ -84,18 +84,22 @@ def build[W: WireModel](spec: type[W], *, under: tuple[str, ...] = (), **fields:
     try:
         built = spec(**fields)
     except ValidationError as exc:
-        raise _invalid(exc, under) from None
+        raise _invalid(exc, fields, under) from None
     check_json_value(built.wire(), where=".".join(under) or "body")
     return built
 
 
-def _invalid(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> InvalidRequest:
+def _invalid(exc: ValidationError, data: Any, prefix: tuple[str, ...] = ()) -> InvalidRequest:
+    """One ``invalid_request`` naming each field by the user's path in ``data`` (what was
+    validated), never pydantic's union members or class names."""
+    def field(error: Any) -> str:
+        return ".".join((*prefix, error_path(error["loc"], data, error["type"]))).strip(".")
+
     errors = exc.errors()
-    field = ".".join(str(p) for p in (*prefix, *errors[0]["loc"])) or "(body)"
+    first = field(errors[0]) or "(body)"
     return InvalidRequest(
-        f"field '{field}': {errors[0]['msg']}", field=field,
-        errors=[{"field": ".".join(str(p) for p in (*prefix, *e["loc"])), "msg": e["msg"]}
-                for e in errors[:10]])
+        f"field '{first}': {errors[0]['msg']}", field=first,
+        errors=[{"field": field(e) or "(body)", "msg": e["msg"]} for e in errors[:10]])
 
 
 # -- policy and budget (SPEC §3.4) -------------------------------------------------------------
@@ -123,7 +127,7 @@ class Policy(WireModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise _invalid(exc, ("policy",)) from None
+            raise _invalid(exc, data, ("policy",)) from None
 
     def allows(self, node: str) -> bool:
         side = self.side_effects
@@ -156,7 +160,7 @@ class Budget(WireModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise _invalid(exc, ("budget",)) from None
+            raise _invalid(exc, data, ("budget",)) from None
 
     def explicit(self) -> dict[str, Any]:
         """Only what the caller set (``max_cost_usd: null`` = clear the cost budget)."""
