@@ -9,10 +9,11 @@ are run-layer pydantic models (a case's criteria are the engine's ``Condition``)
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from forklab.engine.fork.changes import check_limits
 from forklab.engine.fork.wire import (
     AllowList,
     Budget,
@@ -34,9 +35,19 @@ class _Spec(BaseModel):
 
 
 class AnswerSpec(_Spec):
+    """An approval gate's answer. Its data and memory updates are held to a change spec's
+    limits (the same answer given as a ``human_response`` change is one): a redaction
+    placeholder copied from a page (``[REDACTED]``) is refused, ``invalid_overrides``,
+    rather than stored as if it were the value."""
+
     decision: Literal["approved", "rejected", "edited"]
     data: Any = None
     memory_updates: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _within_limits(self) -> Self:
+        check_limits({"data": self.data, "memory_updates": self.memory_updates}, "an answer")
+        return self
 
 
 class CaseSpec(_Spec):

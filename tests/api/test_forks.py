@@ -270,6 +270,22 @@ def test_an_answer_needs_a_known_decision(world: World) -> None:
     assert response.json()["field"] == "decision"
 
 
+@pytest.mark.parametrize("answer", [
+    {"decision": "edited", "data": "[REDACTED]"},
+    {"decision": "edited", "data": {"note": "[REDACTED]#2"}},
+    {"decision": "approved", "memory_updates": {"email": "[redacted: mask failed]"}},
+])
+def test_an_answer_holding_a_redaction_placeholder_is_refused(world: World,
+                                                              answer: dict[str, Any]) -> None:
+    fork = post(world, "member", "/forks/", fork_body(world)).json()
+    response = post(world, "member", f"/forks/{fork['id']}/answer/", answer)
+    assert response.status_code == 422
+    body = response.json()
+    assert (body["code"], body["limit"]) == ("invalid_overrides", "redaction")
+    assert body["detail"].startswith("an answer holds the redaction placeholder")
+    assert Run.objects.get(pk=fork["id"]).work["task"] == "fork"  # no answer was stored
+
+
 def test_promoting_needs_an_admin(world: World) -> None:
     fork = post(world, "member", "/forks/", fork_body(world)).json()
     response = post(world, "member", f"/forks/{fork['id']}/promote/")

@@ -324,22 +324,22 @@ class change:
 # -- limits ------------------------------------------------------------------------------------
 
 
-def _walk(value: Any, depth: int, counts: list[int]) -> None:
+def _walk(value: Any, depth: int, counts: list[int], what: str = "change spec") -> None:
     if depth > MAX_DEPTH:
         raise InvalidOverrides(
-            f"change spec is nested deeper than {MAX_DEPTH} levels; flatten it",
+            f"{what} is nested deeper than {MAX_DEPTH} levels; flatten it",
             limit="depth", max=MAX_DEPTH,
         )
     if isinstance(value, dict):
         counts[0] += len(value)
         for v in value.values():
-            _walk(v, depth + 1, counts)
+            _walk(v, depth + 1, counts, what)
     elif isinstance(value, list):
         for v in value:
-            _walk(v, depth + 1, counts)
+            _walk(v, depth + 1, counts, what)
     elif isinstance(value, str) and _is_placeholder(value):
         raise InvalidOverrides(
-            f"change spec holds the redaction placeholder {value!r}; send the whole real "
+            f"{what} holds the redaction placeholder {value!r}; send the whole real "
             "value instead of a redacted one",
             limit="redaction",
         )
@@ -353,19 +353,20 @@ def _is_placeholder(text: str) -> bool:
     return head == "[REDACTED]" and bool(sep) and tail.isdigit()
 
 
-def check_limits(spec: Any) -> None:
-    """Refuse specs over 64 KiB, 16 levels, 200 object keys, or holding a placeholder."""
+def check_limits(spec: Any, what: str = "change spec") -> None:
+    """Refuse specs over 64 KiB, 16 levels, 200 object keys, or holding a placeholder
+    (``invalid_overrides``); ``what`` names the spec in the message."""
     size = len(json.dumps(spec, ensure_ascii=False).encode())
     if size > MAX_BYTES:
         raise InvalidOverrides(
-            f"change spec is {size} bytes; the limit is {MAX_BYTES} (64 KiB)",
+            f"{what} is {size} bytes; the limit is {MAX_BYTES} (64 KiB)",
             limit="bytes", max=MAX_BYTES, found=size,
         )
     counts = [0]
-    _walk(spec, 1, counts)
+    _walk(spec, 1, counts, what)
     if counts[0] > MAX_KEYS:
         raise InvalidOverrides(
-            f"change spec has {counts[0]} object keys; the limit is {MAX_KEYS}",
+            f"{what} has {counts[0]} object keys; the limit is {MAX_KEYS}",
             limit="keys", max=MAX_KEYS, found=counts[0],
         )
 
