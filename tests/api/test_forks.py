@@ -97,6 +97,30 @@ def test_a_body_error_names_the_users_path_not_pydantics_union_members(
     assert [e["field"] for e in body["errors"]] == fields
 
 
+@pytest.mark.parametrize(("tool", "says"), [
+    ("os.system", "tool 'os.system' is outside the allowed modules"),
+    ("forklab.engine.scenariosx.charge", "outside the allowed modules"),
+    ("forklab.engine.scenarios.tools.nope", "cannot import tool"),
+])
+def test_a_config_change_to_a_tool_outside_the_allowed_modules_is_unknown_tool(
+        world: World, tool: str, says: str) -> None:
+    body = {"base_run": world.demo_runs["order-fulfilment"], "at": "start",
+            "changes": [{"kind": "config", "node": "charge", "patch": {"tool": tool}}]}
+    for path in ("/forks/preflight/", "/forks/"):
+        response = post(world, "demo", path, body)
+        assert response.status_code == 422, response.json()
+        assert (response.json()["code"], response.json()["tool"]) == ("unknown_tool", tool)
+        assert says in response.json()["detail"]
+
+
+def test_a_config_change_to_an_allowed_tool_preflights(world: World) -> None:
+    body = {"base_run": world.demo_runs["order-fulfilment"], "at": "start", "changes": [
+        {"kind": "config", "node": "charge",
+         "patch": {"tool": "forklab.engine.scenarios.tools.lookup_price"}}]}
+    response = post(world, "demo", "/forks/preflight/", body)
+    assert response.status_code == 200, response.json()
+
+
 def test_a_fork_point_inside_a_node_names_the_node(world: World) -> None:
     response = post(world, "admin", "/forks/preflight/", fork_body(world, at={"sequence": 3}))
     assert response.status_code == 422

@@ -39,6 +39,7 @@ from forklab.engine.graph import (
     ToolNode,
     has_cycle,
 )
+from forklab.engine.tools import ToolRegistry
 
 _TARGET = TARGET
 
@@ -209,6 +210,17 @@ def effective_graph(graph: GraphSpec, changes: Sequence[Change], *,
         else:
             _check_state_change(graph, item)
     return graph
+
+
+def check_tool_changes(graph: GraphSpec, changes: Sequence[Change], tools: ToolRegistry) -> None:
+    """A config change that points a tool node at another tool must name one the
+    environment can run (under ``FORKLAB_TOOL_MODULES``): refused now with
+    ``unknown_tool``, not when the tail reaches the node. ``graph`` is the effective graph."""
+    for item in changes:
+        if isinstance(item, ConfigChange) and "tool" in item.patch:
+            node = graph.node(item.node)
+            if isinstance(node, ToolNode):
+                tools.resolve(node.tool)
 
 
 @dataclass(frozen=True, slots=True)
