@@ -18,7 +18,7 @@ from django.contrib.auth.models import User as Account
 from django.db import transaction
 
 from forklab.engine import inputs
-from forklab.engine.graph import GraphSpec, load_graph, parse_graph
+from forklab.engine.graph import GraphSpec, ToolNode, load_graph, parse_graph
 from forklab.engine.inputs import check_graph_document, check_json_value
 from forklab.engine.oracle import HumanAnswer
 from forklab.engine.recording import run_recorded
@@ -214,6 +214,12 @@ def register_graph(*, user: User, project: str | None,
     target = writable_project(user, project, minimum=Role.ADMIN, action="registering a graph")
     check_graph_document(spec, where="spec")  # size limits, storable strings and numbers
     graph = parse_graph(spec)  # invalid_graph naming the node and field
+    # a tool this deployment cannot run (outside FORKLAB_TOOL_MODULES, or not importable) is
+    # unknown_tool now, as a fork's config change naming it is, not when a run reaches it
+    tools = build_environment().tools
+    for node in graph.nodes:
+        if isinstance(node, ToolNode):
+            tools.resolve(node.tool)
     latest = (GraphVersion.objects.filter(graph__project=target, graph__graph_id=graph.id)
               .order_by("-version").values_list("version", flat=True).first())
     version = install_graph(project=target, graph=graph)

@@ -115,6 +115,22 @@ def test_an_invalid_graph_names_the_node_and_field(world: World) -> None:
     assert body["errors"]
 
 
+@pytest.mark.parametrize(("tool", "says"), [
+    ("os.system", "outside the allowed modules"),
+    ("forklab.engine.scenarios.tools.no_such_tool", "cannot import"),
+])
+def test_a_tool_this_deployment_cannot_run_is_refused_at_registration(
+        world: World, tool: str, says: str) -> None:
+    spec = {**SCENARIOS["order-fulfilment"].graph().to_wire(), "id": "risky"}
+    charge = next(n for n in spec["nodes"] if n["id"] == "charge")
+    charge["tool"] = tool
+    response = register(world, "admin", {"project": "lab", "spec": spec})
+    assert response.status_code == 422, response.content
+    body = response.json()
+    assert body["code"] == "unknown_tool" and tool in body["detail"] and says in body["detail"]
+    assert not Graph.objects.filter(graph_id="risky").exists()
+
+
 def test_a_graph_edge_to_an_unknown_node_is_refused(world: World) -> None:
     spec = diamond_spec()
     spec["edges"].append({"from": "join", "to": "nowhere"})
