@@ -68,7 +68,7 @@ from forklab.engine.errors import (
 from forklab.engine.events import AnyEvent, Event, RunForked, RunStarted, from_stored
 from forklab.engine.graph import GraphSpec, parse_stored_text
 from forklab.engine.graph_delta import StoredVersion, apply_delta, delta
-from forklab.engine.reducers import fold
+from forklab.engine.prefix_refs import ReferencedPrefixes
 from forklab.engine.state import RunState
 from forklab.engine.store import check_append, final_state_from_snapshots
 
@@ -86,7 +86,6 @@ find a page through the WAL index whatever its size)."""
 IDLE_CHECKPOINT_CHARS = 512 * 1024
 """Event body text appended since the last checkpoint that :meth:`SqliteStore.idle`
 checkpoints (below it, the file's closing checkpoint is cheap anyway)."""
-PREFIX_CACHE_CHARS = 64 * 1024 * 1024  # JSON text of fork prefixes kept per store
 VERSION_CACHE_SIZE = 8  # stored graph versions kept decoded for fork graph deltas
 
 LAYOUT = 2
@@ -173,9 +172,7 @@ class SqliteStore:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
-        # referenced prefix states as JSON text, newest last, at most PREFIX_CACHE_CHARS in all:
-        # the state of run R at seq S never changes, so an entry never goes stale
-        self._prefixes: OrderedDict[tuple[str, int], str] = OrderedDict()
+        self._prefixes = ReferencedPrefixes()  # the states forks keep by reference
         self._versions: OrderedDict[tuple[str, int], StoredVersion] = OrderedDict()
         self._unchecked = 0  # body text appended since the last checkpoint (see idle)
         # run id -> ordinal, for runs whose row is committed (an ordinal never changes, and
@@ -384,28 +381,8 @@ class SqliteStore:
     def _referenced_prefix(self, fork_id: str, ref: dict[str, object]) -> dict[str, object]:
         """Run ``ref["run_id"]``'s state at ``ref["seq"]`` in wire form (its log folded; a
         fresh object per call, so callers own it)."""
-        key = (str(ref["run_id"]), int(str(ref["seq"])))
-        with self._lock:
-            text = self._prefixes.get(key)
-            if text is not None:
-                self._prefixes.move_to_end(key)
-        if text is not None:
-            decoded: dict[str, object] = loads(text)
-            return decoded
-        run_id, seq = key
-        events = self.read(run_id, upto=seq)
-        if not events or events[0].seq != 1 or events[-1].seq != seq:
-            raise SourceMissing(  # unreachable unless the file was edited by hand
-                f"fork {fork_id!r} stores its prefix by reference to run {run_id!r} up to seq "
-                f"{seq}, and those events are not in {self.path}", run_id=fork_id)
-        wire = fold(events).to_wire()
-        text = json.dumps(wire, ensure_ascii=False)
-        with self._lock:
-            self._prefixes[key] = text
-            while sum(map(len, self._prefixes.values())) > PREFIX_CACHE_CHARS \
-                    and len(self._prefixes) > 1:
-                self._prefixes.popitem(last=False)
-        return wire
+        return self._prefixes.state(fork_id, ref, lambda run, seq: self.read(run, upto=seq),
+                                    where=str(self.path))
 
     def _materialize_forks_of(self, conn: sqlite3.Connection, run_id: str) -> None:
         """Copy the prefix into every fork stored by reference to ``run_id``'s log (called in

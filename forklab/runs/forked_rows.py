@@ -8,8 +8,10 @@ its base already holds, and fork storage grows with the base, not the tail. As i
 
 - **prefix**: a ``run.forked`` whose ``prefix_ref`` names a run of this database whose log
   is whole from seq 1 to the referenced seq is stored without ``prefix_state``; reading it
-  (:func:`restore`; readers of rows use ``forklab.runs.store.restored_payload``) puts back that run's log folded to the seq — the state the fork copied,
-  canonically equal (a fork of a fork whose prefix is itself by reference reads through it);
+  (:func:`restore`; readers of rows use ``forklab.runs.store.restored_payload``) puts back
+  that run's log folded to the seq — the state the fork copied, canonically equal (a fork
+  of a fork whose prefix is itself by reference reads through it; cached by
+  :class:`~forklab.engine.prefix_refs.ReferencedPrefixes`, as in ``SqliteStore``);
 - **graph**: when the ``run.started`` appended with it names a graph version stored in the
   fork's project, the graph is stored as its delta against that version
   (:mod:`forklab.engine.graph_delta`). A version is never deleted while a run points at it
@@ -19,8 +21,7 @@ its base already holds, and fork storage grows with the base, not the tail. As i
 Invariant: before any event of a run is deleted — ``compact``, ``archive``, the run itself
 deleted (``forklab.runs.store.on_run_deleted``, a ``pre_delete`` receiver, which cascades
 reach too) — every fork referencing it gets its prefix written into its own row
-(:func:`materialize_forks_of`), in the same
-transaction; both that and a fork's append lock the referenced run's row first, so a fork
+(:func:`materialize_forks_of`), in the same transaction; both that and a fork's append lock the referenced run's row first, so a fork
 appended meanwhile is either materialized or finds the log no longer whole and keeps a copy.
 A fork never loses its prefix, and reads the same before and after.
 """
@@ -28,10 +29,9 @@ A fork never loses its prefix, and reads the same before and after.
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from django.db.models import Count, Max, Min, TextField
@@ -39,28 +39,23 @@ from django.db.models.functions import Cast
 
 from forklab.engine.canonical import loads
 from forklab.engine.errors import SourceMissing
-from forklab.engine.events import AnyEvent, Event, RunForked, RunStarted
+from forklab.engine.events import Event, RunForked, RunStarted
 from forklab.engine.graph_delta import StoredVersion, apply_delta, delta
-from forklab.engine.reducers import fold
+from forklab.engine.prefix_refs import Reader, ReferencedPrefixes
 from forklab.runs import models as m
 
-#: a store's read of a run's events up to a seq (``DjangoStore.read(run, upto=seq)``)
-Reader = Callable[[str, int], list[AnyEvent]]
-
-PREFIX_CACHE_CHARS = 64 * 1024 * 1024  # JSON text of referenced prefixes kept per process
 VERSION_CACHE_SIZE = 32  # decoded graph versions kept per process
 
+_prefixes = ReferencedPrefixes()  # per process, runs told apart by their database
 _lock = threading.Lock()
-# (database, run, seq) -> the run's state at seq, as JSON text; newest last
-_prefixes: OrderedDict[tuple[str, str, int], str] = OrderedDict()
 # (database, graph version row) -> its spec's text and decoded form; a version never changes
 _versions: OrderedDict[tuple[str, int], tuple[str, StoredVersion]] = OrderedDict()
 
 
 def clear_caches() -> None:
     """Forget every referenced prefix and graph version read (a fresh process's view)."""
+    _prefixes.clear()
     with _lock:
-        _prefixes.clear()
         _versions.clear()
 
 
@@ -114,7 +109,7 @@ def restore(run_id: str, payload: dict[str, Any], *, using: str, read: Reader) -
 def materialize_forks_of(run_id: str, *, using: str, read: Reader) -> int:
     """Write the prefix into every fork row kept by reference to ``run_id``'s log (call in
     the transaction that is about to delete some of that log); how many were written."""
-    list(m.Run.objects.using(using).select_for_update().filter(pk=run_id).values_list("pk"))
+    _lock_run(run_id, using=using)
     rows = list(m.Event.objects.using(using)
                 .filter(type=RunForked.TYPE, payload__prefix_ref__run_id=run_id)
                 .exclude(payload__has_key="prefix_state").values_list("pk", "run_id", "payload"))
@@ -125,13 +120,17 @@ def materialize_forks_of(run_id: str, *, using: str, read: Reader) -> int:
     return len(rows)
 
 
+def _lock_run(run_id: str, *, using: str) -> bool:
+    """Lock ``run_id``'s row for this transaction (see the module invariant); whether the
+    run exists."""
+    return bool(list(m.Run.objects.using(using).select_for_update().filter(pk=run_id)
+                     .values_list("pk")))
+
+
 def _whole_log_upto(run_id: str, seq: int, *, using: str) -> bool:
     """Whether this database holds every event of ``run_id`` from seq 1 to ``seq`` (its row
     locked first: see the module invariant)."""
-    if seq <= 0:
-        return False
-    if not list(m.Run.objects.using(using).select_for_update().filter(pk=run_id)
-                .values_list("pk")):
+    if seq <= 0 or not _lock_run(run_id, using=using):
         return False
     found = (m.Event.objects.using(using).filter(run_id=run_id, seq__lte=seq)
              .aggregate(n=Count("pk"), low=Min("seq"), high=Max("seq")))
@@ -140,29 +139,7 @@ def _whole_log_upto(run_id: str, seq: int, *, using: str) -> bool:
 
 def _referenced_prefix(fork_id: str, ref: dict[str, Any], *, using: str,
                        read: Reader) -> dict[str, Any]:
-    """Run ``ref["run_id"]``'s state at ``ref["seq"]`` in wire form: its log folded (a fresh
-    object per call, so callers own it)."""
-    run_id, seq = str(ref.get("run_id")), int(ref.get("seq") or 0)
-    key = (using, run_id, seq)
-    with _lock:
-        text = _prefixes.get(key)
-        if text is not None:
-            _prefixes.move_to_end(key)
-    if text is not None:
-        decoded: dict[str, Any] = loads(text)
-        return decoded
-    events = read(run_id, seq)
-    if not events or events[0].seq != 1 or events[-1].seq != seq:
-        raise SourceMissing(  # unreachable unless rows were deleted behind the store's back
-            f"fork {fork_id!r} stores its prefix by reference to run {run_id!r} up to seq "
-            f"{seq}, and those events are gone", run_id=fork_id)
-    wire = fold(events).to_wire()
-    text = json.dumps(wire, ensure_ascii=False)
-    with _lock:
-        _prefixes[key] = text
-        while sum(map(len, _prefixes.values())) > PREFIX_CACHE_CHARS and len(_prefixes) > 1:
-            _prefixes.popitem(last=False)
-    return wire
+    return _prefixes.state(fork_id, ref, read, where=f"database {using!r}", scope=using)
 
 
 def _stored_version(project_id: int, graph_id: str, number: int, *,
@@ -170,8 +147,10 @@ def _stored_version(project_id: int, graph_id: str, number: int, *,
     row = (m.GraphVersion.objects.using(using)
            .filter(graph__project_id=project_id, graph__graph_id=graph_id, version=number)
            .values_list("pk", flat=True).first())
-    found = None if row is None else _version_by_row(row, using=using)
-    return None if row is None or found is None else (row, found[1])
+    if row is None:
+        return None
+    found = _version_by_row(row, using=using)
+    return None if found is None else (row, found[1])
 
 
 def _version_by_row(row: int, *, using: str) -> tuple[str, StoredVersion] | None:
