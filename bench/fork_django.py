@@ -19,6 +19,8 @@ what is measured). Then, timed one by one with ``time.process_time`` and ``perf_
   fork's result as it holds it (``ForkResultProjection.hold``, then ``after_run``) — and,
   for comparison, ``refresh``: the same result rebuilt from both logs, as a read finding no
   stored result does (and a worker did before it held results).
+- ``storage``: the bytes the base takes in the database file and the bytes each fork (its
+  result row included) added, per table with its indexes (SQLite's ``dbstat``).
 
 Each fork is the peers' fork (``bench.peers.forklab_peer.FORKS``: memoize on, budgets
 lifted) and must complete with the peers' call count (2 for ``worker0``, 1 for ``last``).
@@ -98,6 +100,24 @@ def one_fork(kind: str, store: Any, run_id: str, model: FakeModel) -> tuple[floa
     return (*spent, held, time.process_time() - cpu)
 
 
+def table_bytes() -> dict[str, int]:
+    """Bytes of each table of the database file, its indexes counted with it (``dbstat``)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT coalesce(m.tbl_name, d.name), SUM(d.pgsize) FROM dbstat d "
+                       "LEFT JOIN sqlite_master m ON m.name = d.name GROUP BY 1")
+        return {name: int(size) for name, size in cursor.fetchall()}
+
+
+def grown(before: dict[str, int], after: dict[str, int], per: int) -> str:
+    """The tables that grew from ``before`` to ``after``, in kB per one of ``per`` forks."""
+    change = {name: (size - before.get(name, 0)) / per / 1000 for name, size in after.items()}
+    shown = sorted((name for name, kb in change.items() if kb >= 1), key=lambda n: -change[n])
+    total = sum(change.values())
+    return f"{total:.0f} kB (" + ", ".join(f"{n} {change[n]:.0f}" for n in shown) + ")"
+
+
 def main(argv: list[str]) -> None:
     kind = argv.pop(0) if argv and argv[0] in KINDS else "worker0"
     if len(argv) > 1 or (argv and not argv[0].isdigit()):
@@ -107,9 +127,12 @@ def main(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory() as var_dir:
         setup_django(var_dir)
         model = FakeModel(latency)
+        empty = table_bytes()
         store, run_id = build(shape, model)
+        base = table_bytes()
         first = one_fork(kind, store, run_id, model)
         held = [one_fork(kind, store, run_id, model) for _ in range(times)]
+        forked = table_bytes()
     cpu, wall = sorted(f[0] for f in held), sorted(f[1] for f in held)
     print(f"{kind} django first: cpu={first[0]:.4f} wall={first[1]:.4f}")
     print(f"{kind} django held forks={times} cpu_min={cpu[0]:.4f} "
@@ -117,6 +140,9 @@ def main(argv: list[str]) -> None:
           f"wall_q1={wall[times // 4]:.4f} wall_med={statistics.median(wall):.4f}")
     print(f"{kind} django result: held cpu_med={statistics.median(f[2] for f in held):.4f} "
           f"rebuilt cpu_med={statistics.median(f[3] for f in held):.4f}")
+    base_kb = (sum(base.values()) - sum(empty.values())) / 1000
+    print(f"{kind} django storage: base {base_kb:.0f} kB; "
+          f"each fork added {grown(base, forked, times + 1)}")
 
 if __name__ == "__main__":
     main(sys.argv[1:])
