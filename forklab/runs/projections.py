@@ -6,7 +6,8 @@ every append (an :class:`Appended`), inside its transaction, once the events are
 - :class:`RunRowProjection`: the run row's columns (status, memory, path, totals, lineage…);
 - :class:`UsageProjection`: one ``UsageRecord`` per ``agent.responded``;
 - :class:`FinalStateProjection`: a finished run's folded state (``FinalState``), written with
-  the event that finished it, so no finished log is folded twice;
+  the event that finished it, so no finished log is folded twice (a fork's compact, by
+  reference to its base's: :mod:`forklab.runs.final_states`);
 - :class:`MetricsProjection`: what the append adds to the Prometheus series, counted once
   its transaction commits.
 
@@ -52,7 +53,7 @@ from forklab.engine.fork.result import ForkResult as EngineForkResult
 from forklab.engine.fork.wire import StoredForkResult
 from forklab.engine.state import RunState
 from forklab.engine.store import Store
-from forklab.runs import inserts, metrics
+from forklab.runs import final_states, inserts, metrics
 from forklab.runs import models as m
 from forklab.runs.models import ForkResult, Run, RunKind
 
@@ -177,9 +178,7 @@ class FinalStateProjection:
     @staticmethod
     def apply(batch: Appended) -> None:
         if batch.state.finished and any(e.type in TERMINAL_TYPES for e in batch.events):
-            m.FinalState.objects.using(batch.using).update_or_create(
-                run_id=batch.run_id,
-                defaults={"version": batch.state.version, "state": batch.state.to_wire()})
+            final_states.write(batch.run_id, batch.state, using=batch.using)
 
 
 class MetricsProjection:

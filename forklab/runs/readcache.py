@@ -8,19 +8,16 @@ cold renders with it).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-import orjson
-from django.db.models import F, TextField
-from django.db.models.functions import Cast
+from django.db.models import F
 
 from forklab.engine.fork.wire import CallWire, ForkPointWire, RunDiffWire
-from forklab.runs import forked_rows
+from forklab.runs import final_states, forked_rows
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Event, Run
 
@@ -123,14 +120,11 @@ def state_at(run: Run, seq: int | None = None) -> RunState:
 
 def _fold_at(run: Run, seq: int | None) -> RunState:
     from forklab.engine.reducers import fold
-    from forklab.engine.state import RunState
-    from forklab.runs.models import FinalState
 
     if run.finished and (seq is None or seq >= run.last_seq):
-        text = (FinalState.objects.filter(run_id=run.id, version=run.last_seq)
-                .values_list(Cast("state", TextField()), flat=True).first())
-        if text is not None:  # written with the finishing event: no fold needed
-            return RunState.from_wire(_decode(text), owned=True)  # just decoded: ours
+        stored = final_states.load(run.id, using="default", version=run.last_seq)
+        if stored is not None:  # written with the finishing event: no fold needed
+            return stored
 
     events = run_events(run, upto=seq)
     if not events:
@@ -146,21 +140,12 @@ def _fold_at(run: Run, seq: int | None) -> RunState:
     return fold(events)
 
 
-def _decode(text: str) -> Any:
-    """A stored state's JSON text, decoded by orjson (a 10,000-event run's final state is
-    megabytes: several times faster than the json module); json for what orjson refuses
-    (integers beyond 64 bits)."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
-
-
 def clear_caches() -> None:
     """Forget every cached log, state and view (benchmarks measure cold renders with it)."""
     for cache in (_EVENTS, _STATES, _COMPARISONS, _DIFFS, VIEWS):
         cache.clear()
     forked_rows.clear_caches()
+    final_states.clear_caches()
 
 
 def run_diff(base: Run, variant: Run) -> RunDiff:

@@ -36,7 +36,7 @@ from django.db.models import Max, Min, QuerySet, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from forklab.engine.canonical import loads, loads_for
+from forklab.engine.canonical import loads_for
 from forklab.engine.errors import (
     EventGapError,
     ForklabError,
@@ -55,7 +55,7 @@ from forklab.engine.graph import GraphSpec, parse_graph
 from forklab.engine.reducers import check_next, evolve
 from forklab.engine.state import RunState
 from forklab.engine.store import check_append, graph_hash
-from forklab.runs import forked_rows, inserts
+from forklab.runs import final_states, forked_rows, inserts
 from forklab.runs import models as m
 from forklab.runs.errors import LeaseLost
 from forklab.runs.leases import ttl
@@ -348,9 +348,7 @@ class DjangoStore:
 
     def load_final_state(self, run_id: str) -> RunState | None:
         """The ``FinalState`` row written with the event that finished the run."""
-        text = (m.FinalState.objects.using(self.using).filter(run_id=run_id)
-                .values_list(Cast("state", TextField()), flat=True).first())
-        return None if text is None else RunState.from_wire(loads(text), owned=True)
+        return final_states.load(run_id, using=self.using)
 
 
 # -- run.forked rows read outside the store (forklab.runs.forked_rows) -------------------------
@@ -374,6 +372,8 @@ def forked_payload(run_id: str, *, using: str = "default") -> dict[str, Any] | N
 
 
 def on_run_deleted(sender: Any, instance: m.Run, using: str, **_: Any) -> None:
-    """``pre_delete`` of a run: its forks by reference take a copy of their prefix first."""
+    """``pre_delete`` of a run: its forks by reference take a copy of their prefix, and of
+    their final state, first."""
     forked_rows.materialize_forks_of(instance.pk, using=using,
                                      read=DjangoStore(using=using)._upto)
+    final_states.materialize_dependents(instance.pk, using=using)

@@ -168,7 +168,13 @@ class FinalState(models.Model):
     run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True,
                                related_name="final_state")
     version = models.PositiveIntegerField()  # the run's last seq when it finished
-    state = models.JSONField(encoder=StoredJSONEncoder)  # RunState.to_wire()
+    # RunState.to_wire(); a fork's compact, by reference to its base's row (read it with
+    # forklab.runs.final_states.load, never raw)
+    state = models.JSONField(encoder=StoredJSONEncoder)
+    # the run whose row a compact ``state`` references (None: stored whole); SET_NULL is a
+    # backstop, its rows are written whole before it goes (final_states.materialize_dependents)
+    base = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="+")
 
     def __str__(self) -> str:
         return f"{self.run_id} final@{self.version}"
