@@ -246,18 +246,20 @@ def _approval_node(ctx: NodeContext, node: ApprovalNode) -> str | None:
     answer = ctx.oracle.human(ctx.call, node)
     if answer is None:
         raise Paused()
-    try:
-        return finish_approval(ctx, node, answer)
-    except InvalidOverrides as exc:  # an answer writing an undeclared key fails its node, as a
-        # tool returning one does (a paused run's answer is refused instead: Runner.answer)
-        raise NodeFailure(exc.code, exc.message, label=answer.label) from None
+    if not answer.recorded:
+        try:
+            check_answer(node, answer.memory_updates)
+        except InvalidOverrides as exc:  # an answer writing an undeclared key fails its
+            # node, as a tool returning one does (a paused run's answer is refused instead,
+            # before anything is recorded: Runner.answer)
+            raise NodeFailure(exc.code, exc.message, label=answer.label) from None
+    return finish_approval(ctx, node, answer)
 
 
 def finish_approval(ctx: NodeContext, node: ApprovalNode, answer: HumanAnswer) -> str | None:
     """Record ``answer`` and apply it: the decision to the gate's first ``writes`` key, its
-    memory updates to theirs. Raises ``invalid_overrides`` before anything is recorded when
-    the updates set a key the gate does not declare (:func:`~forklab.engine.answers.check_answer`)."""
-    check_answer(node, answer.memory_updates)
+    memory updates to theirs (checked by the caller: :func:`~forklab.engine.answers.check_answer`
+    for a new answer; one re-served from a log is applied as recorded)."""
     ctx.emit(HumanAnswered, decision=answer.decision, data=answer.data,
              memory_updates=dict(answer.memory_updates or {}),
              label=answer.label, answered_by=answer.answered_by)

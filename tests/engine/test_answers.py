@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from forklab.engine import fork_check, replay
 from forklab.engine.answers import answer_keys, check_answer
+from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import InvalidOverrides
 from forklab.engine.graph import ApprovalNode
 from forklab.engine.oracle import HumanAnswer
@@ -128,3 +130,23 @@ def test_a_hitl_answer_with_an_undeclared_key_fails_its_node_and_writes_nothing(
     assert not [e for e in recorded.event_log if e.type == "human.answered"]
     assert recorded.memory["draft"] == "first draft"
     assert "approval" not in recorded.memory
+
+
+# -- an answer recorded before the rule -------------------------------------------------------
+
+
+def test_a_log_recorded_before_the_rule_replays_and_forkchecks_as_it_was_recorded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer re-served from a log (strict replay, forkcheck) is applied as recorded: a
+    recording made when gates took any key stays reproducible, not drift."""
+    store = MemoryStore()
+    with monkeypatch.context() as before_the_rule:
+        before_the_rule.setattr("forklab.engine.nodes.check_answer", lambda *a, **k: None)
+        old = record(approval_graph(), store=store, hitl=lambda request: HumanAnswer(
+            decision="edited", memory_updates={"draft": "mine"}))
+    assert old.state.status == "completed" and old.memory["published"]["draft"] == "mine"
+
+    replayed = replay(old.run_id, store=store, env=make_env())
+    assert canonical_equals(replayed.outcome(), old.state.outcome())
+    results = fork_check(old.run_id, store=store, env=make_env())
+    assert results and all(r.ok for r in results), [r.to_wire() for r in results if not r.ok]
