@@ -173,9 +173,15 @@ class RouterNode(_NodeBase):
 
 
 class ApprovalNode(_NodeBase):
-    """A human gate: the run pauses until approved, rejected or edited."""
+    """A human gate: the run pauses until approved, rejected or edited. Its first ``writes``
+    key receives the decision; the keys after it are the only ones an answer's
+    ``memory_updates`` may set (:mod:`forklab.engine.answers`)."""
 
     kind: Literal["approval"] = "approval"
+    writes: list[str] = Field(
+        default_factory=list,
+        description="The first key receives the decision; the keys after it are the only "
+                    "ones an answer's memory_updates may set.")
     prompt: str = "Approve?"
     on_reject: str = END
 

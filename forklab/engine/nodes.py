@@ -16,8 +16,10 @@ import json
 import re
 from typing import Any
 
+from forklab.engine.answers import check_answer
 from forklab.engine.canonical import canonical_json, fingerprint
 from forklab.engine.context import NodeContext, write_memory
+from forklab.engine.errors import InvalidOverrides
 from forklab.engine.events import (
     AgentRequested,
     AgentResponded,
@@ -244,10 +246,20 @@ def _approval_node(ctx: NodeContext, node: ApprovalNode) -> str | None:
     answer = ctx.oracle.human(ctx.call, node)
     if answer is None:
         raise Paused()
+    if not answer.recorded:
+        try:
+            check_answer(node, answer.memory_updates)
+        except InvalidOverrides as exc:  # an answer writing an undeclared key fails its
+            # node, as a tool returning one does (a paused run's answer is refused instead,
+            # before anything is recorded: Runner.answer)
+            raise NodeFailure(exc.code, exc.message, label=answer.label) from None
     return finish_approval(ctx, node, answer)
 
 
 def finish_approval(ctx: NodeContext, node: ApprovalNode, answer: HumanAnswer) -> str | None:
+    """Record ``answer`` and apply it: the decision to the gate's first ``writes`` key, its
+    memory updates to theirs (checked by the caller: :func:`~forklab.engine.answers.check_answer`
+    for a new answer; one re-served from a log is applied as recorded)."""
     ctx.emit(HumanAnswered, decision=answer.decision, data=answer.data,
              memory_updates=dict(answer.memory_updates or {}),
              label=answer.label, answered_by=answer.answered_by)

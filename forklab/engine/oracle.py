@@ -82,6 +82,9 @@ class HumanAnswer:
     memory_updates: dict[str, Any] | None = None
     label: CallLabel = "live"
     answered_by: str = ""
+    # re-served from a log (strict replay, forkcheck): applied as it was recorded, never
+    # refused by rules newer than the recording (forklab.engine.answers)
+    recorded: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,6 +65,7 @@ from collections.abc import Callable
 from typing import Any
 
 from forklab.engine import nodes
+from forklab.engine.answers import check_answer
 from forklab.engine.collector import collector_paused
 from forklab.engine.context import Cancelled, NodeContext, Sink
 from forklab.engine.environment import Environment
@@ -359,7 +360,10 @@ class Runner:
         return self._loop()
 
     def answer(self, answer: HumanAnswer) -> RunState:
-        """Answer the approval gate a paused run waits at, then continue."""
+        """Answer the approval gate a paused run waits at, then continue.
+
+        An answer whose memory updates set a key the gate does not declare is refused
+        (``invalid_overrides``) before anything is recorded: the run stays paused."""
         if not self.state.version:
             self.state = fold(self.store.read(self.run_id))
         current = self.state.current
@@ -370,6 +374,7 @@ class Runner:
                 run_id=self.run_id, status=self.state.status,
             )
         node = self.graph.node(current.node)
+        check_answer(node, answer.memory_updates)  # type: ignore[arg-type]
         call = NodeCall(node=current.node, kind=current.kind, occurrence=current.occurrence,
                         iteration=current.iteration, fingerprint=current.fingerprint,
                         reads=current.reads)

@@ -11,8 +11,8 @@ appends after it). Walking it from the head, the scheduler predicts each node's 
 occurrence and iteration (they follow from the starts before it), read slice, fingerprint —
 and starts it on a thread pool *ahead* of the nodes before it when its prediction is final:
 
-- no node before it (not yet completed) may write a key it reads (declared ``writes``; an
-  approval may write any key, so nothing is started past one), so its read slice and the
+- no node before it (not yet completed) may write a key it reads (declared ``writes``;
+  nothing is started past an approval at all), so its read slice and the
   taint of it are what the sequential run would give it;
 - nothing before it is a tool (user code, which may fail the run; a write tool also touches
   the outside world), a subgraph, an approval, or a node beyond ``max_iterations`` (the run
@@ -144,7 +144,8 @@ def overlapping(width: int, oracle: Any) -> bool:
 
 
 def potential_writes(node: Any) -> set[str] | None:
-    """Every key an execution of ``node`` may write (None: any key — an approval)."""
+    """Every key an execution of ``node`` may write (None for an approval: a barrier, which
+    may pause, so nothing is predicted past it whatever it declares)."""
     if isinstance(node, ApprovalNode):
         return None
     keys = set(node.writes)
@@ -163,7 +164,7 @@ def poolable(node: Any) -> bool:
 
 
 def barrier(node: Any) -> bool:
-    """Nothing starts ahead of these: approvals (may write any key, may pause), subgraphs and
+    """Nothing starts ahead of these: approvals (they may pause the run), subgraphs and
     write tools (touch the outside world), and every tool — user code, the likeliest node to
     fail the run, and work started ahead of a node that stops the run is work thrown away."""
     return isinstance(node, (ApprovalNode, SubgraphNode, ToolNode))

@@ -8,12 +8,15 @@ resolve to one outcome:
   the holder stops at its next node or call boundary;
 - **answer** stores the answer for the gate at the current seq and enqueues the task that
   applies it; a second answer to the same gate is ``already_answered`` (409), whoever sent it.
+  An answer whose memory updates set a key the gate does not declare is refused first
+  (``invalid_overrides``, nothing stored).
 """
 
 from __future__ import annotations
 
 from django.db import transaction
 
+from forklab.engine.answers import check_answer
 from forklab.engine.errors import RunStateError
 from forklab.runs import execution, queries, tasks
 from forklab.runs.access import User, require_role
@@ -63,6 +66,9 @@ def answer(*, user: User, run_id: str, spec: AnswerSpec) -> Run:
         if run.status != RunStatus.PAUSED:
             raise RunStateError(f"run {run_id!r} is {run.status}, not paused at an approval "
                                 "gate", run_id=run_id, status=run.status)
+        gate = queries.waiting_gate(run)
+        if gate is not None:  # refused before it is stored; the runner checks it again
+            check_answer(gate, spec.memory_updates)
         run.work = {"task": "answer", "at_seq": run.last_seq,
                     "answer": {**spec.model_dump(mode="json"), "answered_by": answered_by}}
         run.save(update_fields=["work"])

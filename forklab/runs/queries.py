@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import Max, QuerySet
 
-from forklab.engine.graph import GraphSpec
+from forklab.engine.graph import ApprovalNode, GraphSpec
 from forklab.engine.reused_form import expand
 from forklab.runs import store
 from forklab.runs.access import User
@@ -312,6 +312,18 @@ def graph_of(run: Run) -> GraphSpec:
     if run.graph_version is None:
         raise NotFound(f"run {run.id!r} has no stored graph version", run_id=run.id)
     return parse_graph(run.graph_version.spec)
+
+
+def waiting_gate(run: Run) -> ApprovalNode | None:
+    """The approval node (of the graph the run executes) that paused ``run`` waits at: the
+    node of its last event, ``human.requested`` (None: it waits at no gate)."""
+    node = (Event.objects.filter(run_id=run.id, seq=run.last_seq, type="human.requested")
+            .values_list("node", flat=True).first())
+    if node is None:
+        return None
+    graph = graph_of(run)
+    gate = graph.node(node) if graph.has_node(node) else None
+    return gate if isinstance(gate, ApprovalNode) else None
 
 
 # -- the API's reads ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from forklab.runs import readmodel
-from forklab.runs.models import GraphVersion
+from forklab.runs.models import Event, GraphVersion, Run
 from forklab.runs.task_backends import drain
 from tests.api.conftest import API, World
 
@@ -179,6 +179,60 @@ def test_a_second_answer_to_one_gate_is_409_and_the_first_one_wins(
     done = settled(client, f"/forks/{fork_id}/")
     assert done["state"] != "paused"
     assert "send_email" not in [s["node"] for s in done["path"]]  # rejected: no email sent
+
+
+def test_an_answer_setting_a_key_the_gate_does_not_declare_is_422_and_changes_nothing(
+        fresh_world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from forklab.runs import tasks
+
+    client = fresh_world.client("demo")
+    base = fresh_world.demo_runs["order-fulfilment"]
+    fork_id = post(client, "/forks/", {"base_run": base, "at": "start"}).json()["id"]
+    paused = settled(client, f"/forks/{fork_id}/")
+    assert paused["state"] == "paused"
+    row = Run.objects.get(pk=fork_id)
+    events = list(Event.objects.filter(run_id=fork_id).values_list("seq", "type"))
+    enqueued: list[str] = []
+    monkeypatch.setattr(tasks, "enqueue_answer", lambda run_id, answer: enqueued.append(run_id))
+
+    response = post(client, f"/forks/{fork_id}/answer/",
+                    {"decision": "edited", "memory_updates": {"email": "eve@example.com"}})
+
+    assert response.status_code == 422
+    assert response.json() == {
+        "code": "invalid_overrides", "limit": "writes", "field": "memory_updates.email",
+        "node": "approve", "expected": [], "undeclared": ["email"],
+        "detail": "an answer to approval gate 'approve' may set only the memory keys the gate "
+                  "declares in its 'writes' after the decision key (none); "
+                  "memory_updates.email is not declared: leave it out, or declare it in the "
+                  "gate's 'writes' after its decision key (writes: [approval, email])"}
+    after = Run.objects.get(pk=fork_id)
+    assert (after.status, after.work, after.last_seq) == ("paused", row.work, row.last_seq)
+    assert list(Event.objects.filter(run_id=fork_id).values_list("seq", "type")) == events
+    assert enqueued == []  # nothing was stored, nothing will be applied
+    monkeypatch.undo()
+
+    again = post(client, f"/forks/{fork_id}/answer/", {"decision": "rejected"})
+    assert again.status_code == 202  # the gate still takes a valid answer
+    assert settled(client, f"/forks/{fork_id}/")["state"] != "paused"
+
+
+def test_an_answer_may_set_a_key_the_forks_graph_declares_for_the_gate(
+        fresh_world: World) -> None:
+    client = fresh_world.client("demo")
+    base = fresh_world.demo_runs["order-fulfilment"]
+    declare = {"kind": "config", "node": "approve", "patch": {"writes": ["approval", "note"]}}
+    fork_id = post(client, "/forks/", {"base_run": base, "at": "start",
+                                       "changes": [declare]}).json()["id"]
+    assert settled(client, f"/forks/{fork_id}/")["state"] == "paused"
+
+    answered = post(client, f"/forks/{fork_id}/answer/",
+                    {"decision": "approved", "memory_updates": {"note": "gift wrap"}})
+
+    assert answered.status_code == 202, answered.json()
+    done = settled(client, f"/forks/{fork_id}/")
+    assert done["state"] == "complete"
+    assert Run.objects.get(pk=fork_id).memory["note"] == "gift wrap"
 
 
 def test_cancelling_a_paused_fork(fresh_world: World) -> None:

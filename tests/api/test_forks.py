@@ -310,6 +310,52 @@ def test_an_answer_holding_a_redaction_placeholder_is_refused(world: World,
     assert Run.objects.get(pk=fork["id"]).work["task"] == "fork"  # no answer was stored
 
 
+NOTE = {"kind": "human_response", "decision": "edited", "memory_updates": {"note": "gift"}}
+NOTE_REFUSED = {
+    "code": "invalid_overrides", "limit": "writes", "field": "memory_updates.note",
+    "node": "approve", "expected": [], "undeclared": ["note"], "kind": "human_response",
+    "detail": "a human_response change answering approval gate 'approve' may set only the "
+              "memory keys the gate declares in its 'writes' after the decision key (none); "
+              "memory_updates.note is not declared: leave it out, or declare it in the gate's "
+              "'writes' after its decision key (writes: [approval, note]) — in the graph, or "
+              "with a config change of 'approve' in this fork"}
+
+
+def order_fork(world: World, *changes: dict[str, Any]) -> dict[str, Any]:
+    return {"base_run": world.demo_runs["order-fulfilment"], "at": {"before_node": "approve"},
+            "changes": list(changes)}
+
+
+@pytest.mark.parametrize("path", ["/forks/preflight/", "/forks/"])
+def test_a_human_response_writing_a_key_the_gate_does_not_declare_is_422_and_starts_nothing(
+        world: World, path: str) -> None:
+    before = (Run.objects.count(), ForkRequest.objects.count())
+    response = post(world, "demo", path, order_fork(world, NOTE))
+    assert response.status_code == 422
+    assert response.json() == NOTE_REFUSED
+    assert (Run.objects.count(), ForkRequest.objects.count()) == before
+
+
+def test_a_sweep_variant_writing_an_undeclared_key_is_422_before_anything_starts(
+        world: World) -> None:
+    body = {"base_run": world.demo_runs["order-fulfilment"], "at": {"before_node": "approve"},
+            "variants": {"note": NOTE, "plain": {"kind": "human_response",
+                                                 "decision": "approved"}}}
+    before = Run.objects.count()
+    for path in ("/sweeps/estimate/", "/sweeps/"):
+        response = post(world, "demo", path, body)
+        assert response.status_code == 422, (path, response.json())
+        assert {k: response.json()[k] for k in ("code", "field")} == {
+            "code": "invalid_overrides", "field": "memory_updates.note"}
+    assert Run.objects.count() == before
+
+
+def test_a_config_change_declaring_the_key_lets_the_same_answer_through(world: World) -> None:
+    declare = {"kind": "config", "node": "approve", "patch": {"writes": ["approval", "note"]}}
+    response = post(world, "demo", "/forks/preflight/", order_fork(world, declare, NOTE))
+    assert response.status_code == 200, response.json()
+
+
 def test_promoting_needs_an_admin(world: World) -> None:
     fork = post(world, "member", "/forks/", fork_body(world)).json()
     response = post(world, "member", f"/forks/{fork['id']}/promote/")

@@ -19,6 +19,7 @@ import pytest
 from forklab.engine.canonical import canonical_equals, canonical_json
 from forklab.engine.environment import Environment, counter_ids
 from forklab.engine.events import Event, from_wire
+from forklab.engine.graph import GraphSpec
 from forklab.engine.oracle import HumanAnswer
 from forklab.engine.reducers import fold
 from forklab.engine.runner import Runner
@@ -52,9 +53,11 @@ def sub_microsecond_clock() -> Callable[[], float]:
 
 
 def record_with_snapshots(
-    name: str, hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None
+    name: str, hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None,
+    graph: GraphSpec | None = None,
 ) -> tuple[Runner, MemoryStore, list[dict[str, Any]]]:
-    """Run a scenario, copying the live state's wire form after every event of the run."""
+    """Run a scenario (under ``graph``, a variant of its own, if given), copying the live
+    state's wire form after every event of the run."""
     scenario = SCENARIOS[name]
     store = MemoryStore()
     env = Environment(clock=sub_microsecond_clock(), ids=counter_ids("run"))
@@ -66,7 +69,7 @@ def record_with_snapshots(
         if event.run_id == runner.run_id:  # child runs share the hook
             snapshots.append(copy.deepcopy(runner.state.to_wire()))
 
-    runner = Runner(scenario.graph(), store=store, run_id="run-live", env=env, hitl=hitl,
+    runner = Runner(graph or scenario.graph(), store=store, run_id="run-live", env=env, hitl=hitl,
                     on_event=on_event)
     # on_event sees events once stored; a batch of one stores each as soon as it is folded,
     # so the hook sees the live state right after every event (batching changes only when
@@ -99,7 +102,10 @@ def test_fold_of_the_log_equals_the_live_state_after_every_event(name: str) -> N
 
 
 def test_fold_equals_the_live_state_across_a_pause_and_its_answer() -> None:
-    runner, store, snapshots = record_with_snapshots("order-fulfilment", hitl=None)
+    graph = SCENARIOS["order-fulfilment"].graph()
+    gate = graph.node("approve")  # declares the key its answer edits
+    graph = graph.with_node(gate.model_copy(update={"writes": ["approval", "note"]}))
+    runner, store, snapshots = record_with_snapshots("order-fulfilment", hitl=None, graph=graph)
     assert runner.state.status == "paused"
 
     paused_at = len(snapshots)

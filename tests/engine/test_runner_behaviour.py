@@ -212,11 +212,13 @@ def test_a_router_records_its_decision_and_writes_the_target() -> None:
 # -- approvals -------------------------------------------------------------------------------
 
 
-def approval_graph() -> GraphSpec:
+def approval_graph(answer_writes: tuple[str, ...] = ()) -> GraphSpec:
+    """draft -> approve -> publish (fix on reject); ``answer_writes``: the keys after the
+    decision key the gate declares, which an answer's memory updates may set."""
     return graph([
         tool("draft", ["draft"], value="first draft"),
-        {"id": "approve", "kind": "approval", "reads": ["draft"], "writes": ["approval"],
-         "on_reject": "fix"},
+        {"id": "approve", "kind": "approval", "reads": ["draft"],
+         "writes": ["approval", *answer_writes], "on_reject": "fix"},
         tool("publish", ["published"], reads=["draft"], tool="t.echo"),
         tool("fix", ["fixed"], value="fixed"),
     ], [("draft", "approve"), ("approve", "publish")])
@@ -250,7 +252,7 @@ def test_a_rejected_answer_routes_to_on_reject() -> None:
 def test_an_edited_answer_applies_its_memory_updates_before_the_run_goes_on() -> None:
     answer = HumanAnswer(decision="edited", memory_updates={"draft": "better draft"})
 
-    recorded = record(approval_graph(), hitl=lambda request: answer)
+    recorded = record(approval_graph(answer_writes=("draft",)), hitl=lambda request: answer)
 
     assert recorded.state.status == "completed"
     assert recorded.memory["approval"] == "edited"

@@ -168,6 +168,21 @@ def test_fork_errors_are_one_line_with_their_code_and_exit_1(
     assert not Run.objects.filter(parent_run=run).exists()
 
 
+def test_a_human_response_setting_a_key_the_gate_does_not_declare_is_refused(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    run = record("order-fulfilment", human_decision="approved")
+    changes = tmp_path / "changes.json"
+    changes.write_text(json.dumps({"kind": "human_response", "decision": "edited",
+                                   "memory_updates": {"note": "gift wrap"}}))
+    status, out, err = cli(capsys, "fork", run.id, "--at", "before:approve#1",
+                           "--changes", str(changes))
+    assert status == 1 and out == ""
+    assert err.startswith("error: invalid_overrides: a human_response change answering "
+                          "approval gate 'approve' may set only the memory keys")
+    assert "memory_updates.note is not declared" in err
+    assert not Run.objects.filter(parent_run=run).exists()
+
+
 @pytest.mark.parametrize(("args", "written"), [
     (["--model", "write=scripted-small", "--model", "write=scripted-large"],
      "node/write/agent/model"),

@@ -79,6 +79,20 @@ def test_answering_with_bad_json_explains_itself_in_the_panel(world: World) -> N
     assert world.run(world.paused_fork).status == "paused"
 
 
+def test_answering_with_a_key_the_gate_does_not_declare_is_refused_and_stores_nothing(
+        world: World) -> None:
+    html = page(world.client("bob").get(f"/forks/{world.paused_fork}/"))
+    assert "This gate lets an answer set no memory keys" in html
+    before = world.run(world.paused_fork)
+    response = world.client("bob").post(f"/forks/{world.paused_fork}/answer/", {
+        "decision": "edited", "memory_updates": '{"email": "eve@example.com"}'}, headers=HTMX)
+    assert response.status_code == 422
+    assert ("memory_updates.email is not declared: leave it out, or declare it in the "
+            "gate&#x27;s &#x27;writes&#x27;") in page(response)
+    after = world.run(world.paused_fork)
+    assert (after.status, after.work, after.last_seq) == ("paused", before.work, before.last_seq)
+
+
 def test_answering_a_fork_that_is_not_paused_is_refused_next_to_the_buttons(world: World
                                                                            ) -> None:
     response = world.client("bob").post(f"/forks/{world.fork}/answer/",

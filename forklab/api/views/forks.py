@@ -90,8 +90,11 @@ def fork_cancel(request: Request, run_id: str) -> Response:
     summary="Answer a paused fork's approval gate",
     description="The tail continues in the background. 409 `invalid_run_state` unless the "
                 "fork is paused; 409 `already_answered` when its gate was answered already "
-                "(the first answer wins).",
-    responses=responses({202: ForkSerializer}, *WRITE, 409))
+                "(the first answer wins); 422 `invalid_overrides` when `memory_updates` sets "
+                "a key the gate does not declare after its decision key in `writes` "
+                "(`field`: `memory_updates.<key>`, `expected`: the keys it accepts; nothing "
+                "is stored).",
+    responses=responses({202: ForkSerializer}, *WRITE, 409, 422))
 @api_view(["POST"])
 def fork_answer(request: Request, run_id: str) -> Response:
     forking.get_fork(user=request.user, run_id=run_id)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from forklab.engine.answers import check_answer
 from forklab.engine.canonical import merge_patch
 from forklab.engine.errors import GraphValidationError, InvalidChange, indefinite
 from forklab.engine.fork.changes import (
@@ -188,8 +189,39 @@ def _check_state_change(graph: GraphSpec, item: Change) -> None:
             if not any(isinstance(n, ApprovalNode) for n in graph.nodes):
                 raise InvalidChange(f"human_response change: graph {graph.id!r} has no "
                                     "approval gate", kind="human_response")
+            check_human_response(graph, item)
         case _:
             pass
+
+
+def check_human_response(graph: GraphSpec, item: HumanResponseChange, *,
+                         inherited: bool = False) -> None:
+    """A ``human_response`` change answers every approval gate its tail reaches (it names
+    none), so each key its ``memory_updates`` set must be one every gate of ``graph`` (the
+    fork's effective graph) declares for answers — refused here, at preflight, with
+    ``invalid_overrides`` (:func:`~forklab.engine.answers.check_answer`)."""
+    if not item.memory_updates:
+        return
+    what = ("the inherited human_response change answering" if inherited
+            else "a human_response change answering")
+    for node in graph.nodes:
+        if isinstance(node, ApprovalNode):
+            check_answer(node, item.memory_updates, what=what, kind="human_response", fix=(
+                f" — in the graph, or with a config change of {node.id!r} in this fork"
+                + ("; or give this fork its own human_response change" if inherited else "")))
+
+
+def check_inherited_answer(graph: GraphSpec, inherited: Sequence[Change],
+                           changes: Sequence[Change]) -> None:
+    """A fork of a fork answers its gates with the last ``human_response`` of its lineage:
+    when ``changes`` (this request's) hold none, the inherited one must still write only keys
+    the gates of ``graph`` (this fork's effective graph, which a config change of a gate may
+    have altered) declare."""
+    if any(isinstance(item, HumanResponseChange) for item in changes):
+        return  # this request's own answer replaces it, checked with the request
+    humans = [item for item in inherited if isinstance(item, HumanResponseChange)]
+    if humans:
+        check_human_response(graph, humans[-1], inherited=True)
 
 
 def effective_graph(graph: GraphSpec, changes: Sequence[Change], *,

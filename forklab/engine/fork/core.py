@@ -25,7 +25,12 @@ from forklab.engine.errors import (
     SourceMissing,
     UnpricedModel,
 )
-from forklab.engine.fork.apply import check_tool_changes, config_targets, effective_graph
+from forklab.engine.fork.apply import (
+    check_inherited_answer,
+    check_tool_changes,
+    config_targets,
+    effective_graph,
+)
 from forklab.engine.fork.base import BaseRun, load_base
 from forklab.engine.fork.changes import Change, RouteChange, parse_changes, wire
 from forklab.engine.fork.effective import apply_at
@@ -201,6 +206,8 @@ def plan_at(
         graph = rebase_graph(base, graph_version, point)
     graph = effective_graph(graph, changes)
     check_tool_changes(graph, changes, base.env.tools)
+    if base.state.changes:
+        check_inherited_answer(graph, parse_changes(base.state.changes), changes)
     application = apply_at(base, point, changes)
     effective = application.point
     prefix_ref: dict[str, Any] = {}

@@ -246,7 +246,8 @@ def recorded_human(state: RunState) -> Human:
             if isinstance(action, HumanDecision):
                 answers.setdefault((ex.node, canonical_json(ex.reads)), HumanAnswer(
                     decision=action.decision, data=action.data,
-                    memory_updates=action.memory_updates, answered_by="forkcheck"))
+                    memory_updates=action.memory_updates, answered_by="forkcheck",
+                    recorded=True))
 
     def answer(request: dict[str, Any]) -> HumanAnswer | None:
         return answers.get((request["node"], canonical_json(request.get("context") or {})))

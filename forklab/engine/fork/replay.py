@@ -152,7 +152,7 @@ class RecordedOracle:
             if isinstance(action, HumanDecision):
                 return HumanAnswer(decision=action.decision, data=action.data,
                                    memory_updates=action.memory_updates,
-                                   label=action.label,
+                                   label=action.label, recorded=True,
                                    answered_by=self.answered_by.get((call.node,
                                                                      call.occurrence), ""))
         return None

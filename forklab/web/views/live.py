@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from forklab.engine.answers import answer_keys
 from forklab.engine.errors import ForklabError
 from forklab.engine.reused_form import expand_all
 from forklab.runs import forking, queries
@@ -97,8 +98,11 @@ def _pending_gate(run: Run) -> dict[str, Any] | None:
     if event is None:
         return None
     payload = event["payload"] or {}
+    gate = queries.waiting_gate(run)
     return {"node": event["node"], **payload,
-            "context_text": pretty(payload["context"]) if payload.get("context") else ""}
+            "context_text": pretty(payload["context"]) if payload.get("context") else "",
+            # the memory keys an answer may set (the gate's writes after its decision key)
+            "answer_keys": answer_keys(gate) if gate is not None else []}
 
 
 @login_required

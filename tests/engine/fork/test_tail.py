@@ -54,8 +54,9 @@ def test_a_hitl_callback_answers_the_gate_live() -> None:
 def test_a_human_response_change_wins_over_hitl() -> None:
     base = record("order-fulfilment")
 
-    result = fork(base, at={"before_node": "approve"}, change=change.human_response(
-        "edited", memory_updates={"note": "wrap it"}),
+    result = fork(base, at={"before_node": "approve"}, change=[
+        change.config("approve", {"writes": ["approval", "note"]}),  # the key the answer sets
+        change.human_response("edited", memory_updates={"note": "wrap it"})],
         hitl=lambda request: HumanAnswer(decision="rejected"))
 
     assert labels(result.calls)[0] == ("approve", "human", "simulated")
