@@ -69,7 +69,8 @@ def test_the_stream_template_appends_rows_and_asks_for_the_panel_on_status(world
     status = render_to_string("web/stream/event.html", {"run_id": "r1", "status": "paused",
                                                         "last_seq": 9})
     assert 'id="live-status" hx-swap-oob="true"' in status and 'data-status="paused"' in status
-    assert 'hx-get="/forks/r1/" hx-trigger="load" hx-target="#fork-panel"' in status
+    # the panel of the page it lands on: the fork live view's, or the run page's live section
+    assert 'hx-get="/forks/r1/" hx-trigger="load" hx-target="#fork-panel, #run-live"' in status
 
 
 def test_answering_with_bad_json_explains_itself_in_the_panel(world: World) -> None:
