@@ -44,6 +44,16 @@ def test_the_fork_view_of_a_run_that_is_no_fork_leads_to_its_run_page(world: Wor
     assert world.client("eve").get(f"/forks/{primary}/").status_code == 404  # not readable
 
 
+def test_a_reader_of_another_project_cannot_ask_for_a_run_pages_reload(world: World) -> None:
+    """The run page's status frames ask the live view for ``#run-live`` (tests/web/
+    test_run_live.py); that answer, too, is for readers of the run only."""
+    run_id = world.runs["research-write"]
+    assert world.client("eve").get(f"/forks/{run_id}/", headers=htmx("run-live")
+                                   ).status_code == 404
+    assert world.client("bob").get(f"/forks/{run_id}/", headers=htmx("run-live")
+                                   )["HX-Refresh"] == "true"
+
+
 def test_the_panel_of_a_finished_fork_turns_the_page_into_its_diff(world: World) -> None:
     response = world.client("bob").get(f"/forks/{world.fork}/", headers=htmx("fork-panel"))
     base = world.runs["research-write"]
