@@ -38,6 +38,7 @@ from forklab.engine.graph import (
 )
 from forklab.engine.state import RunState
 from forklab.runs.models import Run
+from forklab.web import timeline
 
 HUMAN_DECISIONS = ("approved", "rejected", "edited")
 SIDE_EFFECTS = ("replay", "block", "allow")
@@ -280,11 +281,10 @@ def build_composer(run: Run, seq: int, *, graph: GraphSpec, after: Any,
         writes, results = queries.execution_outputs(run.id, after.start_seq, after.end_seq)
         recorded = Recorded(writes=writes, tool_results=results)
     node = after.node if after is not None else None
-    label = (f"before '{node}' execution {after.occurrence}, iteration {after.iteration}"
-             if after is not None else "end of the run, after the last node")
     targets = agent_targets(graph)
     known = sorted(set(models) | {t.model for t in targets})
-    return Composer(run=run, graph=graph, seq=seq, node=node, label=label, state=state,
+    return Composer(run=run, graph=graph, seq=seq, node=node,
+                    label=timeline.point_label(seq, after), state=state,
                     recorded=recorded, targets=with_models(targets, known), models=known)
 
 

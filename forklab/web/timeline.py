@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from forklab.engine.fork.points import ForkPoint
 from forklab.engine.status import ExecutionStatus
 from forklab.runs import queries
 from forklab.runs.models import Run
@@ -101,6 +102,15 @@ def executions(run_id: str) -> list[Bar]:
             bar = ended
             bar.end_seq, bar.ended, bar.status = seq, ts, ENDS[type_]
     return [b for b in bars if b.status != "interrupted"]
+
+
+def point_label(seq: int, after: Bar | None) -> str:
+    """The label of fork point ``seq`` (SPEC §4.6), ``after`` the execution starting there
+    (None at the end boundary): the engine's wording, the one the API and the CLI print."""
+    if after is None:
+        return ForkPoint(seq=seq, node=None, occurrence=None, iteration=None, kind="end").label
+    return ForkPoint(seq=seq, node=after.node, occurrence=after.occurrence,
+                     iteration=after.iteration).label
 
 
 def end_point(run: Run, bars: list[Bar]) -> int | None:

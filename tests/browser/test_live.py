@@ -88,3 +88,43 @@ def test_a_slow_fork_can_be_cancelled_from_its_live_page(
     expect(page.locator(".stats")).to_contain_text("completed → cancelled")
     assert 'data-type="run.cancelled"' in "".join(frames)  # streamed in after the click
     expect(page.locator("table.path")).to_contain_text("not reached")  # the tail was cut short
+
+
+def start_recording(server: Server, graph: str, body: dict[str, Any]) -> str:
+    """Queue a primary run through the API (a script's token): the server records it."""
+    import json
+    import urllib.request
+
+    token = server.manage("drf_create_token", "demo").split()[2]  # "Generated token KEY …"
+    request = urllib.request.Request(
+        f"{server.url}/api/v1/runs/", method="POST",
+        data=json.dumps({"graph": graph, "project": "demo", **body}).encode(),
+        headers={"Authorization": f"Token {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 202
+        return str(json.loads(response.read())["id"])
+
+
+def test_a_primary_still_recording_streams_its_events_onto_its_open_run_page(
+        server: Server, new_page: Any) -> None:
+    page: Page = new_page("demo")
+    frames = frames_of(page)
+    recording = start_recording(server, "slow-steps",
+                                {"input": {"topic": "tides"}, "label": "watched"})
+    page.goto(f"/runs/{recording}/")  # three 1.5 s steps: it is still recording
+
+    expect(page.locator("#run-live")).to_be_visible()
+    expect(page.locator("#live-events tr[data-type='node.started']").first).to_be_visible()
+    shot(page, "run-page-recording")
+
+    # once it finishes the page reloads into the finished run's page: no live section, no
+    # websocket, the whole timeline
+    expect(page.locator("#run-status")).to_have_text("completed", timeout=30_000)
+    expect(page.locator("#run-live")).to_have_count(0)
+    expect(page.locator("[ws-connect]")).to_have_count(0)
+    expect(page.locator("#workspace .exec")).to_have_count(3)
+    streamed = "".join(frames)
+    assert 'data-type="run.completed"' in streamed  # recorded after the page opened
+    assert 'data-status="completed"' in streamed
+    rows = re.findall(r'<tr data-seq="(\d+)"', streamed)
+    assert rows and len(rows) == len(set(rows))  # no event streamed twice

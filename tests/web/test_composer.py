@@ -269,3 +269,18 @@ def test_an_error_on_another_nodes_agent_opens_its_folded_section(world: World) 
     fine = page(world.client("bob").post(composer_url(world), form(world, label="x" * 201),
                                          headers=htmx("composer")))
     assert re.search(r"<details>\s*<summary>Agents of other nodes", fine)
+
+
+def test_the_composer_names_every_point_as_the_api_does_the_end_one_included(
+        world: World) -> None:
+    """One wording per point (the engine's ``ForkPoint.label``), not a copy of it here."""
+    import html as htmllib
+
+    client = world.client("bob")
+    run_id = world.runs["research-write"]
+    points = client.get(f"/api/v1/runs/{run_id}/fork-points/").json()
+    assert points[-1]["kind"] == "end"
+    for point in points:
+        composer = page(client.get(composer_url(world), {"at": point["seq"]}))
+        shown = htmllib.unescape(composer.split('<p class="point">')[1].split(".")[0])
+        assert shown == point["label"], point

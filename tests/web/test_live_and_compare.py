@@ -44,6 +44,16 @@ def test_the_fork_view_of_a_run_that_is_no_fork_leads_to_its_run_page(world: Wor
     assert world.client("eve").get(f"/forks/{primary}/").status_code == 404  # not readable
 
 
+def test_a_reader_of_another_project_cannot_ask_for_a_run_pages_reload(world: World) -> None:
+    """The run page's status frames ask the live view for ``#run-live`` (tests/web/
+    test_run_live.py); that answer, too, is for readers of the run only."""
+    run_id = world.runs["research-write"]
+    assert world.client("eve").get(f"/forks/{run_id}/", headers=htmx("run-live")
+                                   ).status_code == 404
+    assert world.client("bob").get(f"/forks/{run_id}/", headers=htmx("run-live")
+                                   )["HX-Refresh"] == "true"
+
+
 def test_the_panel_of_a_finished_fork_turns_the_page_into_its_diff(world: World) -> None:
     response = world.client("bob").get(f"/forks/{world.fork}/", headers=htmx("fork-panel"))
     base = world.runs["research-write"]
@@ -69,7 +79,8 @@ def test_the_stream_template_appends_rows_and_asks_for_the_panel_on_status(world
     status = render_to_string("web/stream/event.html", {"run_id": "r1", "status": "paused",
                                                         "last_seq": 9})
     assert 'id="live-status" hx-swap-oob="true"' in status and 'data-status="paused"' in status
-    assert 'hx-get="/forks/r1/" hx-trigger="load" hx-target="#fork-panel"' in status
+    # the panel of the page it lands on: the fork live view's, or the run page's live section
+    assert 'hx-get="/forks/r1/" hx-trigger="load" hx-target="#fork-panel, #run-live"' in status
 
 
 def test_answering_with_bad_json_explains_itself_in_the_panel(world: World) -> None:

@@ -79,3 +79,15 @@ def test_the_matrix_links_every_finished_cell_to_its_diff(world: World) -> None:
     partial = page(world.client("bob").get(f"/sweeps/{world.sweep}/", headers=htmx("matrix")))
     assert partial.lstrip().startswith('<section id="matrix"')
     assert world.client("eve").get(f"/sweeps/{world.sweep}/").status_code == 404
+
+
+def test_the_launcher_names_the_end_point_as_the_api_does(world: World) -> None:
+    import html as htmllib
+
+    client = world.client("bob")
+    run_id = world.runs["research-write"]
+    end = client.get(f"/api/v1/runs/{run_id}/fork-points/").json()[-1]
+    assert end["kind"] == "end"
+    html = page(client.get(launcher(world), {"at": end["seq"]}))
+    shown = htmllib.unescape(html.split('<p class="sub">')[1].split(" of research-write")[0])
+    assert shown == end["label"]

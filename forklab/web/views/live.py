@@ -7,6 +7,10 @@ a finished run shows them too, and the stream's status frame then turns the page
 dropped socket loses nothing and repeats nothing. Every status frame of the stream asks this
 view for the control panel again (``#fork-panel``): a finished run answers with a redirect
 to its diff.
+
+The run page of an unfinished run streams the same way (``web/_run_live.html``, from
+:func:`last_events`); its status frames ask this view for ``#run-live``, and the answer
+reloads that page.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.http import HttpResponseClientRedirect, HttpResponseClientRefresh
 
 from forklab.engine.answers import answer_keys
 from forklab.engine.errors import ForklabError
@@ -49,6 +53,10 @@ def live(request: HttpRequest, run_id: str) -> HttpResponse:
     is ``not_found`` for it): the address leads to the run's own page, its permalink
     (SPEC §4.5), so an old or hand-made link still arrives somewhere useful."""
     run = queries.get_run(run_id, user=request.user)
+    if htmx_target(request) == "run-live":
+        # a status frame on the run page of an unfinished run: the page reloads into the
+        # status reported (a finished run's page, its timeline complete, opens no stream)
+        return HttpResponseClientRefresh()
     if not run.is_fork:
         url = reverse("run", args=[run.id])
         return HttpResponseClientRedirect(url) if htmx_target(request) else redirect(url)
@@ -66,12 +74,20 @@ def _context(request: HttpRequest, run: Run, *, backlog: bool = False,
                                "forked": queries.forked_point(run.id),
                                "pending": _pending_gate(run)}
     if backlog:
-        rows = list(Event.objects.filter(run_id=run.id).order_by("-seq")[:BACKLOG_ROWS])[::-1]
-        events = [event_to_json(e) for e in rows]
-        context.update(backlog=events, after=rows[-1].seq if rows else 0,
-                       skipped=max(0, (rows[0].seq - 1) if rows else 0),
-                       summary=tail_summary(events))
+        tail = last_events(run)
+        context.update(tail, summary=tail_summary(tail["backlog"]))
     return context
+
+
+def last_events(run: Run, rows: int = BACKLOG_ROWS) -> dict[str, Any]:
+    """What a page streaming ``run`` starts from: its last ``rows`` events (``backlog``, in
+    seq order), the seq its stream connects after (``after``: the last of them, so the
+    stream sends each later event once) and how many earlier ones it leaves out
+    (``skipped``)."""
+    found = list(Event.objects.filter(run_id=run.id).order_by("-seq")[:rows])[::-1]
+    return {"backlog": [event_to_json(e) for e in found],
+            "after": found[-1].seq if found else 0,
+            "skipped": max(0, (found[0].seq - 1) if found else 0)}
 
 
 def tail_summary(events: list[dict[str, Any]]) -> dict[str, Any]:

@@ -18,10 +18,18 @@ from forklab.runs.serializers_json import event_to_json
 from forklab.web import graphpic, timeline
 from forklab.web.inspector import inspector
 from forklab.web.timeline_filters import LABELS, STATUSES, Filters
-from forklab.web.views.common import int_param, page_errors, page_or_partial, roles
+from forklab.web.views.common import (
+    htmx_target,
+    int_param,
+    page_errors,
+    page_or_partial,
+    roles,
+)
 from forklab.web.views.forks import composer_context
+from forklab.web.views.live import last_events
 
 EVENTS_PER_PAGE = 50
+LIVE_ROWS = 20  # the live section's rows at render; the whole log is the event table's
 PARTIALS = ("workspace", "events")
 
 
@@ -31,6 +39,10 @@ PARTIALS = ("workspace", "events")
 def run_page(request: HttpRequest, run_id: str) -> HttpResponse:
     run = queries.get_run(run_id, user=request.user)
     context = run_context(request, run, readonly=False)
+    if not run.finished and htmx_target(request) not in PARTIALS:
+        # still recording: its events stream in (web/_run_live.html), as on the fork live
+        # view; share pages have no account to open the stream with
+        context["live"] = last_events(run, LIVE_ROWS)
     return page_or_partial(request, "web/run.html", context, partials=PARTIALS)
 
 

@@ -54,12 +54,10 @@ def _launcher(run: Run, at: int | None, target_name: str | None) -> Launcher:
     first = next((t for t in targets if after is not None and t.node == after.node), None)
     target = next((t for t in targets if t.target == target_name), first or
                   (targets[0] if targets else None))
-    label = (f"before '{after.node}' execution {after.occurrence}, iteration {after.iteration}"
-             if after is not None else "end of the run")
     known = sorted(set(build_environment().prices.models()) | {t.model for t in targets})
     models = list(models_for(target.provider, known, target.model)) if target else known
-    return Launcher(run=run, seq=seq, label=label, targets=targets, target=target,
-                    models=models)
+    return Launcher(run=run, seq=seq, label=timeline.point_label(seq, after), targets=targets,
+                    target=target, models=models)
 
 
 def _variants(launcher: Launcher, data: QueryDict, count: int
