@@ -51,7 +51,7 @@ from forklab.engine.events import (
     RunForked,
     from_wire,
 )
-from forklab.engine.graph import GraphSpec, parse_graph
+from forklab.engine.graph import GraphSpec, parse_stored_text
 from forklab.engine.reducers import check_next, evolve
 from forklab.engine.state import RunState
 from forklab.engine.store import check_append, graph_hash
@@ -287,17 +287,20 @@ class DjangoStore:
             return version
 
     def load_graph(self, graph_id: str, version: int | None = None) -> GraphSpec:
+        """The stored version (the newest when ``version`` is None), parsed once per process
+        (``parse_stored_text``: a server loads the same version for every run of it)."""
         versions = m.GraphVersion.objects.using(self.using).filter(
             graph__project=self.project, graph__graph_id=graph_id)
-        row = (versions.order_by("-version").first() if version is None
-               else versions.filter(version=version).first())
-        if row is None:
+        versions = versions.order_by("-version") if version is None \
+            else versions.filter(version=version)
+        text = versions.values_list(Cast("spec", TextField()), flat=True).first()
+        if text is None:
             raise GraphNotFound(
                 f"no graph {graph_id!r} version {version or 'latest'} in project "
                 f"{self.project.slug!r}; known versions: {self.graph_versions(graph_id) or 'none'}",
                 graph=graph_id, version=version,
             )
-        return parse_graph(row.spec)
+        return parse_stored_text(text)[0]
 
     def graph_versions(self, graph_id: str) -> list[int]:
         return list(m.GraphVersion.objects.using(self.using)
