@@ -171,10 +171,12 @@ class FinalState(models.Model):
     # RunState.to_wire(); a fork's compact, by reference to its base's row (read it with
     # forklab.runs.final_states.load, never raw)
     state = models.JSONField(encoder=StoredJSONEncoder)
-    # the run whose row a compact ``state`` references (None: stored whole); SET_NULL is a
-    # backstop, its rows are written whole before it goes (final_states.materialize_dependents)
+    # the run whose row a compact ``state`` references (None: stored whole). Its rows are
+    # written whole before it goes (final_states.materialize_dependents); no database
+    # constraint, so a fork finishing while its base is deleted is not refused — its row is
+    # then a miss on read (the base row is gone), and the reader folds its log
     base = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL,
-                             related_name="+")
+                             db_constraint=False, related_name="+")
 
     def __str__(self) -> str:
         return f"{self.run_id} final@{self.version}"
