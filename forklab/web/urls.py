@@ -1,6 +1,17 @@
 from django.urls import path
 
-from forklab.web.views import compare, forks, home, live, removal, runs, shares, steps, sweeps
+from forklab.web.views import (
+    answers,
+    compare,
+    forks,
+    home,
+    live,
+    removal,
+    runs,
+    shares,
+    steps,
+    sweeps,
+)
 
 urlpatterns = [
     path("", home.home, name="home"),
@@ -15,7 +26,7 @@ urlpatterns = [
     path("runs/<str:run_id>/sweep/estimate/", sweeps.estimate, name="sweep-estimate"),
     path("forks/<str:run_id>/", live.live, name="live"),
     path("forks/<str:run_id>/cancel/", live.cancel, name="cancel"),
-    path("forks/<str:run_id>/answer/", live.answer, name="answer"),
+    path("forks/<str:run_id>/answer/", answers.answer, name="answer"),
     path("compare/", home.compare_pick, name="compare-pick"),
     path("compare/<str:base_id>/<str:variant_id>/", compare.compare, name="compare"),
     path("compare/<str:base_id>/<str:variant_id>/steps/<int:index>/", steps.compare_step,

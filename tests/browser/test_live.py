@@ -128,3 +128,42 @@ def test_a_primary_still_recording_streams_its_events_onto_its_open_run_page(
     assert 'data-status="completed"' in streamed
     rows = re.findall(r'<tr data-seq="(\d+)"', streamed)
     assert rows and len(rows) == len(set(rows))  # no event streamed twice
+
+
+def test_a_primary_paused_at_its_gate_is_answered_from_its_run_page(
+        server: Server, new_page: Any) -> None:
+    """A run recorded through the API pauses at its gate; its run page (its only live view)
+    asks the question, refuses an edit of an undeclared key in the form, takes the approval
+    and follows the run as it resumes."""
+    from forklab.engine.scenarios import SCENARIOS
+
+    page: Page = new_page("demo")
+    frames = frames_of(page)
+    recording = start_recording(server, "order-fulfilment", {
+        "input": SCENARIOS["order-fulfilment"].input, "label": "gated"})
+    page.goto(f"/runs/{recording}/")
+    gate = page.locator("#run-gate")  # a page opened while still recording reloads into it
+    expect(gate).to_contain_text("Release the order and email the receipt?", timeout=30_000)
+    expect(page.locator("#run-live-h")).to_have_text("Paused at an approval gate")
+    expect(page.locator("#live-status")).to_have_text("paused")
+
+    gate.get_by_text("Edit and approve…").click()
+    expect(gate).to_contain_text("This gate lets an answer set no memory keys")
+    gate.get_by_label("Memory updates (JSON object)").fill('{"email": "eve@example.com"}')
+    gate.get_by_role("button", name="Send as edited").click()
+    expect(gate.locator(".notice.bad")).to_contain_text("memory_updates.email is not declared")
+    expect(gate.locator(".notice.bad code")).to_have_text("invalid_overrides")
+    expect(gate.get_by_label("Memory updates (JSON object)")).to_have_value(
+        '{"email": "eve@example.com"}')  # kept, to correct
+    shot(page, "run-page-gate-refused")
+
+    gate.get_by_label("Memory updates (JSON object)").fill("")  # every button sends the fields
+    gate.get_by_role("button", name="Approve").click()
+    # the answer's reply says so, then the status frame reloads the page as the run resumes
+    # and it settles into the finished run's page
+    expect(page.locator("#run-status")).to_have_text("completed", timeout=30_000)
+    expect(page.locator("#run-gate")).to_have_count(0)
+    expect(page.locator("#run-live")).to_have_count(0)
+    expect(page.locator("#workspace .exec[data-node='send_email']")).to_have_count(1)
+    assert 'data-type="human.answered"' in "".join(frames)  # streamed in after the click
+    shot(page, "run-page-gate-answered")

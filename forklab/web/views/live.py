@@ -1,5 +1,8 @@
 """The live fork view: the tail streams in over the websocket (htmx ws extension), with
 cancel while it runs, approve / reject / edit while a gate pauses it, and the diff once done.
+The answer itself is posted to ``views.answers.answer``, which the run page's live section
+uses too (the gate's question, :func:`pending_gate`, and its form, ``web/_gate_answer.html``,
+are the same on both pages).
 
 The page renders the events recorded so far and connects with ``after=`` the last of them;
 a finished run shows them too, and the stream's status frame then turns the page into the diff;
@@ -15,7 +18,6 @@ reloads that page.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -31,7 +33,6 @@ from forklab.engine.reused_form import expand_all
 from forklab.runs import forking, queries
 from forklab.runs.models import Event, Run
 from forklab.runs.serializers_json import event_to_json
-from forklab.runs.specs import AnswerSpec, parse
 from forklab.web.composer import pretty
 from forklab.web.views.common import HtmxHttpRequest, htmx_target, page_errors, roles
 
@@ -64,15 +65,18 @@ def live(request: HttpRequest, run_id: str) -> HttpResponse:
     if htmx_target(request) == "fork-panel":
         if run.finished and not never_ran:
             return HttpResponseClientRedirect(done_url(run))
-        return render(request, "web/live.html#panel", _context(request, run))
-    return render(request, "web/live.html", _context(request, run, backlog=True))
+        return render(request, "web/live.html#panel", live_context(request, run))
+    return render(request, "web/live.html", live_context(request, run, backlog=True))
 
 
-def _context(request: HttpRequest, run: Run, *, backlog: bool = False,
-             error: str = "") -> dict[str, Any]:
+def live_context(request: HttpRequest, run: Run, *, backlog: bool = False, error: str = "",
+                 error_code: str = "") -> dict[str, Any]:
+    """What the fork live view shows (``backlog``: the whole page, else its panel); ``error``
+    and its ``error_code``: why the last cancel or answer was refused."""
     context: dict[str, Any] = {"run": run, **roles(request, run.project), "error": error,
+                               "error_code": error_code,
                                "forked": queries.forked_point(run.id),
-                               "pending": _pending_gate(run)}
+                               "pending": pending_gate(run)}
     if backlog:
         tail = last_events(run)
         context.update(tail, summary=tail_summary(tail["backlog"]))
@@ -105,8 +109,12 @@ def tail_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _pending_gate(run: Run) -> dict[str, Any] | None:
-    """The question a paused run waits on (its last ``human.requested``)."""
+def pending_gate(run: Run) -> dict[str, Any] | None:
+    """The question a paused run waits on (its last ``human.requested``): the gate's
+    ``node``, ``prompt`` and ``context`` (what it shows the approver; ``context_text``
+    pretty-printed), ``answer_keys`` (the memory keys an answer may set) and ``answered``
+    (the answer stored for this gate and not applied yet, else None: the run resumes with
+    it, and a second one would be ``already_answered``). None unless the run is paused."""
     if run.status != "paused":
         return None
     event = (Event.objects.filter(run_id=run.id, type="human.requested")
@@ -115,53 +123,39 @@ def _pending_gate(run: Run) -> dict[str, Any] | None:
         return None
     payload = event["payload"] or {}
     gate = queries.waiting_gate(run)
+    work = run.work or {}
+    stored = work.get("answer") if (work.get("task") == "answer"
+                                    and work.get("at_seq") == run.last_seq) else None
     return {"node": event["node"], **payload,
             "context_text": pretty(payload["context"]) if payload.get("context") else "",
             # the memory keys an answer may set (the gate's writes after its decision key)
-            "answer_keys": answer_keys(gate) if gate is not None else []}
+            "answer_keys": answer_keys(gate) if gate is not None else [],
+            "answered": stored}
 
 
 @login_required
 @require_POST
 @page_errors
 def cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
-    error = ""
+    error = code = ""
     try:
         run = forking.cancel(user=request.user, run_id=run_id)
     except ForklabError as exc:
         if exc.code in ("not_found", "permission_denied"):
             raise
-        run, error = queries.get_run(run_id, user=request.user), exc.message
-    return _panel_or_page(request, run, error)
+        run, error, code = queries.get_run(run_id, user=request.user), exc.message, exc.code
+    return panel_or_page(request, run, error, code)
 
 
-@login_required
-@require_POST
-@page_errors
-def answer(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
-    """Approve, reject or edit the gate a paused fork waits at."""
-    error = ""
-    body: dict[str, Any] = {"decision": request.POST.get("decision", "")}
-    try:
-        for name in ("data", "memory_updates"):
-            text = request.POST.get(name, "").strip()
-            if text:
-                body[name] = json.loads(text)
-        run = forking.answer(user=request.user, run_id=run_id, spec=parse(AnswerSpec, body))
-    except json.JSONDecodeError as exc:
-        run, error = queries.get_run(run_id, user=request.user), f"not valid JSON: {exc.msg}"
-    except ForklabError as exc:
-        if exc.code in ("not_found", "permission_denied"):
-            raise
-        run, error = queries.get_run(run_id, user=request.user), exc.message
-    return _panel_or_page(request, run, error, answered=not error)
-
-
-def _panel_or_page(request: HtmxHttpRequest, run: Run, error: str,
-                   answered: bool = False) -> HttpResponse:
+def panel_or_page(request: HtmxHttpRequest, run: Run, error: str = "", error_code: str = "",
+                  answered: bool = False,
+                  answer_values: dict[str, str] | None = None) -> HttpResponse:
+    """After a cancel or an answer posted from the fork live view: for htmx its panel
+    (status 422 with a refusal: the one 4xx htmx swaps; ``answer_values``: a refused
+    answer's fields as typed), else a redirect to the page."""
     if request.htmx:
         run.refresh_from_db()
-        context = _context(request, run, error=error)
-        context["answered"] = answered
+        context = live_context(request, run, error=error, error_code=error_code)
+        context.update(answered=answered, answer_values=answer_values or {})
         return render(request, "web/live.html#panel", context, status=422 if error else 200)
     return redirect(reverse("live", args=[run.id]))

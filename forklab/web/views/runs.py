@@ -26,7 +26,7 @@ from forklab.web.views.common import (
     roles,
 )
 from forklab.web.views.forks import composer_context
-from forklab.web.views.live import last_events
+from forklab.web.views.live import last_events, pending_gate
 
 EVENTS_PER_PAGE = 50
 LIVE_ROWS = 20  # the live section's rows at render; the whole log is the event table's
@@ -38,12 +38,22 @@ PARTIALS = ("workspace", "events")
 @page_errors
 def run_page(request: HttpRequest, run_id: str) -> HttpResponse:
     run = queries.get_run(run_id, user=request.user)
+    return page_or_partial(request, "web/run.html", page_context(request, run),
+                           partials=PARTIALS)
+
+
+def page_context(request: HttpRequest, run: Run) -> dict[str, Any]:
+    """The run page's context for a signed-in reader (:func:`run_context`, and the live
+    section of a run still recording)."""
     context = run_context(request, run, readonly=False)
     if not run.finished and htmx_target(request) not in PARTIALS:
         # still recording: its events stream in (web/_run_live.html), as on the fork live
-        # view; share pages have no account to open the stream with
+        # view; share pages have no account to open the stream with. A paused run's section
+        # asks its gate's question, with the form answering it for a member
+        # (web/_gate_answer.html, posted to views.answers.answer)
         context["live"] = last_events(run, LIVE_ROWS)
-    return page_or_partial(request, "web/run.html", context, partials=PARTIALS)
+        context["pending"] = pending_gate(run)
+    return context
 
 
 def run_context(request: HttpRequest, run: Run, *, readonly: bool,
