@@ -24,6 +24,7 @@ v1 = [
     path("runs/<str:run_id>/events/", runs.run_events, name="run-events"),
     path("runs/<str:run_id>/fork-points/", runs.run_fork_points, name="run-fork-points"),
     path("runs/<str:run_id>/forks/", runs.run_forks, name="run-forks"),
+    path("runs/<str:run_id>/answer/", runs.run_answer, name="run-answer"),
     path("forks/", forks.forks, name="forks"),
     path("forks/preflight/", forks.preflight, name="fork-preflight"),
     path("forks/<str:run_id>/", forks.fork_detail, name="fork"),

@@ -17,7 +17,7 @@ SPEC_PATHS = {
     "/api/v1/graphs/": {"get", "post"}, "/api/v1/graphs/{key}/": {"get"},
     "/api/v1/runs/": {"get", "post"}, "/api/v1/runs/{run_id}/": {"get", "delete"},
     "/api/v1/runs/{run_id}/events/": {"get"}, "/api/v1/runs/{run_id}/fork-points/": {"get"},
-    "/api/v1/runs/{run_id}/forks/": {"get"},
+    "/api/v1/runs/{run_id}/forks/": {"get"}, "/api/v1/runs/{run_id}/answer/": {"post"},
     "/api/v1/forks/preflight/": {"post"}, "/api/v1/forks/": {"post"},
     "/api/v1/forks/{run_id}/": {"get"}, "/api/v1/forks/{run_id}/cancel/": {"post"},
     "/api/v1/forks/{run_id}/answer/": {"post"}, "/api/v1/forks/{run_id}/promote/": {"post"},

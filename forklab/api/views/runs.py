@@ -23,10 +23,10 @@ from forklab.api.serializers import (
     RunSerializer,
 )
 from forklab.engine.fork import fork_points as engine_fork_points
-from forklab.runs import queries, readmodel, services
+from forklab.runs import control, queries, readmodel, services
 from forklab.runs.models import Run
 from forklab.runs.serializers_json import readable_payload, run_to_json
-from forklab.runs.specs import RunSpec
+from forklab.runs.specs import AnswerSpec, RunSpec
 from forklab.runs.store import DjangoStore
 
 RUN_ID = path_id("run_id", "run id")
@@ -120,3 +120,22 @@ def run_fork_points(request: Request, run_id: str) -> Response:
 def run_forks(request: Request, run_id: str) -> Response:
     run = queries.get_run(run_id, user=request.user)
     return run_page(request, queries.forks_of(run))
+
+
+@extend_schema(
+    operation_id="runs_answer", parameters=[RUN_ID], request=AnswerSpec,
+    summary="Answer a paused run's approval gate",
+    description="A run recorded with `POST /runs/` (or any run, a fork too) that paused at "
+                "an approval gate continues in the background with this answer, as "
+                "`POST /forks/{id}/answer/` does for a fork. Needs the member role. 409 "
+                "`invalid_run_state` unless the run is paused; 409 `already_answered` when "
+                "its gate was answered already (the first answer wins); 422 "
+                "`invalid_overrides` when `memory_updates` sets a key the gate does not "
+                "declare after its decision key in `writes` (nothing is stored).",
+    responses=responses({202: RunSerializer}, *WRITE, 409, 422))
+@api_view(["POST"])
+def run_answer(request: Request, run_id: str) -> Response:
+    queries.get_run(run_id, user=request.user)  # 404 before the body is read
+    run = control.answer(user=request.user, run_id=run_id,
+                         spec=body(AnswerSpec, request.data))
+    return Response(RunSerializer(run_to_json(run)).data, status=status.HTTP_202_ACCEPTED)
