@@ -156,17 +156,22 @@ def _stored_version(project_id: int, graph_id: str, number: int, *,
 def _version_by_row(row: int, *, using: str) -> tuple[str, StoredVersion] | None:
     """Graph version row ``row``: its spec's JSON text (decoded afresh for each
     :func:`~forklab.engine.graph_delta.apply_delta`, which uses its dict in place) and the
-    version decoded once to make deltas against; None if there is no such row."""
-    key = (using, row)
-    with _lock:
-        found = _versions.get(key)
-        if found is not None:
-            _versions.move_to_end(key)
-            return found
+    version decoded once to make deltas against; None if there is no such row.
+
+    The text is read every time and the decoded version cached by it (compared in full on a
+    hit): a row id names one version for good only while ids are never handed out again —
+    a database flushed or restored starts them over, and a delta made against another
+    version's spec would rebuild the wrong graph in the next process."""
     text = (m.GraphVersion.objects.using(using).filter(pk=row)
             .values_list(Cast("spec", TextField()), flat=True).first())
     if text is None:
         return None
+    key = (using, row)
+    with _lock:
+        found = _versions.get(key)
+        if found is not None and found[0] == text:
+            _versions.move_to_end(key)
+            return found
     found = (text, StoredVersion(loads(text)))
     with _lock:
         _versions[key] = found

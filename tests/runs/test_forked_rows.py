@@ -145,3 +145,32 @@ def test_deleting_a_project_with_its_runs_and_their_forks_leaves_nothing() -> No
     project.delete()
     assert not Run.objects.filter(project__slug="gone").exists()
     assert not Event.objects.filter(run_id=base.run_id).exists()
+
+
+def test_a_graph_version_row_id_handed_out_again_is_never_taken_for_the_old_version() -> None:
+    """A flushed or restored database starts row ids over: the delta of a fork's graph must
+    be made against the version the row holds now, not one cached under the same id (here
+    the old version's prompt is the one the fork sets: against the old spec the delta would
+    leave it out, and the next process would read the new spec's prompt)."""
+    from forklab.runs.models import Graph, GraphVersion
+
+    store = DjangoStore()
+    scenario = SCENARIOS["research-write"]
+    original = scenario.graph()
+    first = run_recorded(original, scenario.input, store=store)
+    forked_as_appended(first.run_id, store, at="before:write#1")  # caches its version's row
+    pk = GraphVersion.objects.get(graph__graph_id=original.id).pk
+    prompt = original.node("write").prompt
+    Run.objects.all().delete()
+    Graph.objects.all().delete()  # the version goes; its id is handed out again below
+    edited = original.model_copy(update={"nodes": [
+        n.model_copy(update={"prompt": prompt + " Other."}) if n.id == "write" else n
+        for n in original.nodes]})
+    store.save_graph(edited)
+    GraphVersion.objects.filter(graph__graph_id=edited.id).update(id=pk)
+    base = run_recorded(edited, scenario.input, store=store)
+    result, appended = forked_as_appended(
+        base.run_id, store, at="before:write#1",
+        change={"kind": "config", "node": "write", "patch": {"prompt": prompt}})
+    forked_rows.clear_caches()  # read as the next process would
+    assert canonical_equals(read_forked(store, result.run_id).to_wire(), appended.to_wire())
