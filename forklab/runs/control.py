@@ -54,9 +54,19 @@ def answer(*, user: User, run_id: str, spec: AnswerSpec) -> Run:
     """
     run = queries.get_run(run_id, user=user)
     require_role(user, run.project, Role.MEMBER, action="answering an approval gate")
-    answered_by = getattr(user, "username", "") or "api"
+    run = store_answer(run.pk, spec, answered_by=getattr(user, "username", "") or "api")
+    stored = dict((run.work or {})["answer"])
+    transaction.on_commit(lambda: tasks.enqueue_answer(run_id, stored))
+    return run
+
+
+def store_answer(run_id: str, spec: AnswerSpec, *, answered_by: str) -> Run:
+    """Store ``spec`` as the answer to the gate run ``run_id`` waits at (its row locked):
+    ``already_answered`` for a gate answered before, ``invalid_run_state`` for a run not
+    paused, ``invalid_overrides`` for undeclared keys — nothing stored. The caller applies
+    it (a queued ``continue_fork``, or the CLI inline); roles are the caller's to check."""
     with transaction.atomic():
-        run = Run.objects.select_for_update().select_related("project").get(pk=run.pk)
+        run = Run.objects.select_for_update().select_related("project").get(pk=run_id)
         work = run.work or {}
         if work.get("task") == "answer" and work.get("at_seq") == run.last_seq:
             raise AlreadyAnswered(
@@ -72,6 +82,4 @@ def answer(*, user: User, run_id: str, spec: AnswerSpec) -> Run:
         run.work = {"task": "answer", "at_seq": run.last_seq,
                     "answer": {**spec.model_dump(mode="json"), "answered_by": answered_by}}
         run.save(update_fields=["work"])
-        stored = dict(run.work["answer"])
-        transaction.on_commit(lambda: tasks.enqueue_answer(run_id, stored))
     return run
