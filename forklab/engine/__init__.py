@@ -19,6 +19,7 @@ from forklab.engine.fork import (
     parse_point,
     prepare_fork,
 )
+from forklab.engine.fork.continuing import answer_run, resume_run
 from forklab.engine.fork.fidelity import fork_check
 from forklab.engine.fork.lifecycle import Case, promote, run_case, save_case
 from forklab.engine.fork.replay import replay
@@ -39,14 +40,7 @@ from forklab.engine.graph import (
     parse_graph,
 )
 from forklab.engine.oracle import HumanAnswer
-from forklab.engine.recording import (
-    RecordedRun,
-    answer_run,
-    load_run,
-    resume_run,
-    run,
-    run_recorded,
-)
+from forklab.engine.recording import RecordedRun, load_run, run, run_recorded
 from forklab.engine.reducers import evolve, fold
 from forklab.engine.runner import CancelToken, Runner
 from forklab.engine.state import RunState

@@ -117,26 +117,3 @@ def _fold_from_snapshot(run_id: str, store: Store, events: list[AnyEvent]) -> Ru
         raise EventGapError(f"run {run_id!r} starts at seq {events[0].seq} and has no "
                             "snapshot covering the missing events", run_id=run_id)
     return fold([e for e in events if e.seq > snapshot.version], snapshot)
-
-
-def resume_run(run_id: str, *, store: Store, env: Environment | None = None,
-               hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None = None,
-               on_event: Callable[[Event], None] | None = None) -> RecordedRun:
-    """Continue a run that stopped (crash, kill) from its last node boundary."""
-    handle = load_run(run_id, store=store, env=env)
-    runner = Runner(handle.graph, store=store, run_id=run_id, env=handle.env, hitl=hitl,
-                    on_event=on_event, graph_version=handle.state.graph_version)
-    handle.state = runner.resume()
-    return handle
-
-
-def answer_run(run_id: str, answer: HumanAnswer, *, store: Store,
-               env: Environment | None = None,
-               on_event: Callable[[Event], None] | None = None) -> RecordedRun:
-    """Answer the approval gate a paused run waits at and run it on."""
-    handle = load_run(run_id, store=store, env=env)
-    runner = Runner(handle.graph, store=store, run_id=run_id, env=handle.env,
-                    on_event=on_event, graph_version=handle.state.graph_version)
-    runner.state = handle.state
-    handle.state = runner.answer(answer)
-    return handle

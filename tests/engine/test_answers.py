@@ -17,9 +17,10 @@ from forklab.engine import fork_check, replay
 from forklab.engine.answers import answer_keys, check_answer
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import InvalidOverrides
+from forklab.engine.fork.continuing import answer_run
 from forklab.engine.graph import ApprovalNode
 from forklab.engine.oracle import HumanAnswer
-from forklab.engine.recording import answer_run, load_run
+from forklab.engine.recording import load_run
 from forklab.engine.store import MemoryStore
 from tests.engine.test_runner_behaviour import approval_graph, make_env, record
 

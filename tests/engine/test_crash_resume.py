@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 
 from forklab.engine.canonical import canonical_equals
-from forklab.engine.recording import RecordedRun, resume_run, run_recorded
+from forklab.engine.fork.continuing import resume_run
+from forklab.engine.recording import RecordedRun, run_recorded
 from forklab.engine.reducers import fold
 from forklab.engine.scenarios import SCENARIOS
 from forklab.engine.sqlite_store import SqliteStore

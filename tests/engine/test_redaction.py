@@ -21,8 +21,8 @@ from forklab.engine import (
     run_recorded,
 )
 from forklab.engine.canonical import canonical_json
+from forklab.engine.fork.continuing import resume_run
 from forklab.engine.providers import ChatRequest
-from forklab.engine.recording import resume_run
 from forklab.engine.redaction import (
     DEFAULT_KEYS,
     MASK_FAILED,

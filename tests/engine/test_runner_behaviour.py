@@ -9,10 +9,11 @@ import pytest
 from forklab.engine import recording
 from forklab.engine.environment import Environment, FixedClock, counter_ids
 from forklab.engine.errors import RunStateError
+from forklab.engine.fork.continuing import answer_run
 from forklab.engine.graph import GraphSpec, RouterNode, parse_graph
 from forklab.engine.oracle import HumanAnswer
 from forklab.engine.planner import route_by_rules
-from forklab.engine.recording import RecordedRun, answer_run, run, run_recorded
+from forklab.engine.recording import RecordedRun, run, run_recorded
 from forklab.engine.runner import CancelToken
 from forklab.engine.scenarios import SCENARIOS
 from forklab.engine.store import MemoryStore

@@ -12,9 +12,10 @@ from django.db import connections
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import EventGapError, SeqConflictError
 from forklab.engine.events import AgentResponded, RunForked, RunStarted
+from forklab.engine.fork.continuing import answer_run
 from forklab.engine.fork.diff import incurred_usd
 from forklab.engine.oracle import HumanAnswer
-from forklab.engine.recording import answer_run, run_recorded
+from forklab.engine.recording import run_recorded
 from forklab.engine.reducers import fold
 from forklab.engine.scenarios import SCENARIOS
 from forklab.engine.store import Store

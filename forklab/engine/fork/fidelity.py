@@ -82,7 +82,10 @@ def fork_check(run_id: str, *, store: Store, env: Environment | None = None,
         runner = run_plan(plan, store=scratch or MemoryStore(), ignore_budget=True)
         state = runner.state
         start = state.tail_from_call
-        paid = [c for c in state.calls[start:] if c.label not in ("reused",)]
+        # a call a change supplies (``simulated``: an answer, a tool result, an output the
+        # fork's own changes give, re-applied by its null fork) costs nothing and calls
+        # nobody; ``live`` and ``changed`` ones are paid
+        paid = [c for c in state.calls[start:] if c.label not in ("reused", "simulated")]
         same = canonical_equals(state.outcome(), base.state.outcome())
         detail = ""
         if paid or not same:

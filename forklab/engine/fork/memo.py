@@ -99,13 +99,28 @@ class Recording:
     @classmethod
     def of(cls, state: RunState, *, lineage: Sequence[RunState] = (),
            load_run: RunLoader | None = None) -> Recording:
-        """Index ``state`` (the base) and the states of its ``lineage`` (its ancestors)."""
+        """Index ``state`` (the base) and the states of its ``lineage`` (its ancestors).
+
+        The base's own executions come first: an ancestor's execution fills in only a
+        fingerprint the base has none of. The base is the recording being forked — where it
+        and an ancestor recorded the same inputs with other outputs (a gate answered
+        otherwise in a fork of it, a sampled model), serving the base's is what reproduces
+        it; counting them as one ambiguous fingerprint made a null fork of a fork answered
+        at a gate pause there again."""
         rec = cls(load_run=load_run)
         for ex in state.executions:
             rec.by_occurrence[(ex.node, ex.occurrence)] = ex
+            index_execution(rec.by_fingerprint, rec.ambiguous, ex)
+        inherited: dict[str, Execution] = {}
+        unclear: set[str] = set()
+        for run in lineage:
+            for ex in run.executions:
+                if ex.fingerprint not in rec.by_fingerprint:
+                    index_execution(inherited, unclear, ex)
+        rec.by_fingerprint.update(inherited)
+        rec.ambiguous |= unclear
         for run in (state, *lineage):
             for ex in run.executions:
-                index_execution(rec.by_fingerprint, rec.ambiguous, ex)
                 if ex.status in FINISHED:
                     rec.effects.setdefault(ex.fingerprint, ex)
         return rec

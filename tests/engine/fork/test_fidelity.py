@@ -110,7 +110,8 @@ def test_fork_check_reports_a_point_whose_null_fork_does_not_reproduce() -> None
     assert "blocked" in first.detail
 
 
-def test_a_fingerprint_recorded_with_two_outputs_in_a_lineage_is_not_served_whole() -> None:
+def test_a_fingerprint_an_ancestor_recorded_with_other_outputs_is_served_from_the_run_forked(
+) -> None:
     rolls = iter(range(100))
     env = make_env()
     env.tools.register("t.roll", lambda args, ctx: next(rolls))
@@ -122,9 +123,9 @@ def test_a_fingerprint_recorded_with_two_outputs_in_a_lineage_is_not_served_whol
     result = fork(rerolled.run_id, store=base.store, env=env, at="start",
                   policy={"memoize": True})
 
-    # neither recording of 'roll' is served whole; each call is served from the recording
-    # of the run forked (the same node execution with the same args)
-    assert [h["node"] for h in result.memo_hits] == ["again", "again"]
+    # the run forked is the recording: its own executions of 'roll' are served whole, the
+    # base's (same fingerprints, other outputs) are not consulted for them
+    assert [h["node"] for h in result.memo_hits] == ["roll", "again", "roll", "again"]
     assert [(c["node"], c["label"]) for c in result.calls] == [("roll", "reused")] * 2
     assert result.state.memory["n"] == 3
     assert next(rolls) == 4  # nothing rolled
