@@ -239,7 +239,11 @@ def effective_graph(graph: GraphSpec, changes: Sequence[Change], *,
             graph = _apply_agent(graph, item)
         elif isinstance(item, ConfigChange):
             graph = _apply_config(graph, item)
-        else:
+    # state changes are checked against the graph the tail runs under, whatever the order
+    # of the list: a config change declaring the key a human_response sets comes before or
+    # after it alike
+    for item in changes:
+        if not isinstance(item, (AgentChange, ConfigChange)):
             _check_state_change(graph, item)
     return graph
 

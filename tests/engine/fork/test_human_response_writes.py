@@ -76,13 +76,15 @@ def test_a_key_the_gate_declares_is_accepted_and_written() -> None:
     assert labels(result.calls)[0] == ("approve", "human", "simulated")
 
 
-def test_a_config_change_of_the_gate_in_the_same_fork_declares_the_key() -> None:
+@pytest.mark.parametrize("config_first", [True, False])
+def test_a_config_change_of_the_gate_in_the_same_fork_declares_the_key(
+        config_first: bool) -> None:
     base = record("order-fulfilment")
+    declare = change.config("approve", {"writes": ["approval", "note"]})
 
-    result = fork(base, at=AT, change=[
-        change.config("approve", {"writes": ["approval", "note"]}), NOTE])
+    result = fork(base, at=AT, change=[declare, NOTE] if config_first else [NOTE, declare])
 
-    assert result.state.memory["note"] == "gift wrap"
+    assert result.state.memory["note"] == "gift wrap"  # the order of the list is no matter
 
 
 def test_the_decision_key_cannot_be_overwritten_by_the_change() -> None:
