@@ -169,7 +169,7 @@ class Composer:
         if self.routers:
             names.append("route")
         if self.has_approval:
-            names += ["human_decision", "human_data"]
+            names += ["human_decision", "human_data", "human_memory_updates"]
         for t in self.targets:
             names += [t.model_field, t.temperature_field, t.prompt_field]
         return names
@@ -178,7 +178,8 @@ class Composer:
         """Form values: the run as it was, overlaid with ``changes`` (from a fork link)."""
         values: dict[str, Any] = {
             "memory_set": "", "memory_delete": "", "output_memory": self.recorded_output,
-            "tool_result": self.recorded_tool_result, "route": "", "route_once": False, "human_decision": "", "human_data": "", "input_patch": "",
+            "tool_result": self.recorded_tool_result, "route": "", "route_once": False, "human_decision": "", "human_data": "",
+            "human_memory_updates": "", "input_patch": "",
             "config_patch": "", "side_effects": "replay", "allow_nodes": "", "memoize": False,
             "max_live_calls": DEFAULT_MAX_LIVE_CALLS, "max_cost_usd": f"{DEFAULT_MAX_COST_USD:.2f}",
             "ignore_budget": False, "label": "",
@@ -216,6 +217,8 @@ class Composer:
             case HumanResponseChange() if not values["human_decision"]:
                 values["human_decision"] = change.decision
                 values["human_data"] = pretty(change.data) if change.data is not None else ""
+                values["human_memory_updates"] = (pretty(change.memory_updates)
+                                                  if change.memory_updates else "")
             case InputPatchChange() if not values["input_patch"]:
                 values["input_patch"] = pretty(change.patch)
             case _:

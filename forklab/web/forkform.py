@@ -28,6 +28,7 @@ from forklab.engine.fork.wire import (
     Policy,
     build,
 )
+from forklab.engine.inputs import json_kind
 from forklab.web.composer import HUMAN_DECISIONS, Composer, same
 
 SideEffects = Literal["replay", "block"] | AllowList
@@ -90,7 +91,7 @@ def _json(form: ForkForm, data: QueryDict, name: str, *,
         return None
     if want is not None and not isinstance(value, want):
         noun = "a JSON object {…}" if want is dict else "a JSON list […]"
-        form.errors[name] = f"expected {noun}, got {type(value).__name__}"
+        form.errors[name] = f"expected {noun}, got {json_kind(value)}"
         return None
     return value
 
@@ -142,7 +143,9 @@ def _state_changes(form: ForkForm, composer: Composer, data: QueryDict) -> None:
     decision = data.get("human_decision", "")
     if decision in HUMAN_DECISIONS:
         human_data = _json(form, data, "human_data")
-        form.add("human_decision", change.human_response, decision, data=human_data)
+        updates = _json(form, data, "human_memory_updates", want=dict)
+        form.add("human_decision", change.human_response, decision, data=human_data,
+                 memory_updates=updates)
     patch = _json(form, data, "input_patch", want=dict)
     if patch:
         form.add("input_patch", change.input_patch, patch)
@@ -260,7 +263,10 @@ def _change_error_field(form: ForkForm, ctx: dict[str, Any]) -> str:
             return False
         return target is None or target in (item.scoped_node(), getattr(item, "target", None))
 
-    return _origin_of(form, matches) or ("extra_changes" if form.origins else "form")
+    found = _origin_of(form, matches) or ("extra_changes" if form.origins else "form")
+    if found == "human_decision" and str(ctx.get("field", "")).startswith("memory_updates"):
+        return "human_memory_updates"  # an undeclared key: next to the box that set it
+    return found
 
 
 def _conflict_field(form: ForkForm, key: list[str], changes: list[Any]) -> str:

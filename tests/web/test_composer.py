@@ -284,3 +284,24 @@ def test_the_composer_names_every_point_as_the_api_does_the_end_one_included(
         composer = page(client.get(composer_url(world), {"at": point["seq"]}))
         shown = htmllib.unescape(composer.split('<p class="point">')[1].split(".")[0])
         assert shown == point["label"], point
+
+
+def test_a_gate_answers_memory_updates_round_trip_through_a_fork_link(world: World) -> None:
+    edit = [{"kind": "human_response", "decision": "edited", "data": {"why": "x"},
+             "memory_updates": {"email": "LINKED"}}]
+    url = f"/runs/{world.runs['order-fulfilment']}/fork/"
+    html = page(world.client("bob").get(url, {"at": 11, "changes": encode_changes(
+        parse_changes(edit))}))
+    box = html.split('name="human_memory_updates"')[1].split("</textarea>")[0]
+    assert "&quot;email&quot;: &quot;LINKED&quot;" in box  # filled in, not dropped
+
+
+def test_an_undeclared_gate_key_is_refused_next_to_the_memory_updates_box(world: World) -> None:
+    url = f"/runs/{world.runs['order-fulfilment']}/fork/preflight/"
+    response = world.client("bob").post(url, {
+        "at": "11", "human_decision": "edited", "human_memory_updates": '{"email": "x"}',
+        "side_effects": "replay", "max_live_calls": "50", "max_cost_usd": "1.00"},
+        headers=HTMX)
+    html = page(response)
+    slot = html.split('id="err-human_memory_updates"')[1].split("</p>")[0]
+    assert "memory_updates.email is not declared" in slot
