@@ -111,7 +111,7 @@ def test_a_json_body_that_is_not_an_object_is_invalid(world: World) -> None:
                                           content_type="application/json")
     assert response.status_code == 400
     assert response.json() == {"code": "invalid_request",
-                               "detail": "the request body must be a JSON object, got list"}
+                               "detail": "the request body must be a JSON object, got a list"}
 
 
 def test_an_unknown_method_is_405(world: World) -> None:
@@ -133,9 +133,15 @@ def test_a_get_without_the_trailing_slash_is_redirected(world: World) -> None:
     assert response["Location"] == f"{API}/runs/?status=completed"
 
 
-def test_a_post_without_the_trailing_slash_names_the_right_path(world: World) -> None:
-    response = world.client("admin").post(f"{API}/forks", {}, content_type="application/json")
-    assert response.status_code == 404
+@pytest.mark.parametrize("csrf_checks", [False, True])
+def test_a_post_without_the_trailing_slash_names_the_right_path(world: World,
+                                                                csrf_checks: bool) -> None:
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=csrf_checks,  # as a real client is: no CSRF cookie
+                    headers={"Authorization": f"Token {world.tokens['admin']}"})
+    response = client.post(f"{API}/forks", {}, content_type="application/json")
+    assert response.status_code == 404, response.content[:200]
     assert response.json() == {
         "code": "not_found",
         "detail": "no endpoint /api/v1/forks; API paths end in a slash: /api/v1/forks/"}
