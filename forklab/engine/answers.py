@@ -43,22 +43,29 @@ def check_answer(node: ApprovalNode, memory_updates: Mapping[str, Any] | None, *
     undeclared = sorted(key for key in memory_updates or {} if key not in allowed)
     if not undeclared:
         return
-    key = undeclared[0]
-    field = error_path(("memory_updates", key), {"memory_updates": {key: None}})
+    def path(key: str) -> str:
+        return error_path(("memory_updates", key), {"memory_updates": {key: None}})
+
     decision_key = node.writes[0] if node.writes else None
     accepted = ", ".join(repr(k) for k in allowed) or "none"
-    if key == decision_key:
-        found = (f"{field} would overwrite {key!r}, which holds the decision (the "
-                 "answer's 'decision' sets it)")
-        advice = "leave it out"
-    else:
-        found = f"{field} is not declared"
-        suggested = [*(node.writes or ["approval"]), key]
-        advice = (f"leave it out, or declare it in the gate's 'writes' after its decision key "
-                  f"(writes: [{', '.join(suggested)}]){fix}")
+    others = [k for k in undeclared if k != decision_key]
+    found, advice = [], "leave it out"
+    if others:  # every key refused is named, not only the first
+        them = "it" if len(others) == 1 else "them"
+        found.append(f"{', '.join(path(k) for k in others)} "
+                     f"{'is' if len(others) == 1 else 'are'} not declared")
+        suggested = [*(node.writes or ["approval"]), *others]
+        advice = (f"leave {them} out, or declare {them} in the gate's 'writes' after its "
+                  f"decision key (writes: [{', '.join(suggested)}]){fix}")
+    if decision_key in undeclared:
+        found.append(f"{path(decision_key)} would overwrite {decision_key!r}, which holds the "
+                     "decision (the answer's 'decision' sets it)")
+        if others:
+            advice += f"; leave {decision_key!r} out"
+    field = path(undeclared[0])
     raise InvalidOverrides(
         f"{what} approval gate {node.id!r} may set only the memory keys the gate declares "
-        f"in its 'writes' after the decision key ({accepted}); {found}: {advice}",
+        f"in its 'writes' after the decision key ({accepted}); {'; '.join(found)}: {advice}",
         limit="writes", field=field, node=node.id, expected=allowed, undeclared=undeclared,
         **context)
 

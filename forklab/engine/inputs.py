@@ -67,6 +67,18 @@ def error_path(loc: tuple[str | int, ...], data: Any, kind: str = "") -> str:
     return path
 
 
+def json_kind(value: Any) -> str:
+    """What ``value`` is, in JSON's words (``null``, a boolean, a number, a string, a list,
+    an object): what error messages say a value was, never a Python type name."""
+    if value is None:
+        return "null"
+    for kinds, name in ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"),
+                        ((list, tuple), "a list"), (dict, "an object")):
+        if isinstance(value, kinds):
+            return name
+    return type(value).__name__
+
+
 def _printable(text: str) -> str:
     """A short, always-encodable preview of a bad string for the error message."""
     preview = text[:40].encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
@@ -218,6 +230,6 @@ def check_graph_document(data: Any, *, where: str = "graph") -> None:
                            path=f"{where}.edges", max_edges=MAX_GRAPH_EDGES)
 
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_GRAPH_BYTES", "MAX_GRAPH_EDGES", "MAX_GRAPH_NODES", "InvalidInput",
+__all__ = ["json_kind", "MAX_BYTES", "MAX_DEPTH", "MAX_GRAPH_BYTES", "MAX_GRAPH_EDGES", "MAX_GRAPH_NODES", "InvalidInput",
            "check_graph_document", "check_json_text", "check_json_value", "loads",
            "strict_constant"]

@@ -76,7 +76,7 @@ def parse_input(text: str | None) -> dict[str, Any] | None:
     except json.JSONDecodeError as exc:
         raise InvalidArgument(f"--input is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise InvalidArgument(f"--input must be a JSON object, got {type(value).__name__}")
+        raise InvalidArgument(f"--input must be a JSON object, got {inputs.json_kind(value)}")
     return value
 
 

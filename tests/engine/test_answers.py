@@ -53,14 +53,24 @@ def test_an_undeclared_key_is_refused_naming_its_path_the_accepted_keys_and_the_
                              "undeclared": ["note", "zz"]}
     assert error.message == (
         "an answer to approval gate 'approve' may set only the memory keys the gate declares "
-        "in its 'writes' after the decision key ('draft'); memory_updates.note is not "
-        "declared: leave it out, or declare it in the gate's 'writes' after its decision key "
-        "(writes: [approval, draft, note])")
+        "in its 'writes' after the decision key ('draft'); memory_updates.note, "
+        "memory_updates.zz are not declared: leave them out, or declare them in the gate's "
+        "'writes' after its decision key (writes: [approval, draft, note, zz])")
 
 
 def test_a_gate_declaring_only_its_decision_key_accepts_no_memory_updates() -> None:
     with pytest.raises(InvalidOverrides, match=r"after the decision key \(none\)"):
         check_answer(gate("approval"), {"draft": "better"})
+
+
+def test_every_refused_key_is_named_the_decision_key_too() -> None:
+    with pytest.raises(InvalidOverrides) as caught:
+        check_answer(gate("approval", "draft"), {"a": 1, "approval": "x", "draft": "ok"})
+
+    message = caught.value.message
+    assert "memory_updates.a is not declared" in message
+    assert "memory_updates.approval would overwrite 'approval'" in message
+    assert message.endswith("(writes: [approval, draft, a]); leave 'approval' out")
 
 
 def test_the_decision_key_is_not_an_answers_to_overwrite() -> None:

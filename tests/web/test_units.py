@@ -77,7 +77,7 @@ def test_an_unparsable_fork_form_names_its_fields() -> None:
     assert _json(form, data, "memory_set", want=dict) is None
     assert _json(form, data, "input_patch", want=dict) is None
     assert form.errors["memory_set"].startswith("not valid JSON")
-    assert form.errors["input_patch"] == "expected a JSON object {…}, got list"
+    assert form.errors["input_patch"] == "expected a JSON object {…}, got a list"
 
 
 def _crosses(x: float, y_from: float, y_to: float, node: graphpic.PicNode) -> bool:

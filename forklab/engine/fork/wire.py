@@ -37,7 +37,7 @@ from pydantic import (
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import Change, parse_changes
 from forklab.engine.fork.resolve import point_problem
-from forklab.engine.inputs import check_json_value, error_path
+from forklab.engine.inputs import check_json_value, error_path, json_kind
 from forklab.engine.status import CallKind, CallLabel, ExecutionStatus, ForkState, RunStatus
 
 ID_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
@@ -68,7 +68,7 @@ def parse_request[S: BaseModel](spec: type[S], data: Any) -> S:
     ``invalid_request`` naming the field."""
     if not isinstance(data, dict):
         raise InvalidRequest(f"the request body must be a JSON object, got "
-                             f"{type(data).__name__}")
+                             f"{json_kind(data)}")
     check_json_value(data, where="body")
     try:
         return spec.model_validate(data)
