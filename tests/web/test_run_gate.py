@@ -298,6 +298,12 @@ def test_without_javascript_the_form_posts_and_comes_back_to_the_run_page(
                                                     "target": "run-gate"})
     assert sent.status_code == 302 and sent["Location"] == f"/runs/{run_id}/"
     assert len(answers.queued) == 1
+    answers.apply()
+    late = answers.post(member, run_id, {"decision": "rejected", "target": "run-gate"})
+    assert late.status_code == 422  # finished: no live section, the reason still shown
+    html = page(late)
+    assert "is completed, not paused at an approval gate" in html
+    assert "<code>invalid_run_state</code>" in html
 
 
 def test_a_paused_forks_run_page_answers_its_gate_too(
