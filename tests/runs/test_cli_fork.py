@@ -355,11 +355,21 @@ def test_forkcheck_fails_on_a_run_whose_log_was_edited(
     assert out.splitlines()[-1].endswith("1 mismatch")
 
 
-def test_forkcheck_json_lists_each_null_fork(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("given", ["--run", "positional"])
+def test_forkcheck_json_lists_each_null_fork(capsys: pytest.CaptureFixture[str],
+                                             given: str) -> None:
     run = record("research-write")
-    data = cli_json(capsys, "forkcheck", "--run", run.id)
+    args = ["--run", run.id] if given == "--run" else [run.id]
+    data = cli_json(capsys, "forkcheck", *args)
     assert data["ok"] is True
     assert [r["point"]["seq"] for r in data["results"]] == [1, 6, 11]
+
+
+def test_forkcheck_given_two_different_runs_is_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    run = record("research-write")
+    code, _, err = cli(capsys, "forkcheck", run.id, "--run", "another")
+    assert code == 1 and err.startswith("error: invalid_argument: two runs given")
 
 
 def test_forkcheck_of_a_fork_null_forks_its_own_points_and_says_so(

@@ -9,6 +9,7 @@ from forklab.engine.fork.fidelity import FidelityResult, MetamorphicResult, deep
 from forklab.engine.scenarios import get_scenario
 from forklab.runs import cli
 from forklab.runs.engine_env import build_environment
+from forklab.runs.errors import InvalidArgument
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.models import Run, RunKind
 
@@ -21,6 +22,8 @@ class Command(ForklabCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--scenario", help="only runs of this demo scenario")
+        parser.add_argument("run_id", nargs="?", metavar="RUN",
+                            help="only this run (as --run; the form the other verbs take)")
         parser.add_argument("--run", help="only this run")
         parser.add_argument("--deep", action="store_true",
                             help="also run the metamorphic checks 1, 2 and 4 on every run")
@@ -30,8 +33,12 @@ class Command(ForklabCommand):
                                   status__in=["completed", "failed", "blocked", "cancelled"])
         if options["scenario"]:
             runs = runs.filter(graph_slug=get_scenario(options["scenario"]).graph().id)
-        if options["run"]:
-            runs = Run.objects.filter(pk=cli.store_for(options["run"])[0].id)
+        if options["run_id"] and options["run"] and options["run_id"] != options["run"]:
+            raise InvalidArgument(f"two runs given ({options['run_id']!r} and --run "
+                                  f"{options['run']!r}); give one")
+        run_id = options["run_id"] or options["run"]
+        if run_id:
+            runs = Run.objects.filter(pk=cli.store_for(run_id)[0].id)
         env = build_environment()
         results, failed = self._null_forks(list(runs.order_by("created_at")), env)
         deep = self._deep(list(runs.order_by("created_at")), env) if options["deep"] else None
