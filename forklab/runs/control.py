@@ -53,11 +53,17 @@ def answer(*, user: User, run_id: str, spec: AnswerSpec) -> Run:
     later one is ``already_answered``.
     """
     run = queries.get_run(run_id, user=user)
-    require_role(user, run.project, Role.MEMBER, action="answering an approval gate")
+    require_answerer(user, run)
     run = store_answer(run.pk, spec, answered_by=getattr(user, "username", "") or "api")
     stored = dict((run.work or {})["answer"])
     transaction.on_commit(lambda: tasks.enqueue_answer(run_id, stored))
     return run
+
+
+def require_answerer(user: User, run: Run) -> None:
+    """``permission_denied`` unless ``user`` may answer ``run``'s gates (a member): every
+    surface checks it first, before it reads the answer's fields."""
+    require_role(user, run.project, Role.MEMBER, action="answering an approval gate")
 
 
 def store_answer(run_id: str, spec: AnswerSpec, *, answered_by: str) -> Run:

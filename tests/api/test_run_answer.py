@@ -77,6 +77,13 @@ def test_an_answer_nobody_may_give_is_refused_and_changes_nothing(
         assert unchanged(run_id) == before
 
 
+def test_a_viewers_answer_is_403_whatever_its_body_holds(fresh_world: World) -> None:
+    for path in (f"/runs/{fresh_world.lab_paused}/answer/", "/forks/anything/answer/"):
+        response = post(fresh_world.client("viewer"), path, {"decision": 5})
+        code = "permission_denied" if path.startswith("/runs/") else "not_found"
+        assert response.json()["code"] == code, response.json()
+
+
 def test_an_answer_body_with_an_unknown_field_is_400(fresh_world: World) -> None:
     response = post(fresh_world.client("member"), f"/runs/{fresh_world.lab_paused}/answer/",
                     {"decision": "approved", "note": "x"})

@@ -20,7 +20,7 @@ from forklab.api.serializers import (
 )
 from forklab.api.views.cases import case_json
 from forklab.engine.fork.wire import PreflightWire
-from forklab.runs import forking, readmodel
+from forklab.runs import control, forking, readmodel
 from forklab.runs.specs import AnswerSpec, CaseSpec, ForkSpec
 
 FORK_ID = path_id("run_id", "the fork's run id")
@@ -97,7 +97,7 @@ def fork_cancel(request: Request, run_id: str) -> Response:
     responses=responses({202: ForkSerializer}, *WRITE, 409, 422))
 @api_view(["POST"])
 def fork_answer(request: Request, run_id: str) -> Response:
-    forking.get_fork(user=request.user, run_id=run_id)
+    control.require_answerer(request.user, forking.get_fork(user=request.user, run_id=run_id))
     spec = body(AnswerSpec, request.data)
     run = forking.answer(user=request.user, run_id=run_id, spec=spec)
     return Response(ForkSerializer(readmodel.view(run)).data, status=status.HTTP_202_ACCEPTED)

@@ -135,7 +135,8 @@ def run_forks(request: Request, run_id: str) -> Response:
     responses=responses({202: RunSerializer}, *WRITE, 409, 422))
 @api_view(["POST"])
 def run_answer(request: Request, run_id: str) -> Response:
-    queries.get_run(run_id, user=request.user)  # 404 before the body is read
+    # 404 and 403 before the body is read
+    control.require_answerer(request.user, queries.get_run(run_id, user=request.user))
     run = control.answer(user=request.user, run_id=run_id,
                          spec=body(AnswerSpec, request.data))
     return Response(RunSerializer(run_to_json(run)).data, status=status.HTTP_202_ACCEPTED)

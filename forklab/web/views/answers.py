@@ -28,8 +28,7 @@ from django.views.decorators.http import require_POST
 from forklab.engine import inputs
 from forklab.engine.errors import ForklabError
 from forklab.runs import control, queries
-from forklab.runs.access import require_role
-from forklab.runs.models import Role, Run
+from forklab.runs.models import Run
 from forklab.runs.specs import AnswerSpec, parse
 from forklab.web.views import live, runs
 from forklab.web.views.common import HtmxHttpRequest, htmx_target, page_errors, roles
@@ -55,7 +54,7 @@ def answer(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """Approve, reject or edit the gate a paused run waits at."""
     run = queries.get_run(run_id, user=request.user)  # not_found outside one's projects
     # the role first: a viewer's post is refused whatever its fields hold
-    require_role(request.user, run.project, Role.MEMBER, action="answering an approval gate")
+    control.require_answerer(request.user, run)
     on_run_page = (htmx_target(request) or request.POST.get("target")) == RUN_GATE
     error = code = ""
     try:
