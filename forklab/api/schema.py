@@ -37,6 +37,13 @@ ERROR_MEANING = {
 READ = (400, 401, 404)
 LIST = (400, 401, 404)  # 404: a page past the end
 WRITE = (400, 401, 403, 404, 415)
+#: what both answer endpoints (a paused fork's, any paused run's) refuse, and how
+ANSWER_REFUSALS = (
+    "Needs the member role. 409 `invalid_run_state` unless the run is paused; 409 "
+    "`already_answered` when its gate was answered already (the first answer wins); 422 "
+    "`invalid_overrides` when `memory_updates` sets a key the gate does not declare after its "
+    "decision key in `writes` (`field`: `memory_updates.<key>`, `expected`: the keys it "
+    "accepts; nothing is stored).")
 FORK_WRITE = (*WRITE, 409, 422)
 
 

@@ -43,6 +43,7 @@ def check_answer(node: ApprovalNode, memory_updates: Mapping[str, Any] | None, *
     undeclared = sorted(key for key in memory_updates or {} if key not in allowed)
     if not undeclared:
         return
+
     def path(key: str) -> str:
         return error_path(("memory_updates", key), {"memory_updates": {key: None}})
 

@@ -230,6 +230,6 @@ def check_graph_document(data: Any, *, where: str = "graph") -> None:
                            path=f"{where}.edges", max_edges=MAX_GRAPH_EDGES)
 
 
-__all__ = ["json_kind", "MAX_BYTES", "MAX_DEPTH", "MAX_GRAPH_BYTES", "MAX_GRAPH_EDGES", "MAX_GRAPH_NODES", "InvalidInput",
-           "check_graph_document", "check_json_text", "check_json_value", "loads",
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_GRAPH_BYTES", "MAX_GRAPH_EDGES", "MAX_GRAPH_NODES", "InvalidInput",
+           "check_graph_document", "check_json_text", "check_json_value", "json_kind", "loads",
            "strict_constant"]

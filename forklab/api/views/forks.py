@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from forklab.api.inputs import NoFields, body
 from forklab.api.rendering import view_response
-from forklab.api.schema import FORK_WRITE, READ, WRITE, path_id, responses
+from forklab.api.schema import ANSWER_REFUSALS, FORK_WRITE, READ, WRITE, path_id, responses
 from forklab.api.serializers import (
     CaseSerializer,
     ForkSerializer,
@@ -88,12 +88,7 @@ def fork_cancel(request: Request, run_id: str) -> Response:
 @extend_schema(
     operation_id="forks_answer", parameters=[FORK_ID], request=AnswerSpec,
     summary="Answer a paused fork's approval gate",
-    description="The tail continues in the background. 409 `invalid_run_state` unless the "
-                "fork is paused; 409 `already_answered` when its gate was answered already "
-                "(the first answer wins); 422 `invalid_overrides` when `memory_updates` sets "
-                "a key the gate does not declare after its decision key in `writes` "
-                "(`field`: `memory_updates.<key>`, `expected`: the keys it accepts; nothing "
-                "is stored).",
+    description=f"The tail continues in the background. {ANSWER_REFUSALS}",
     responses=responses({202: ForkSerializer}, *WRITE, 409, 422))
 @api_view(["POST"])
 def fork_answer(request: Request, run_id: str) -> Response:

@@ -15,7 +15,7 @@ from rest_framework.utils.urls import replace_query_param
 from forklab.api.inputs import EventFilters, RunFilters, body
 from forklab.api.pagination import Pages
 from forklab.api.rendering import view_response
-from forklab.api.schema import LIST, READ, WRITE, path_id, responses
+from forklab.api.schema import ANSWER_REFUSALS, LIST, READ, WRITE, path_id, responses
 from forklab.api.serializers import (
     EventPageSerializer,
     ForkPointList,
@@ -127,11 +127,7 @@ def run_forks(request: Request, run_id: str) -> Response:
     summary="Answer a paused run's approval gate",
     description="A run recorded with `POST /runs/` (or any run, a fork too) that paused at "
                 "an approval gate continues in the background with this answer, as "
-                "`POST /forks/{id}/answer/` does for a fork. Needs the member role. 409 "
-                "`invalid_run_state` unless the run is paused; 409 `already_answered` when "
-                "its gate was answered already (the first answer wins); 422 "
-                "`invalid_overrides` when `memory_updates` sets a key the gate does not "
-                "declare after its decision key in `writes` (nothing is stored).",
+                f"`POST /forks/{{id}}/answer/` does for a fork. {ANSWER_REFUSALS}",
     responses=responses({202: RunSerializer}, *WRITE, 409, 422))
 @api_view(["POST"])
 def run_answer(request: Request, run_id: str) -> Response:
