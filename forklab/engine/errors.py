@@ -72,6 +72,13 @@ class ProviderError(ForklabError):
     code = "provider_error"
 
 
+class UnexpectedToolCalls(ForklabError):
+    """A model asked for tool calls although its agent was offered no tools: failing the
+    call keeps the request visible instead of recording an empty answer."""
+
+    code = "unexpected_tool_calls"
+
+
 class UnknownProviderError(ForklabError):
     code = "unknown_provider"
 

@@ -15,10 +15,11 @@ from typing import Any, Protocol
 
 from forklab.engine.actions import AgentAnswer, ToolCall, ToolResult
 from forklab.engine.canonical import canonical_json, fingerprint
-from forklab.engine.errors import ForklabError, InvalidInput
+from forklab.engine.errors import ForklabError, InvalidInput, UnexpectedToolCalls
 from forklab.engine.graph import ApprovalNode, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.inputs import check_json_value
 from forklab.engine.providers import ChatRequest
+from forklab.engine.providers.base import ToolCallRequest
 from forklab.engine.redaction import contains_placeholder
 from forklab.engine.state import Execution
 from forklab.engine.status import CallLabel, RunStatus
@@ -192,6 +193,15 @@ def ensure_json(value: Any, what: str) -> Any:
     return plain
 
 
+def _unexpected_tool_calls(request: ChatRequest,
+                           calls: tuple[ToolCallRequest, ...]) -> UnexpectedToolCalls:
+    asked = ", ".join(f"{c.name}({canonical_json(c.arguments)[:80]})" for c in calls)
+    return UnexpectedToolCalls(
+        f"model {request.model!r} asked for tool calls ({asked}) but its agent was offered no "
+        "tools; the reply is not recorded as an empty answer — declare the tools the agent "
+        "may use (agent `tools:`) or stop offering them in its params", tool_calls=asked)
+
+
 class LiveOracle:
     """Does everything for real: providers, tools, the ``hitl`` callback, child runs."""
 
@@ -213,6 +223,8 @@ class LiveOracle:
         try:
             response = self.env.providers.get(request.provider).complete(request)
             check_json_value(response.text, where=f"the reply of model {request.model!r}")
+            if response.tool_calls:
+                raise _unexpected_tool_calls(request, response.tool_calls)
         except ForklabError as exc:
             raise NodeFailure(exc.code, exc.message) from None
         return Served(text=response.text, input_tokens=response.input_tokens,

@@ -50,6 +50,17 @@ class FakeServer:
                              "total_tokens": prompt_tokens + (completion_tokens or 0)}
         self.status, self.body = 200, json.dumps(data).encode()
 
+    def ask_for_tools(self, *calls: tuple[str, str, str], content: str | None = None) -> None:
+        """Answer with a message asking for tool calls ``(id, name, arguments text)``, the
+        way Chat Completions does: ``content`` null, ``finish_reason`` ``tool_calls``."""
+        message = {"role": "assistant", "content": content, "tool_calls": [
+            {"id": id_, "type": "function", "function": {"name": name, "arguments": args}}
+            for id_, name, args in calls]}
+        data = {"id": "chatcmpl-2", "object": "chat.completion",
+                "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+                "usage": {"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42}}
+        self.status, self.body = 200, json.dumps(data).encode()
+
 
 def _handler(fake: FakeServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
@@ -174,6 +185,17 @@ def test_a_malformed_body_raises_provider_error(fake: FakeServer, body: bytes) -
     assert "choices[0].message.content" in info.value.message
 
 
+def test_a_reply_asking_for_tool_calls_carries_them_not_an_empty_answer(fake: FakeServer) -> None:
+    fake.ask_for_tools(("call_a", "lookup_order", '{"order_id": "A-17"}'),
+                       ("call_b", "refund", "not json"))
+    response = provider(fake).complete(request())
+    assert response.text == ""
+    assert response.finish_reason == "tool_calls"
+    assert [(c.id, c.name, c.arguments) for c in response.tool_calls] == [
+        ("call_a", "lookup_order", {"order_id": "A-17"}), ("call_b", "refund", "not json")]
+    assert (response.input_tokens, response.output_tokens) == (30, 12)
+
+
 def test_a_refused_connection_raises_provider_error() -> None:
     with socket.socket() as sock:  # a port nothing listens on once the socket is closed
         sock.bind(("127.0.0.1", 0))
@@ -226,6 +248,19 @@ def test_a_failing_server_fails_the_node_instead_of_raising(fake: FakeServer) ->
     assert "upstream exploded" in failed.error["message"]
     assert recorded.state.status == "failed"
     assert "answer" not in recorded.memory
+
+
+def test_tool_calls_to_an_agent_offered_no_tools_fail_the_node_never_an_empty_answer(
+        fake: FakeServer) -> None:
+    fake.ask_for_tools(("call_a", "lookup_order", '{"order_id": "A-17"}'))
+    recorded = run_recorded(graph(), {"question": "Where is A-17?"}, env=env_for(fake))
+    assert recorded.state.status == "failed"
+    assert "answer" not in recorded.memory
+    assert not [e for e in recorded.event_log if e.type == "agent.responded"]
+    [call_failed] = [e for e in recorded.event_log if e.type == "call.failed"]
+    assert call_failed.error["type"] == "unexpected_tool_calls"
+    assert "lookup_order" in call_failed.error["message"]
+    assert '"A-17"' in call_failed.error["message"]
 
 
 def test_an_unpriced_model_records_no_cost(fake: FakeServer) -> None:

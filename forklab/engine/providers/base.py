@@ -36,11 +36,26 @@ class ChatRequest:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallRequest:
+    """One tool call a model asked for: the provider's call id, the tool's name and the
+    arguments as the model wrote them (decoded JSON when they parse, else the raw text)."""
+
+    id: str
+    name: str
+    arguments: Any
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ChatResponse:
+    """A model's reply. Invariant: a reply that asks for tool calls carries them in
+    ``tool_calls`` (``text`` may then be empty) — it is never an empty answer."""
+
     text: str
     input_tokens: int
     output_tokens: int
     latency_ms: float = 0.0
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    finish_reason: str | None = None
 
 
 class Provider(Protocol):

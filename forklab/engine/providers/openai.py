@@ -7,11 +7,13 @@ engine records them as a failed node, never as an escaping traceback.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
 from forklab.engine.errors import ProviderError
-from forklab.engine.providers.base import ChatRequest, ChatResponse
+from forklab.engine.providers.base import ChatRequest, ChatResponse, ToolCallRequest
 from forklab.engine.providers.scripted import estimate_tokens
 
 if TYPE_CHECKING:
@@ -69,10 +71,14 @@ class OpenAICompatibleProvider:
             )
         try:
             data = response.json()
-            text = data["choices"][0]["message"]["content"] or ""
-        except (ValueError, KeyError, IndexError, TypeError):
+            choice = data["choices"][0]
+            message = choice["message"]
+            tool_calls = _tool_calls(message.get("tool_calls"))
+            # a reply asking for tools may carry no content at all; any other must
+            text = (message.get("content") if tool_calls else message["content"]) or ""
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             raise ProviderError(
-                f"{url} returned a body without choices[0].message.content: "
+                f"{url} returned a body without choices[0].message.content or tool_calls: "
                 f"{response.text[:300]}",
                 url=url,
             ) from None
@@ -83,4 +89,21 @@ class OpenAICompatibleProvider:
             input_tokens=int(usage.get("prompt_tokens") or estimate_tokens(prompt)),
             output_tokens=int(usage.get("completion_tokens") or estimate_tokens(text)),
             latency_ms=round((time.perf_counter() - started) * 1000, 3),
+            tool_calls=tool_calls,
+            finish_reason=choice.get("finish_reason"),
         )
+
+
+def _tool_calls(raw: Any) -> tuple[ToolCallRequest, ...]:
+    """The tool calls of a Chat Completions message (``[]`` / None: none). Arguments are
+    decoded when they are JSON, kept as the model's text otherwise (the loop reports them
+    back to the model as invalid, never drops them)."""
+    calls = []
+    for item in raw or ():
+        function = item["function"]
+        arguments = function.get("arguments") or ""
+        with contextlib.suppress(ValueError):
+            arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        calls.append(ToolCallRequest(id=str(item.get("id") or ""), name=str(function["name"]),
+                                     arguments=arguments))
+    return tuple(calls)
