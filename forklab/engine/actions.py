@@ -17,9 +17,11 @@ without ``seq`` (:func:`served_wire`). Fields that hold JSON values (``args``, `
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from forklab.engine.calls import turn_call
 from forklab.engine.status import CallKind, CallLabel, RunStatus
 
 
@@ -44,6 +46,7 @@ class AgentAsked(_Record):
     request_hash: str
     role: str | None
     index: int | None
+    call: str | None = None  # the call key within its execution (``turn:2``), SPEC §6.2
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,6 +65,9 @@ class AgentAnswer(_Record):
     cost_usd: float | None
     latency_ms: float
     label: CallLabel
+    call: str | None = None
+    tool_calls: tuple[dict[str, Any], ...] | None = None  # {id, name, arguments} asked for
+    finish_reason: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,6 +79,8 @@ class ToolCall(_Record):
     args_hash: str
     args: dict[str, Any]
     tool: str
+    call: str | None = None  # ``turn:2/tool:1`` for a tool the model chose; None: a tool node
+    call_id: str | None = None  # the provider's id of the tool call (an alias of the key)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,6 +91,7 @@ class ToolResult(_Record):
     seq: int
     result: Any
     label: CallLabel
+    call: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -98,6 +107,7 @@ class CallFailure(_Record):
     label: CallLabel
     error: dict[str, Any]
     request_hash: str | None
+    call: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -200,34 +210,39 @@ def _setters(cls: type[AgentAsked | AgentAnswer], order: list[str]) -> tuple[Any
     return tuple(getattr(cls, name).__set__ for name in order)
 
 
-_ASKED_SETTERS = _setters(AgentAsked, ["seq", "request_hash", "role", "index"])
+_ASKED_SETTERS = _setters(AgentAsked, ["seq", "request_hash", "role", "index", "call"])
 _ANSWER_SETTERS = _setters(AgentAnswer, [
     "seq", "request_hash", "text", "role", "index", "model", "input_tokens",
-    "output_tokens", "cost_usd", "latency_ms", "label"])
+    "output_tokens", "cost_usd", "latency_ms", "label", "call", "tool_calls",
+    "finish_reason"])
 
 
-def asked(seq: int, request_hash: str, role: str | None, index: int | None) -> AgentAsked:
+def asked(seq: int, request_hash: str, role: str | None, index: int | None,
+          call: str | None = None) -> AgentAsked:
     """``AgentAsked(...)`` of these fields, each slot set in a straight line: the frozen
     ``__init__`` (``object.__setattr__`` per field) was twice the cost, and the fold makes
     one per model call of a log. The same record (tests compare them)."""
-    set_seq, set_hash, set_role, set_index = _ASKED_SETTERS
+    set_seq, set_hash, set_role, set_index, set_call = _ASKED_SETTERS
     new = object.__new__(AgentAsked)
     set_seq(new, seq)
     set_hash(new, request_hash)
     set_role(new, role)
     set_index(new, index)
+    set_call(new, call)
     return new
 
 
 def answered(seq: int, request_hash: str, text: str, role: str | None, index: int | None,
              model: str, input_tokens: int, output_tokens: int, cost_usd: float | None,
-             latency_ms: float, label: CallLabel) -> AgentAnswer:
+             latency_ms: float, label: CallLabel, call: str | None = None,
+             tool_calls: tuple[dict[str, Any], ...] | None = None,
+             finish_reason: str | None = None) -> AgentAnswer:
     """``AgentAnswer(...)`` of these fields, each slot set in a straight line (a third of
     the frozen ``__init__``'s cost): the fold makes one per model call of a log, a fork
     tail one per served agent node (:func:`served_answer`). The same record (tests compare
     them)."""
     (set_seq, set_hash, set_text, set_role, set_index, set_model, set_in, set_out, set_cost,
-     set_latency, set_label) = _ANSWER_SETTERS
+     set_latency, set_label, set_call, set_tool_calls, set_finish) = _ANSWER_SETTERS
     new = object.__new__(AgentAnswer)
     set_seq(new, seq)
     set_hash(new, request_hash)
@@ -240,6 +255,9 @@ def answered(seq: int, request_hash: str, text: str, role: str | None, index: in
     set_cost(new, cost_usd)
     set_latency(new, latency_ms)
     set_label(new, label)
+    set_call(new, call)
+    set_tool_calls(new, tool_calls)
+    set_finish(new, finish_reason)
     return new
 
 
@@ -248,7 +266,29 @@ def served_answer(a: AgentAnswer, seq: int) -> AgentAnswer:
     recorded answer — through :func:`answered` (the most frequent served record: one per
     served agent node; the general loop was half of serving one)."""
     return answered(seq, a.request_hash, a.text, a.role, a.index, a.model, a.input_tokens,
-                    a.output_tokens, a.cost_usd, 0.0, "reused")
+                    a.output_tokens, a.cost_usd, 0.0, "reused", a.call, a.tool_calls,
+                    a.finish_reason)
+
+
+def call_of(record: AgentAsked | AgentAnswer | CallFailure | ToolCall | ToolResult,
+            ) -> str | None:
+    """The call key part of ``record`` (SPEC §6.2). A model call recorded without one — a
+    log written before keys, or a one-turn agent node, which records none so that its
+    events read as they always did — is its role instance's first turn."""
+    if record.call is not None:
+        return record.call
+    if isinstance(record, (AgentAsked, AgentAnswer)) or (
+            isinstance(record, CallFailure) and record.kind == "agent"):
+        return turn_call(1, record.role, record.index)
+    return None
+
+
+def call_records(actions: Iterable[Action], call: str) -> list[Action]:
+    """The records of one call (its request, its answer, result or failure) among an
+    execution's ``actions``, in recorded order."""
+    return [a for a in actions
+            if isinstance(a, (AgentAsked, AgentAnswer, ToolCall, ToolResult, CallFailure))
+            and call_of(a) == call]
 
 
 def served_wire(record: Action) -> dict[str, Any]:
@@ -259,7 +299,8 @@ def served_wire(record: Action) -> dict[str, Any]:
                 "text": record.text, "role": record.role, "index": record.index,
                 "model": record.model, "input_tokens": record.input_tokens,
                 "output_tokens": record.output_tokens, "cost_usd": record.cost_usd,
-                "latency_ms": record.latency_ms, "label": record.label}
+                "latency_ms": record.latency_ms, "label": record.label, "call": record.call,
+                "tool_calls": record.tool_calls, "finish_reason": record.finish_reason}
     return _with_fields({"type": record.TYPE}, record)
 
 
@@ -288,6 +329,8 @@ def from_wire(data: dict[str, Any], *, seq: int | None = None) -> Action:
         fields["seq"] = seq
     if cls is ChildOutcome:
         fields["tainted"] = tuple(fields.get("tainted") or ())
+    elif cls is AgentAnswer and fields.get("tool_calls") is not None:
+        fields["tool_calls"] = tuple(fields["tool_calls"])
     try:
         return cls(**fields)
     except TypeError as exc:
@@ -297,5 +340,5 @@ def from_wire(data: dict[str, Any], *, seq: int | None = None) -> Action:
 __all__ = [
     "ACTION_TYPES", "Action", "AgentAnswer", "AgentAsked", "CallFailure", "CallRecord",
     "ChildOutcome", "ChildStarted", "HumanDecision", "RouteTaken", "ToolCall", "ToolResult",
-    "answered", "asked", "from_wire", "served_answer", "served_wire", "to_wire",
+    "answered", "asked", "call_of", "call_records", "from_wire", "served_answer", "served_wire", "to_wire",
 ]

@@ -308,6 +308,12 @@ class AgentRequested(Event):
     messages: list[dict[str, Any]]
     params: dict[str, Any]
     request_hash: str
+    # SPEC §6: the call key and what a tool-using agent was offered (None: not offered)
+    call: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -323,6 +329,10 @@ class AgentResponded(Event):
     latency_ms: float
     label: CallLabel
     request_hash: str
+    call: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # {id, name, arguments}: never dropped
+    finish_reason: str | None = None
+    attempts: list[dict[str, Any]] | None = None  # each HTTP attempt (retries), when made
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -332,6 +342,8 @@ class ToolCalled(Event):
     effect: str
     args: dict[str, Any]
     args_hash: str
+    call: str | None = None  # ``turn:2/tool:1``: a tool the model chose (None: a tool node)
+    call_id: str | None = None  # the provider's id for that tool call
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -340,6 +352,7 @@ class ToolReturned(Event):
     result: Any
     label: CallLabel
     latency_ms: float = 0.0
+    call: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -356,6 +369,7 @@ class CallFailed(Event):
     label: CallLabel
     error: dict[str, Any]
     request_hash: str
+    call: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -58,6 +58,31 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+DEFAULT_MAX_TURNS = 8
+
+
+class ToolSpec(_Model):
+    """A tool the model may choose (the graph-level ``tools:`` registry, SPEC §6.1).
+
+    ``fn`` is called as ``fn(args, ctx)`` like a tool node's callable. ``parameters`` is
+    the JSON Schema the model is offered; omitted, it is derived from ``fn``'s typed first
+    parameter when the tool is first offered (:mod:`forklab.engine.toolbox`)."""
+
+    fn: str = Field(pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")
+    effect: Literal["read", "write"] = "read"
+    trusted: bool = True
+    description: str = ""
+    parameters: dict[str, Any] | None = None
+    approval: bool = False
+
+
+class ToolChoiceName(_Model):
+    """``tool_choice: {name: refund}``: the model must call that tool."""
+
+    name: str = Field(pattern=_ID)
+
+
+
 class AgentSpec(_Model):
     """One agent: which provider and model, how it is prompted and sampled."""
 
@@ -68,6 +93,23 @@ class AgentSpec(_Model):
     max_tokens: int = Field(default=256, ge=1, le=100_000)
     latency_ms: int = Field(default=0, ge=0, description="Simulated latency (scripted only).")
     params: dict[str, Any] = Field(default_factory=dict)
+    # The tool loop (SPEC §6.1). Every field defaults to None, which a stored form and a
+    # fingerprint leave out: an agent that uses none of them hashes as it always did.
+    tools: list[Annotated[str, Field(pattern=_ID)]] | None = Field(
+        default=None, description="Names from the graph's 'tools' the model may call.")
+    tool_choice: Literal["auto", "required", "none"] | ToolChoiceName | None = Field(
+        default=None, description="auto | required | none | {name: TOOL}; unset: auto.")
+    parallel_tool_calls: bool | None = Field(
+        default=None, description="Whether one turn may ask for several tool calls.")
+    max_turns: int | None = Field(
+        default=None, ge=1, le=100,
+        description="Model turns in one node execution (default 8); more fails the node.")
+    response_format: dict[str, Any] | None = Field(
+        default=None, description="A JSON Schema: the final answer is parsed and validated.")
+
+    @property
+    def turn_limit(self) -> int:
+        return self.max_turns or DEFAULT_MAX_TURNS
 
 
 AgentRef = Annotated[str, Field(pattern=_ID)] | AgentSpec
@@ -136,6 +178,11 @@ class AgentNode(_NodeBase):
     prompt: str = ""
     choices: list[str] | None = None
     output: Literal["text", "json"] = "text"
+    history: str | None = Field(
+        default=None,
+        description="A memory key holding the conversation: read as the messages before this "
+                    "node's prompt, written back with this node's turns (listed in both "
+                    "'reads' and 'writes').")
 
     def model_post_init(self, __context: Any) -> None:
         if self.roles and self.role_order is None:
@@ -223,6 +270,8 @@ class GraphSpec(_Model):
     agents: dict[str, AgentSpec] = Field(
         default_factory=dict, description="Run-scoped agent registry (inline definitions)."
     )
+    tools: dict[Annotated[str, Field(pattern=_ID)], ToolSpec] | None = Field(
+        default=None, description="Tools agents may choose to call, by name.")
     max_iterations: int | None = Field(default=None, ge=1, le=10_000)
     max_concurrency: int | None = Field(
         default=None, ge=1, le=256,
@@ -458,7 +507,8 @@ def _inline_agent_parts(node: Any, config: dict[str, Any],
     other node."""
     agent = config.get("agent")
     if (not isinstance(node, (AgentNode, RouterNode)) or not isinstance(node.agent, AgentSpec)
-            or getattr(node, "roles", None) or not isinstance(agent, dict)):
+            or getattr(node, "roles", None) or not isinstance(agent, dict)
+            or node.agent.tools):  # its tools' specs are part of it: node_agents
         return None
     return FingerprintParts(config=encode(config), agents='{"agent":' + encode(agent) + "}")
 
@@ -526,6 +576,10 @@ def node_agents(graph: GraphSpec, node: Any) -> dict[str, Any]:
             for i in range(role.count):
                 agents[f"{name}[{i}]"] = graph.resolve_agent(role.agent_for(i)).model_dump(
                     mode="json")
+    offered = sorted({tool for agent in agents.values() for tool in agent.get("tools") or ()})
+    if offered:  # what the model is offered is part of what the node does
+        agents["$tools"] = {name: (graph.tools or {})[name].model_dump(mode="json")
+                            for name in offered}
     return agents
 _NODE_ADAPTER: TypeAdapter[Any] = TypeAdapter(Node)
 
@@ -577,7 +631,8 @@ def _check_node(graph: GraphSpec, node: Any, ids: AbstractSet[str]) -> None:
     if kind is ToolNode:
         return  # no targets, agents, prompt or keys outside reads: nothing here can fail
     if (kind is AgentNode and node.roles is None and type(node.agent) is AgentSpec
-            and len(node.writes) == 1):
+            and len(node.writes) == 1 and node.agent.tools is None and node.history is None
+            and node.agent.tool_choice is None):
         # one inline agent (a fan-out's workers, a chain's steps): no targets, no agent to
         # resolve, no slice uses, the agent node's rules hold: only the prompt can fail
         _check_prompt(node)
@@ -597,6 +652,9 @@ def _check_node(graph: GraphSpec, node: Any, ids: AbstractSet[str]) -> None:
                 f"(known: {', '.join(sorted(graph.agents)) or 'none'}) or inline it",
                 node=node.id, field=field,
             )
+    for field, ref in _agent_refs(node):
+        if isinstance(ref, AgentSpec):
+            _check_agent_tools(graph, ref, where, f"{field}.")
     if isinstance(node, AgentNode):
         _check_agent_node(node, where)
     if isinstance(node, RouterNode) and not (node.rules or node.default or node.agent):
@@ -651,17 +709,49 @@ def _check_slice(node: Any, where: str) -> None:
             )
 
 
+def _check_agent_tools(graph: GraphSpec, agent: AgentSpec, where: str, prefix: str) -> None:
+    """An agent offers only tools the graph registers, and forces only one it offers."""
+    known = graph.tools or {}
+    for name in agent.tools or ():
+        if name not in known:
+            raise GraphValidationError(
+                f"{where}, field '{prefix}tools': unknown tool {name!r}; register it under the graph's "
+                f"'tools' (known: {', '.join(sorted(known)) or 'none'})", field="tools",
+                tool=name)
+    choice = agent.tool_choice
+    if isinstance(choice, ToolChoiceName) and choice.name not in (agent.tools or ()):
+        raise GraphValidationError(
+            f"{where}, field '{prefix}tool_choice': forces tool {choice.name!r}, which the agent is not "
+            f"offered (tools: {', '.join(agent.tools or ()) or 'none'})", field="tool_choice")
+    if agent.tool_choice in ("auto", "required") and not agent.tools:
+        raise GraphValidationError(
+            f"{where}, field '{prefix}tool_choice': {agent.tool_choice!r} needs tools to choose from; list "
+            "them under the agent's 'tools'", field="tool_choice")
+
+
+def output_key(node: AgentNode) -> str:
+    """The key a single-agent node writes its answer to (its one write besides history)."""
+    return next(key for key in node.writes if key != node.history)
+
+
 def _check_agent_node(node: AgentNode, where: str) -> None:
     if (node.agent is None) == (node.roles is None):
         raise GraphValidationError(
             f"{where}: an agent node takes exactly one of 'agent' or 'roles'",
             node=node.id, field="agent",
         )
+    if node.history is not None and (node.roles is not None or node.history not in node.reads
+                                     or node.history not in node.writes):
+        raise GraphValidationError(
+            f"{where}, field 'history': {node.history!r} must be listed in both 'reads' and "
+            "'writes' of a single-agent node (the conversation is read from it and written "
+            "back to it)", node=node.id, field="history")
     if node.roles is None:
-        if len(node.writes) != 1:
+        answers = [key for key in node.writes if key != node.history]
+        if len(answers) != 1:
             raise GraphValidationError(
                 f"{where}, field 'writes': a single-agent node writes exactly one key "
-                f"(found {len(node.writes)})",
+                f"besides its history (found {len(answers)})",
                 node=node.id, field="writes",
             )
         return
@@ -737,6 +827,8 @@ def check_references(graph: GraphSpec) -> None:
                     f"(nodes: {', '.join(sorted(ids))})",
                     field=f"edges[{i}].{field}",
                 )
+    for name, agent in graph.agents.items():
+        _check_agent_tools(graph, agent, f"agent {name!r}", "")
     for node in graph.nodes:
         _check_node(graph, node, ids)
     if graph.max_iterations is None and has_cycle(graph):

@@ -11,17 +11,16 @@ read slice is tainted.
 
 from __future__ import annotations
 
-import functools
 import json
-import re
 from typing import Any
 
+from forklab.engine.agent_loop import converse, uses_loop
 from forklab.engine.answers import check_answer
+from forklab.engine.asking import ask, chat_request, render
 from forklab.engine.canonical import canonical_json, fingerprint
 from forklab.engine.context import NodeContext, write_memory
 from forklab.engine.errors import InvalidOverrides
 from forklab.engine.events import (
-    AgentRequested,
     AgentResponded,
     CallFailed,
     HumanAnswered,
@@ -35,37 +34,14 @@ from forklab.engine.events import (
 from forklab.engine.graph import (
     END,
     AgentNode,
-    AgentSpec,
     ApprovalNode,
     RouterNode,
     SubgraphNode,
     ToolNode,
 )
 from forklab.engine.oracle import HumanAnswer, NodeFailure, RecordedTool, tool_writes
-from forklab.engine.providers import ChatRequest
 from forklab.engine.subgraphs import run_subgraph_node
 from forklab.engine.tools import ToolContext
-
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # one group: its split alternates text, key
-
-
-def render(template: str, reads: dict[str, Any]) -> str:
-    """Fill ``{key}`` placeholders from the read slice (non-strings as canonical JSON)."""
-    if not template:
-        return canonical_json(reads)
-    pieces = list(_pieces(template))
-    for i in range(1, len(pieces), 2):  # the keys, between the literal texts
-        v = reads.get(pieces[i], "")
-        pieces[i] = v if isinstance(v, str) else canonical_json(v)
-    return "".join(pieces)
-
-
-@functools.lru_cache(maxsize=1024)
-def _pieces(template: str) -> tuple[str, ...]:
-    """``template`` split at its placeholders: literal text, key, literal text, … (a node's
-    prompt is rendered once per execution; a join's holds one placeholder per branch, and
-    a substitution callback per placeholder was ~4x the cost of filling the split)."""
-    return tuple(_PLACEHOLDER.split(template))
 
 
 def execute(ctx: NodeContext, node: Any) -> str | None:
@@ -85,53 +61,6 @@ def execute(ctx: NodeContext, node: Any) -> str | None:
 # -- agents ----------------------------------------------------------------------------------
 
 
-def chat_request(agent: AgentSpec, messages: list[dict[str, Any]],
-                 choices: list[str] | None = None) -> ChatRequest:
-    """The request ``ask`` sends (the scheduler bounds a call's cost from it up front)."""
-    params = dict(agent.params)
-    if choices:
-        params["choices"] = list(choices)
-    return ChatRequest(provider=agent.provider, model=agent.model,
-                       system_prompt=agent.system_prompt, temperature=agent.temperature,
-                       messages=tuple(messages), max_tokens=agent.max_tokens, params=params,
-                       latency_ms=agent.latency_ms)
-
-
-def ask(ctx: NodeContext, agent: AgentSpec, messages: list[dict[str, Any]],
-        *, role: str | None = None, index: int | None = None,
-        choices: list[str] | None = None) -> str:
-    """One model call: ``agent.requested``, the oracle's answer, ``agent.responded``."""
-    ctx.check_cancel()
-    call = ctx.call
-    request = chat_request(agent, messages, choices)
-    params = dict(request.params)
-    request_hash = request.request_hash
-    ctx.emit(AgentRequested, role=role, index=index, provider=request.provider,
-             model=request.model, temperature=request.temperature,
-             request_hash=request_hash,
-             **ctx.env.redactor.redact_fields(  # hash above: unredacted
-                 system_prompt=request.system_prompt, messages=list(messages), params=params))
-    ctx.before_call(model=True)  # the request is stored before the call (unless both it
-    # and the run's calls are fast: Runner._before_model_call)
-    try:
-        served = ctx.oracle.agent(call, request, role, index)
-    except NodeFailure as failure:  # the call was made and failed: it is still a call
-        ctx.emit(CallFailed, kind="agent", role=role, index=index, model=request.model,
-                 label=failure.label, error=failure.error, request_hash=request_hash)
-        raise
-    if served.recorded:
-        cost = served.cost_usd  # what the recording paid (prices may have changed since)
-    elif served.label == "simulated":
-        cost = 0.0
-    else:
-        cost = ctx.env.prices.cost(request.model, served.input_tokens, served.output_tokens)
-    ctx.emit(AgentResponded, role=role, index=index, model=request.model, text=served.text,
-             input_tokens=served.input_tokens, output_tokens=served.output_tokens,
-             cost_usd=cost, latency_ms=served.latency_ms, label=served.label,
-             request_hash=request_hash)
-    return served.text
-
-
 def _output_value(node: AgentNode, text: str) -> Any:
     if node.output == "text":
         return text
@@ -144,10 +73,13 @@ def _output_value(node: AgentNode, text: str) -> Any:
 
 def _agent_node(ctx: NodeContext, node: AgentNode) -> str | None:
     graph = ctx.graph
+    if node.agent is not None and uses_loop(node, agent := graph.resolve_agent(node.agent)):
+        converse(ctx, node, agent)
+        return None
     user = {"role": "user", "content": render(node.prompt, ctx.call.reads)}
     tainted = ctx.reads_tainted()
     if node.agent is not None:
-        text = ask(ctx, graph.resolve_agent(node.agent), [user], choices=node.choices)
+        text = ask(ctx, graph.resolve_agent(node.agent), [user], choices=node.choices).text
         write_memory(ctx, node.writes[0], _output_value(node, text), tainted)
         return None
     transcript: list[str] = []
@@ -159,7 +91,7 @@ def _agent_node(ctx: NodeContext, node: AgentNode) -> str | None:
         for i in range(role.count):
             index = i if role.count > 1 else None
             agent = graph.resolve_agent(role.agent_for(i))
-            text = ask(ctx, agent, messages, role=name, index=index, choices=role.choices)
+            text = ask(ctx, agent, messages, role=name, index=index, choices=role.choices).text
             answers.append(text)
             transcript.append(f"{name}{'' if index is None else f'[{i}]'}: {text}")
         if role.writes:
@@ -219,7 +151,7 @@ def _router_node(ctx: NodeContext, node: RouterNode) -> str | None:
         choices = sorted(node.choices or {})
         answer = ask(ctx, ctx.graph.resolve_agent(node.agent),
                      [{"role": "user", "content": render(node.prompt, call.reads)}],
-                     choices=choices).strip()
+                     choices=choices).text.strip()
         if answer not in (node.choices or {}):
             raise NodeFailure("unknown_route", f"router {node.id!r} got answer {answer!r}; "
                               f"expected one of {choices}")

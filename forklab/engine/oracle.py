@@ -65,7 +65,9 @@ class RecordedTool:
 
 @dataclass(frozen=True, slots=True)
 class Served:
-    """A model answer with its label and (for recorded answers) its recorded cost."""
+    """A model answer with its label and (for recorded answers) its recorded cost.
+
+    ``tool_calls``: the calls the reply asks for, ``{id, name, arguments}`` each."""
 
     text: str
     input_tokens: int
@@ -74,6 +76,41 @@ class Served:
     label: CallLabel
     cost_usd: float | None = None
     recorded: bool = False
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    finish_reason: str | None = None
+    attempts: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def of_record(cls, action: AgentAnswer, label: CallLabel = "reused") -> Served:
+        """A recorded answer served again: its text, tool calls and recorded cost."""
+        return cls(text=action.text, input_tokens=action.input_tokens,
+                   output_tokens=action.output_tokens, latency_ms=0.0, label=label,
+                   cost_usd=action.cost_usd, recorded=True,
+                   tool_calls=tuple(action.tool_calls or ()),
+                   finish_reason=action.finish_reason)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUse:
+    """One tool call a model asked for, as the tool loop makes it (SPEC §6.2).
+
+    ``call`` is its key within the execution (``turn:2/tool:1``), ``call_id`` the provider's
+    id; ``invoke(args, ctx)`` runs the registered callable (``engine.toolbox``)."""
+
+    call: str
+    call_id: str
+    name: str
+    fn: str
+    effect: str
+    trusted: bool
+    args: dict[str, Any]
+    args_hash: str
+    invoke: Callable[[dict[str, Any], ToolContext], Any]
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        """What the side-effect guard lists for this call when it blocks it."""
+        return {"tool": self.name, "call": self.call, "args": self.args}
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +201,13 @@ class Oracle(Protocol):
     def output(self, call: NodeCall) -> dict[str, Any] | None: ...
     def memo(self, call: NodeCall) -> Execution | None: ...
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
-              index: int | None) -> Served: ...
+              index: int | None, key: str | None = None) -> Served: ...
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
              ctx: ToolContext) -> tuple[Any, CallLabel]: ...
+    def tool_call(self, call: NodeCall, use: ToolUse,
+                  ctx: ToolContext) -> tuple[Any, CallLabel]:
+        """A tool the model chose: its result (JSON) and label; raises ``NodeFailure``
+        when the tool raised (the loop answers the model with the error)."""
     def route(self, call: NodeCall, node: RouterNode) -> str | None: ...
     def human(self, call: NodeCall, node: ApprovalNode) -> HumanAnswer | None: ...
     def subgraph(self, call: NodeCall, node: SubgraphNode, child_input: dict[str, Any],
@@ -219,17 +260,31 @@ class LiveOracle:
         return None
 
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None = None,
-              index: int | None = None) -> Served:
+              index: int | None = None, key: str | None = None) -> Served:
         try:
             response = self.env.providers.get(request.provider).complete(request)
             check_json_value(response.text, where=f"the reply of model {request.model!r}")
-            if response.tool_calls:
+            if response.tool_calls and not request.tools:
                 raise _unexpected_tool_calls(request, response.tool_calls)
+            tool_calls = tuple(ensure_json(
+                {"id": c.id, "name": c.name, "arguments": c.arguments},
+                f"a tool call of model {request.model!r}") for c in response.tool_calls)
         except ForklabError as exc:
             raise NodeFailure(exc.code, exc.message) from None
+        attempts = tuple(a.to_wire() if hasattr(a, "to_wire") else dict(a)
+                         for a in getattr(response, "attempts", ()))
         return Served(text=response.text, input_tokens=response.input_tokens,
                       output_tokens=response.output_tokens, latency_ms=response.latency_ms,
-                      label="live")
+                      label="live", tool_calls=tool_calls,
+                      finish_reason=response.finish_reason, attempts=attempts)
+
+    def tool_call(self, call: NodeCall, use: ToolUse,
+                  ctx: ToolContext) -> tuple[Any, CallLabel]:
+        try:
+            result = use.invoke(dict(use.args), ctx)
+        except Exception as exc:  # the tool's own failure is data: answered to the model
+            raise NodeFailure(type(exc).__name__, str(exc)) from None
+        return ensure_json(result, f"tool {use.name!r} result"), "live"
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
              ctx: ToolContext) -> tuple[Any, CallLabel]:
@@ -275,14 +330,20 @@ class ResumeOracle:
         self.captures_reflections = inner.captures_reflections
         self._agents: dict[tuple[str, int, str], list[AgentAnswer]] = {}
         self._tools: dict[tuple[str, int, str], list[tuple[Any, dict[str, Any]]]] = {}
+        self._chosen: dict[tuple[str, int, str], tuple[str, ToolResult]] = {}
         for execution in interrupted:
             pending_args: str | None = None
+            args_of: dict[str, str] = {}
             for action in execution.actions:
                 key = (execution.node, execution.occurrence)
                 if isinstance(action, AgentAnswer):
                     self._agents.setdefault((*key, action.request_hash), []).append(action)
+                elif isinstance(action, ToolCall) and action.call is not None:
+                    args_of[action.call] = action.args_hash
                 elif isinstance(action, ToolCall):
                     pending_args = action.args_hash
+                elif isinstance(action, ToolResult) and action.call is not None:
+                    self._chosen[(*key, action.call)] = (args_of.get(action.call, ""), action)
                 elif isinstance(action, ToolResult) and pending_args is not None:
                     self._tools.setdefault((*key, pending_args), []).append(
                         (action.result, execution.writes))
@@ -291,14 +352,21 @@ class ResumeOracle:
         return getattr(self.inner, name)
 
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None = None,
-              index: int | None = None) -> Served:
+              index: int | None = None, key: str | None = None) -> Served:
         recorded = self._agents.get((call.node, call.occurrence, request.request_hash))
         if not recorded:
-            return self.inner.agent(call, request, role, index)  # type: ignore[no-any-return]
-        action = recorded.pop(0)
-        return Served(text=action.text, input_tokens=action.input_tokens,
-                      output_tokens=action.output_tokens, latency_ms=0.0,
-                      label="reused", cost_usd=action.cost_usd, recorded=True)
+            return self.inner.agent(  # type: ignore[no-any-return]
+                call, request, role, index, key)
+        return Served.of_record(recorded.pop(0))
+
+    def tool_call(self, call: NodeCall, use: ToolUse,
+                  ctx: ToolContext) -> tuple[Any, CallLabel]:
+        """A chosen tool whose result the interrupted attempt recorded (same call key and
+        arguments) is served, never run twice — a write tool included."""
+        found = self._chosen.pop((call.node, call.occurrence, use.call), None)
+        if found is not None and found[0] == use.args_hash:
+            return found[1].result, "reused"
+        return self.inner.tool_call(call, use, ctx)  # type: ignore[no-any-return]
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
              ctx: ToolContext) -> tuple[Any, CallLabel]:

@@ -28,7 +28,9 @@ from forklab.engine.actions import (
     ToolResult,
     answered,
     asked,
+    call_of,
 )
+from forklab.engine.calls import call_key
 from forklab.engine.canonical import merge_patch
 from forklab.engine.collector import collector_paused
 from forklab.engine.errors import EventGapError
@@ -177,31 +179,33 @@ def evolve(state: RunState, event: Event) -> RunState:
 
 def _asked(state: RunState, event: AgentRequested) -> None:
     _current(state, event).actions.append(asked(
-        event.seq, event.request_hash, event.role, event.index))
+        event.seq, event.request_hash, event.role, event.index, event.call))
 
 
 def _answered(state: RunState, event: AgentResponded) -> None:
     _record_call(state, _current(state, event), answered(
         event.seq, event.request_hash, event.text, event.role, event.index,
         event.model, event.input_tokens, event.output_tokens, event.cost_usd,
-        event.latency_ms, event.label))
+        event.latency_ms, event.label, event.call,
+        None if event.tool_calls is None else tuple(event.tool_calls), event.finish_reason))
 
 
 def _tool_called(state: RunState, event: ToolCalled) -> None:
     _current(state, event).actions.append(ToolCall(
-        seq=event.seq, args_hash=event.args_hash, args=event.args, tool=event.tool))
+        seq=event.seq, args_hash=event.args_hash, args=event.args, tool=event.tool,
+        call=event.call, call_id=event.call_id))
 
 
 def _tool_returned(state: RunState, event: ToolReturned) -> None:
     _record_call(state, _current(state, event), ToolResult(
-        seq=event.seq, result=event.result, label=event.label))
+        seq=event.seq, result=event.result, label=event.label, call=event.call))
 
 
 def _call_failed(state: RunState, event: CallFailed) -> None:
     _record_call(state, _current(state, event), CallFailure(
         seq=event.seq, kind=event.kind, role=event.role, index=event.index,
         model=event.model, label=event.label, error=event.error,
-        request_hash=event.request_hash))
+        request_hash=event.request_hash, call=event.call))
 
 
 def _route_decided(state: RunState, event: RouteDecided) -> None:
@@ -467,7 +471,8 @@ def _count_call(state: RunState, current: Execution, record: CallRecord) -> None
             state.calls.append(Call(seq=seq, node=node, occurrence=occurrence, kind="agent",
                                     label=label, role=record.role, index=record.index,
                                     model=record.model, input_tokens=tokens_in,
-                                    output_tokens=tokens_out, cost_usd=cost))
+                                    output_tokens=tokens_out, cost_usd=cost,
+                                    call=call_key(node, occurrence, call_of(record))))
             current.input_tokens += tokens_in
             current.output_tokens += tokens_out
             state.input_tokens += tokens_in
@@ -480,7 +485,8 @@ def _count_call(state: RunState, current: Execution, record: CallRecord) -> None
         case CallFailure():
             state.calls.append(Call(seq=seq, node=node, occurrence=occurrence,
                                     kind=record.kind, label=label, role=record.role,
-                                    index=record.index, model=record.model, cost_usd=0.0))
+                                    index=record.index, model=record.model, cost_usd=0.0,
+                                    call=call_key(node, occurrence, call_of(record))))
         case ChildOutcome(cost_usd=cost, input_tokens=tokens_in, output_tokens=tokens_out):
             state.calls.append(Call(seq=seq, node=node, occurrence=occurrence, kind="subgraph",
                                     label=label, input_tokens=tokens_in,
@@ -490,7 +496,8 @@ def _count_call(state: RunState, current: Execution, record: CallRecord) -> None
             state.cost_usd += cost
         case ToolResult():
             state.calls.append(Call(seq=seq, node=node, occurrence=occurrence, kind="tool",
-                                    label=label, cost_usd=0.0))
+                                    label=label, cost_usd=0.0,
+                                    call=call_key(node, occurrence, call_of(record))))
         case HumanDecision():
             state.calls.append(Call(seq=seq, node=node, occurrence=occurrence, kind="human",
                                     label=label, cost_usd=0.0))

@@ -112,6 +112,7 @@ class Call:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = 0.0
+    call: str | None = None  # the call key (``assist#1/turn:2``) of a call inside a loop
 
     def to_wire(self) -> dict[str, Any]:
         role = self.role if self.index is None else f"{self.role}[{self.index}]"
@@ -119,7 +120,7 @@ class Call:
             "seq": self.seq, "node": self.node, "occurrence": self.occurrence,
             "role": role, "kind": self.kind, "label": self.label, "model": self.model,
             "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-            "cost_usd": self.cost_usd,
+            "cost_usd": self.cost_usd, "call": self.call,
         }
 
 

@@ -55,6 +55,12 @@ _VALUES: dict[str, st.SearchStrategy[Any]] = {
     "child_run_id": st.text(max_size=8), "status": st.sampled_from(["completed", "failed"]),
     "output": st.dictionaries(st.text(max_size=5), _json),
     "tainted": st.lists(st.text(max_size=5), max_size=3).map(tuple),
+    "call": st.none() | st.sampled_from(["turn:1", "turn:2/tool:1", "judge/turn:3"]),
+    "call_id": st.none() | st.text(max_size=8),
+    "tool_calls": st.none() | st.lists(st.fixed_dictionaries({
+        "id": st.text(max_size=5), "name": st.text(max_size=5), "arguments": _json}),
+        max_size=2).map(tuple),
+    "finish_reason": st.none() | st.sampled_from(["stop", "tool_calls"]),
 }
 
 
@@ -211,5 +217,6 @@ def test_an_answer_built_in_a_straight_line_is_the_dataclass_s(record: AgentAnsw
 
 @given(_record_of(AgentAsked))
 def test_a_request_built_in_a_straight_line_is_the_dataclass_s(record: AgentAsked) -> None:
-    made = actions.asked(record.seq, record.request_hash, record.role, record.index)
+    made = actions.asked(record.seq, record.request_hash, record.role, record.index,
+                         record.call)
     assert type(made) is AgentAsked and made == record

@@ -28,6 +28,8 @@ from forklab.engine.actions import (
     ChildStarted,
     ToolCall,
     ToolResult,
+    call_of,
+    call_records,
 )
 from forklab.engine.canonical import canonical_json
 from forklab.engine.state import Execution, RunState
@@ -73,14 +75,36 @@ def index_execution(by_fp: dict[str, Execution], ambiguous: set[str], ex: Execut
     by_fp.setdefault(ex.fingerprint, ex)
 
 
-def _agent_action(ex: Execution | None, role: str | None,
-                  index: int | None) -> AgentAnswer | CallFailure | None:
+def _agent_action(ex: Execution | None, key: str) -> AgentAnswer | CallFailure | None:
     for action in ex.actions if ex else ():
-        if (isinstance(action, (AgentAnswer, CallFailure)) and action.role == role
-                and action.index == index
-                and (isinstance(action, AgentAnswer) or action.kind == "agent")):
+        if (isinstance(action, (AgentAnswer, CallFailure))
+                and (isinstance(action, AgentAnswer) or action.kind == "agent")
+                and call_of(action) == key):
             return action
     return None
+
+
+def _chosen_tool(ex: Execution | None,
+                 key: str) -> tuple[str | None, str | None, ToolResult | CallFailure | None]:
+    """(tool name, args hash, result or failure) of the chosen tool call ``key`` in ``ex``."""
+    name: str | None = None
+    args_hash: str | None = None
+    for action in call_records(ex.actions if ex else (), key):
+        if isinstance(action, ToolCall):
+            name, args_hash = action.tool, action.args_hash
+        elif isinstance(action, (ToolResult, CallFailure)):
+            return name, args_hash, action
+    return name, args_hash, None
+
+
+def _index_tool_effects(effects: dict[tuple[str, str], ToolResult], ex: Execution) -> None:
+    """Every chosen tool call of ``ex`` that returned, by (tool name, args hash)."""
+    args: dict[str, tuple[str, str]] = {}
+    for action in ex.actions:
+        if isinstance(action, ToolCall) and action.call is not None:
+            args[action.call] = (action.tool, action.args_hash)
+        elif isinstance(action, ToolResult) and action.call in args:
+            effects.setdefault(args[action.call], action)
 
 
 RunLoader = Callable[[str], RunState | None]
@@ -95,6 +119,7 @@ class Recording:
     effects: dict[str, Execution] = field(default_factory=dict)
     by_occurrence: dict[tuple[str, int], Execution] = field(default_factory=dict)
     load_run: RunLoader | None = None
+    tool_effects: dict[tuple[str, str], ToolResult] = field(default_factory=dict)
 
     @classmethod
     def of(cls, state: RunState, *, lineage: Sequence[RunState] = (),
@@ -123,6 +148,7 @@ class Recording:
             for ex in run.executions:
                 if ex.status in FINISHED:
                     rec.effects.setdefault(ex.fingerprint, ex)
+                _index_tool_effects(rec.tool_effects, ex)
         return rec
 
     def memo(self, fp: str) -> Execution | None:
@@ -133,10 +159,20 @@ class Recording:
         """The finished execution whose recorded result the guard serves for ``fp``."""
         return self.effects.get(fp)
 
-    def agent_call(self, node: str, occurrence: int, role: str | None,
-                   index: int | None) -> AgentAnswer | CallFailure | None:
-        """The recorded answer (or failure) of that model call in the base, if any."""
-        return _agent_action(self.by_occurrence.get((node, occurrence)), role, index)
+    def agent_call(self, node: str, occurrence: int,
+                   key: str) -> AgentAnswer | CallFailure | None:
+        """The recorded answer (or failure) of model call ``key`` in the base, if any."""
+        return _agent_action(self.by_occurrence.get((node, occurrence)), key)
+
+    def chosen_tool(self, node: str, occurrence: int,
+                    key: str) -> tuple[str | None, str | None, ToolResult | CallFailure | None]:
+        """(tool, args hash, outcome) of the chosen tool call ``key`` in the base."""
+        return _chosen_tool(self.by_occurrence.get((node, occurrence)), key)
+
+    def tool_effect(self, tool: str, args_hash: str) -> ToolResult | None:
+        """A result the base's lineage recorded for ``tool`` called with these arguments
+        (what the side-effect guard serves for a write tool the model chose)."""
+        return self.tool_effects.get((tool, args_hash))
 
     def tool_call(self, node: str,
                   occurrence: int) -> tuple[str | None, ToolResult | CallFailure | None]:

@@ -20,8 +20,11 @@ from forklab.engine.actions import (
     ChildOutcome,
     HumanDecision,
     RouteTaken,
+    ToolCall,
     ToolResult,
+    call_records,
 )
+from forklab.engine.calls import turn_call
 from forklab.engine.canonical import canonical_json
 from forklab.engine.environment import Environment
 from forklab.engine.errors import ReplayDivergence
@@ -44,6 +47,7 @@ from forklab.engine.oracle import (
     NodeFailure,
     RecordedTool,
     Served,
+    ToolUse,
 )
 from forklab.engine.providers import ChatRequest
 from forklab.engine.reducers import evolve, fold
@@ -109,23 +113,38 @@ class RecordedOracle:
             raise Blocked(effect["reason"], effect["inputs"])
 
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
-              index: int | None) -> Served:
-        for action in self._exec(call).actions:
-            if not isinstance(action, (AgentAnswer, CallFailure)) or (
-                    action.role, action.index) != (role, index):
+              index: int | None, key: str | None = None) -> Served:
+        wanted = key or turn_call(1, role, index)
+        for action in call_records(self._exec(call).actions, wanted):
+            if not isinstance(action, (AgentAnswer, CallFailure)):
                 continue
             if self.strict and action.request_hash != request.request_hash:
                 raise ReplayDivergence(
-                    f"{call.node!r} execution {call.occurrence} now sends a different "
-                    "request than the recording (prompt, model or inputs drifted)",
-                    node=call.node, occurrence=call.occurrence)
+                    f"{call.node!r} execution {call.occurrence} call {wanted!r} now sends a "
+                    "different request than the recording (prompt, model or inputs drifted)",
+                    node=call.node, occurrence=call.occurrence, call=wanted)
             if isinstance(action, CallFailure):
                 raise _recorded_failure(action)
-            return Served(text=action.text, input_tokens=action.input_tokens,
-                          output_tokens=action.output_tokens, latency_ms=0.0,
-                          label=action.label, cost_usd=action.cost_usd, recorded=True)
-        raise NodeFailure("missing_context", f"no recorded answer for {call.node!r} role "
-                          f"{role!r}[{index}]")
+            return Served.of_record(action, label=action.label)
+        raise NodeFailure("missing_context", f"no recorded answer for {call.node!r} call "
+                          f"{wanted!r}")
+
+    def tool_call(self, call: NodeCall, use: ToolUse,
+                  ctx: ToolContext) -> tuple[Any, CallLabel]:
+        self._check_blocked(call)
+        ctx.captured.extend(self.reflections.pop((call.node, call.occurrence), ()))
+        for action in call_records(self._exec(call).actions, use.call):
+            if isinstance(action, ToolCall) and self.strict and action.args_hash != use.args_hash:
+                raise ReplayDivergence(
+                    f"{call.node!r} execution {call.occurrence} call {use.call!r} now passes "
+                    "other arguments than the recording", node=call.node,
+                    occurrence=call.occurrence, call=use.call)
+            if isinstance(action, ToolResult):
+                return action.result, action.label
+            if isinstance(action, CallFailure):
+                raise _recorded_failure(action)
+        raise NodeFailure("missing_context", f"no recorded result for {call.node!r} call "
+                          f"{use.call!r}")
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
              ctx: ToolContext) -> tuple[Any, CallLabel]:

@@ -23,9 +23,11 @@ same :class:`~forklab.engine.fork.spend.Spend`, reflection writes captured.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from forklab.engine.actions import AgentAnswer, CallFailure, ChildOutcome, ToolResult
+from forklab.engine.calls import turn_call
 from forklab.engine.canonical import fingerprint
 from forklab.engine.fork.apply import Target, config_targets
 from forklab.engine.fork.changes import (
@@ -48,6 +50,7 @@ from forklab.engine.oracle import (
     NodeFailure,
     RecordedTool,
     Served,
+    ToolUse,
 )
 from forklab.engine.providers import ChatRequest, PriceTable
 from forklab.engine.state import Execution
@@ -165,33 +168,65 @@ class ForkOracle:
 
     # -- actions ---------------------------------------------------------------------------
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
-              index: int | None) -> Served:
-        recorded = self.recording.agent_call(call.node, call.occurrence, role, index)
+              index: int | None, key: str | None = None) -> Served:
+        key = key or turn_call(1, role, index)
+        recorded = self.recording.agent_call(call.node, call.occurrence, key)
         recorded_hash = None if recorded is None else recorded.request_hash
         if self.memoize and recorded is not None and recorded_hash == request.request_hash:
             return self._reuse_agent(recorded)
         label = self._label(call.node, role, index, recorded_hash, request.request_hash)
         self.spend.before(call, call.node, worst_case_usd(request, self.prices), request.model)
         try:
-            served = self.live.agent(call, request, role, index)
+            served = self.live.agent(call, request, role, index, key)
         except NodeFailure as failure:
             self.spend.after(0.0, call)
             failure.label = label
             raise
         self.spend.after(self.prices.cost(request.model, served.input_tokens,
                                           served.output_tokens), call)
-        return Served(text=served.text, input_tokens=served.input_tokens,
-                      output_tokens=served.output_tokens, latency_ms=served.latency_ms,
-                      label=label)
+        return replace(served, label=label)
 
     @staticmethod
     def _reuse_agent(action: AgentAnswer | CallFailure) -> Served:
         if isinstance(action, CallFailure):
             error = action.error
             raise NodeFailure(str(error.get("type")), str(error.get("message")), label="reused")
-        return Served(text=action.text, input_tokens=action.input_tokens,
-                      output_tokens=action.output_tokens, latency_ms=0.0, label="reused",
-                      cost_usd=action.cost_usd, recorded=True)
+        return Served.of_record(action)
+
+    def tool_call(self, call: NodeCall, use: ToolUse,
+                  ctx: ToolContext) -> tuple[Any, CallLabel]:
+        """A tool the model chose: a write obeys the guard (served when the base's lineage
+        made that call with these arguments, else blocked, unless allowed); with memoize a
+        call whose arguments equal the base's same call is served; else it runs."""
+        if use.effect == "write" and not self.policy.allows(use.name):
+            if self.policy.blocks_all:
+                raise Blocked(f"side effects are blocked by policy; tool {use.name!r} "
+                              f"({use.call}) was not called", use.inputs)
+            served = self.recording.tool_effect(use.name, use.args_hash)
+            if served is None:
+                raise Blocked(
+                    f"the base run never called write tool {use.name!r} with these "
+                    f"arguments, so there is no recorded result to serve; allow it "
+                    f"({{\"allow\": [\"{use.name}\"]}}) to call it for real", use.inputs)
+            return served.result, "reused"
+        name, recorded_hash, outcome = self.recording.chosen_tool(
+            call.node, call.occurrence, use.call)
+        same = name == use.name and recorded_hash == use.args_hash
+        if self.memoize and outcome is not None and same:
+            if isinstance(outcome, CallFailure):
+                raise NodeFailure(str(outcome.error.get("type")),
+                                  str(outcome.error.get("message")), label="reused")
+            return outcome.result, "reused"
+        label: CallLabel = "changed" if outcome is not None and not same else "live"
+        self.spend.before(call, call.node, 0.0)
+        try:
+            result, _ = self.live.tool_call(call, use, ctx)
+        except NodeFailure as failure:
+            self.spend.after(0.0, call)
+            failure.label = label
+            raise
+        self.spend.after(0.0, call)
+        return result, label
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
              ctx: ToolContext) -> tuple[Any, CallLabel]:

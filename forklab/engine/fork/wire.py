@@ -382,6 +382,7 @@ class CallWire(OutModel):
     input_tokens: int
     output_tokens: int
     cost_usd: float | None
+    call: str | None = None  # the call key (``assist#1/turn:2``) of a call inside a loop
 
 
 class PathEntry(OutModel):

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from forklab.engine.errors import UnknownProviderError
-from forklab.engine.providers.base import ChatRequest, ChatResponse, Provider
+from forklab.engine.providers.base import (
+    ChatRequest,
+    ChatResponse,
+    Provider,
+    ToolCallRequest,
+    ToolDefinition,
+)
 from forklab.engine.providers.openai import OpenAICompatibleProvider
 from forklab.engine.providers.pricing import DEFAULT_PRICES, Price, PriceTable
 from forklab.engine.providers.scripted import ScriptedProvider, estimate_tokens
@@ -36,5 +42,6 @@ class ProviderRegistry:
 
 __all__ = [
     "DEFAULT_PRICES", "ChatRequest", "ChatResponse", "OpenAICompatibleProvider", "Price",
-    "PriceTable", "Provider", "ProviderRegistry", "ScriptedProvider", "estimate_tokens",
+    "PriceTable", "Provider", "ProviderRegistry", "ScriptedProvider", "ToolCallRequest",
+    "ToolDefinition", "estimate_tokens",
 ]

@@ -97,3 +97,40 @@ def count_up(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     if limit and count >= int(limit):
         raise RuntimeError(f"count {count} reached the limit of {limit}: the ledger is full")
     return {"counter": count}
+
+
+# -- the support agent's tools (chosen by the model: graph-level ``tools:``) -----------------
+
+ORDERS: dict[str, dict[str, Any]] = {
+    "A-1001": {"item": "WIDGET-1", "quantity": 2, "status": "delivered damaged"},
+    "A-1002": {"item": "GADGET-7", "quantity": 1, "status": "lost in transit"},
+    "A-1003": {"item": "DOOHICKEY", "quantity": 4, "status": "delivered"},
+}
+
+
+def lookup_order(order_id: str) -> dict[str, Any]:
+    """Look up an order by its id: item, quantity, status and the amount paid."""
+    order = ORDERS.get(order_id.strip().upper())
+    if order is None:
+        return {"order_id": order_id, "found": False}
+    amount = round(CATALOG[order["item"]] * int(order["quantity"]), 2)
+    return {"order_id": order_id.strip().upper(), "found": True, **order, "amount": amount}
+
+
+def issue_refund(order_id: str, amount: float) -> dict[str, Any]:
+    """Refund an order (a write: money leaves the company)."""
+    refund_id = "R-" + hashlib.sha256(f"{order_id}:{amount}".encode()).hexdigest()[:8]
+    WORLD.record("refund", order_id=order_id, amount=amount, refund_id=refund_id)
+    return {"refund_id": refund_id, "order_id": order_id, "amount": amount,
+            "status": "issued"}
+
+
+def search_policy(topic: str) -> dict[str, Any]:
+    """Search the support policy for a topic."""
+    policies = {
+        "refund": "Damaged or lost orders are refunded in full within 30 days.",
+        "shipping": "Orders ship within 2 business days; tracking is emailed.",
+    }
+    found = next((text for key, text in policies.items() if key in topic.lower()),
+                 "No policy matches; escalate to a human.")
+    return {"topic": topic, "policy": found}

@@ -52,7 +52,8 @@ def test_a_provider_error_is_a_listed_call_of_its_role() -> None:
     assert result.state.error["type"] == "provider_error"
     assert result.calls == [{"seq": 6, "node": "write", "occurrence": 1, "role": None,
                              "kind": "agent", "label": "changed", "model": "scripted-large",
-                             "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}]
+                             "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0,
+                             "call": "write#1/turn:1"}]
 
 
 # -- labels ------------------------------------------------------------------------------------
