@@ -28,7 +28,9 @@ Faults are queued and each consumes one request, whichever vendor it is for:
 ``stub.fail(429, retry_after="2")`` (an error status in the vendor's error format, with
 ``Retry-After`` / ``retry-after-ms`` headers), ``stub.stall(5)`` (hold the answer longer
 than a client's timeout; released at ``reset``/``close`` so no test waits it out),
-``stub.malformed(b"...")`` (a 200 whose body is not the API's). ``times=`` repeats one.
+``stub.malformed(b"...")`` (a 200 whose body is not the API's), ``stub.canned(body)`` (a
+reply given verbatim), ``stub.hang_up()`` (close the connection without an answer).
+``times=`` repeats one.
 
 What arrived: ``stub.requests`` (``Received(vendor, path, headers, body)``, header names
 lower-cased), ``stub.bodies("openai")``, ``stub.last``.
@@ -65,6 +67,7 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     stall_s: float = 0.0
     raw: bytes | None = None
+    hang_up: bool = False
 
 
 class VendorStub:
@@ -78,7 +81,8 @@ class VendorStub:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
         self.root_url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,),
+                                        daemon=True)
 
     @property
     def openai_base_url(self) -> str:
@@ -132,6 +136,16 @@ class VendorStub:
         """The next ``times`` requests get a 200 with ``body``."""
         self._queue(Fault(raw=body), times)
 
+    def canned(self, body: Any, *, status: int = 200, times: int = 1) -> None:
+        """The next ``times`` requests get ``body`` (JSON-encoded unless bytes) as it is —
+        a reply the stub's model would not write (``stop_reason: max_tokens``, …)."""
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self._queue(Fault(status=status, raw=raw), times)
+
+    def hang_up(self, *, times: int = 1) -> None:
+        """The next ``times`` connections are closed without an answer."""
+        self._queue(Fault(hang_up=True), times)
+
     def _queue(self, fault: Fault, times: int) -> None:
         with self._lock:
             self._faults.extend([fault] * times)
@@ -164,8 +178,10 @@ class VendorStub:
         api = openai_api if vendor == "openai" else anthropic_api
         if fault is not None and fault.stall_s:
             release.wait(fault.stall_s)
+        elif fault is not None and fault.hang_up:
+            return 0, {}, b""
         elif fault is not None and fault.raw is not None:
-            return 200, {}, fault.raw
+            return fault.status, {}, fault.raw
         elif fault is not None:
             kind = "rate_limit_error" if fault.status == 429 else "api_error"
             return fault.status, fault.headers, json.dumps(
@@ -184,12 +200,17 @@ class VendorStub:
 
 def _handler(stub: VendorStub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+        # HTTP/1.0: one request per connection, so no client holds a socket open between
+        # tests (an unclosed one is a ResourceWarning — an error here — when collected)
+        protocol_version = "HTTP/1.0"
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             headers = {k.lower(): v for k, v in self.headers.items()}
             status, extra, body = stub.answer(self.path, headers, self.rfile.read(length))
+            if status == 0:  # hang up: no status line at all
+                self.close_connection = True
+                return
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ID_TOKEN = re.compile(r"#\d+|\b[A-Z]{1,5}-?\d+\b")
-NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+NUMBER = re.compile(r"(?<![\w.-])-?\d+(?:\.\d+)?")
 
 
 @dataclass
