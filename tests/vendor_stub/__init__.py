@@ -8,17 +8,12 @@ alternate, …) and answers a malformed one with 400 in the vendor's own error f
 official ``openai`` and ``anthropic`` clients talk to it unchanged
 (tests/engine/providers/test_official_clients.py proves it).
 
-One per test module::
+One per test module: ``from tests.vendor_stub.fixtures import server, stub`` (a
+module-scoped ``server`` and a ``stub`` fixture that resets it — no faults queued, no
+requests seen — for each test), or by hand::
 
-    @pytest.fixture(scope="module")
-    def server() -> Iterator[VendorStub]:
-        with VendorStub() as stub:
-            yield stub
-
-    @pytest.fixture
-    def stub(server: VendorStub) -> VendorStub:
-        server.reset()              # no faults queued, no requests seen
-        return server
+    with VendorStub() as stub:
+        ...
 
 Base URLs: ``stub.openai_base_url`` (``http://127.0.0.1:PORT/v1``, what ``openai.OpenAI``
 and forklab's ``openai`` provider take) and ``stub.anthropic_base_url``

@@ -1,25 +1,13 @@
-"""One vendor stub for each test module of this package, reset before every test."""
+"""One vendor stub for each test module of this package, reset before every test; and an
+injected ``sleep`` for the retries."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from tests.vendor_stub import VendorStub
+from tests.vendor_stub.fixtures import server, stub
 
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[VendorStub]:
-    with VendorStub() as stub:
-        yield stub
-
-
-@pytest.fixture
-def stub(server: VendorStub) -> VendorStub:
-    """The module's stub with no faults queued and no requests seen."""
-    server.reset()
-    return server
+__all__ = ["Sleeps", "server", "sleeps", "stub"]
 
 
 class Sleeps:

@@ -10,12 +10,16 @@ from typing import Any
 
 import pytest
 
+from forklab.engine.environment import Environment
+from forklab.engine.graph import parse_graph
 from forklab.engine.providers import (
     AnthropicProvider,
     ChatRequest,
     OpenAICompatibleProvider,
     Provider,
+    ProviderRegistry,
 )
+from forklab.engine.recording import run_recorded
 from tests.engine.providers.conftest import Sleeps
 from tests.engine.providers.conversation import (
     LOOKUP,
@@ -34,12 +38,12 @@ VENDORS = ["openai", "anthropic"]
 
 def provider(stub: VendorStub, vendor: str, sleeps: Sleeps | None = None,
              **options: Any) -> Provider:
-    sleep = sleeps if sleeps is not None else Sleeps()
+    options = {"timeout_s": 5, "sleep": sleeps if sleeps is not None else Sleeps(),
+               **options}
     if vendor == "openai":
         return OpenAICompatibleProvider(base_url=stub.openai_base_url, api_key="sk-test",
-                                        timeout_s=5, sleep=sleep, **options)
-    return AnthropicProvider(base_url=stub.anthropic_base_url, api_key="ak-test", timeout_s=5,
-                             sleep=sleep, **options)
+                                        **options)
+    return AnthropicProvider(base_url=stub.anthropic_base_url, api_key="ak-test", **options)
 
 
 # -- a round trip ------------------------------------------------------------------------------
@@ -229,3 +233,40 @@ def test_a_request_the_api_would_refuse_is_a_provider_error_with_its_message(
     assert info.value.context["provider_message"] == (  # type: ignore[attr-defined]
         'invalid_request_error: messages: first message must use the "user" role')
     assert len(stub.requests) == 1  # a 400 is never retried
+
+
+# -- in a run ----------------------------------------------------------------------------------
+
+
+def graph(provider_name: str, model: str) -> Any:
+    return parse_graph({
+        "id": f"{provider_name}-e2e", "start": "ask",
+        "nodes": [{"id": "ask", "kind": "agent",
+                   "agent": {"provider": provider_name, "model": model,
+                             "system_prompt": "Be brief.", "temperature": 0.2,
+                             "max_tokens": 32},
+                   "reads": ["question"], "writes": ["answer"], "prompt": "{question}"}],
+    })
+
+
+def test_a_run_on_the_anthropic_provider_records_its_answer_and_cost(stub: VendorStub) -> None:
+    env = Environment(providers=ProviderRegistry({"anthropic": provider(stub, "anthropic")}))
+    recorded = run_recorded(graph("anthropic", "claude-haiku-4-5"),
+                            {"question": "Capital of France?"}, env=env)
+    assert recorded.memory["answer"] == "You said: Capital of France?"
+    [responded] = [e for e in recorded.event_log if e.type == "agent.responded"]
+    assert responded.cost_usd == pytest.approx(
+        (responded.input_tokens * 1.0 + responded.output_tokens * 5.0) / 1_000_000)
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_a_provider_timeout_fails_the_node_with_its_code(stub: VendorStub, vendor: str) -> None:
+    stub.stall(30, times=2)
+    model = provider(stub, vendor, timeout_s=0.2, max_retries=1)
+    env = Environment(providers=ProviderRegistry({vendor: model}))
+    recorded = run_recorded(graph(vendor, "m"), {"question": "Capital?"}, env=env)
+    assert recorded.state.status == "failed"
+    failed = recorded.event_log[-2]
+    assert failed.type == "node.failed"
+    assert failed.error["type"] == "provider_timeout"
+    assert "0.2 s" in failed.error["message"]
