@@ -445,9 +445,18 @@ FORKLAB_TOOL_MODULES = envlist("FORKLAB_TOOL_MODULES")
 # Dotted paths of extra model providers (a class or factory called with no argument), each
 # registered under its `name` — which may replace the built-in `scripted`.
 FORKLAB_PROVIDERS = envlist("FORKLAB_PROVIDERS")
+# Vendor providers (SPEC §6.4), each registered when its base URL or key is set. Retries:
+# _MAX_RETRIES more attempts after the first, on 408/409/429/5xx and lost connections.
 FORKLAB_OPENAI_BASE_URL = os.environ.get("FORKLAB_OPENAI_BASE_URL", "")
 FORKLAB_OPENAI_API_KEY = os.environ.get("FORKLAB_OPENAI_API_KEY", "")
-FORKLAB_OPENAI_TIMEOUT_S = envint("FORKLAB_OPENAI_TIMEOUT_S", 60, minimum=1)
+FORKLAB_OPENAI_ORGANIZATION = os.environ.get("FORKLAB_OPENAI_ORGANIZATION", "")
+FORKLAB_OPENAI_TIMEOUT_S = envfloat("FORKLAB_OPENAI_TIMEOUT_S", 60.0, minimum=0.001)
+FORKLAB_OPENAI_MAX_RETRIES = envint("FORKLAB_OPENAI_MAX_RETRIES", 3, minimum=0)
+# the API's root (…/v1/messages is appended), as the official SDK takes it
+FORKLAB_ANTHROPIC_BASE_URL = os.environ.get("FORKLAB_ANTHROPIC_BASE_URL", "")
+FORKLAB_ANTHROPIC_API_KEY = os.environ.get("FORKLAB_ANTHROPIC_API_KEY", "")
+FORKLAB_ANTHROPIC_TIMEOUT_S = envfloat("FORKLAB_ANTHROPIC_TIMEOUT_S", 60.0, minimum=0.001)
+FORKLAB_ANTHROPIC_MAX_RETRIES = envint("FORKLAB_ANTHROPIC_MAX_RETRIES", 3, minimum=0)
 # key names whose values action records keep only as [REDACTED]#n, on top of the engine's
 # defaults (api_key, authorization, password, token, secret, … — forklab.engine.redaction)
 FORKLAB_REDACT_KEYS = envlist("FORKLAB_REDACT_KEYS")

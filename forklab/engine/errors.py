@@ -67,9 +67,20 @@ class GraphNotFound(ForklabError):
 
 
 class ProviderError(ForklabError):
-    """A model provider failed (network, HTTP status, malformed answer)."""
+    """A model provider failed: a refused connection, an HTTP error status (after the
+    retries it allows), or a malformed answer. ``context`` carries ``url``, ``status`` (None
+    when no HTTP answer came), ``provider_message`` (the vendor's own error text, when it
+    gave one) and ``attempts`` (every HTTP attempt, as ``Attempt.to_wire`` dicts)."""
 
     code = "provider_error"
+
+
+class ProviderTimeout(ForklabError):
+    """A model provider did not answer within its time limit, on every attempt. The message
+    names the URL and the limit in seconds; ``context`` carries ``url``, ``timeout_s`` and
+    ``attempts``."""
+
+    code = "provider_timeout"
 
 
 class UnexpectedToolCalls(ForklabError):

@@ -271,8 +271,7 @@ class LiveOracle:
                 f"a tool call of model {request.model!r}") for c in response.tool_calls)
         except ForklabError as exc:
             raise NodeFailure(exc.code, exc.message) from None
-        attempts = tuple(a.to_wire() if hasattr(a, "to_wire") else dict(a)
-                         for a in getattr(response, "attempts", ()))
+        attempts = tuple(a.to_wire() for a in response.attempts)
         return Served(text=response.text, input_tokens=response.input_tokens,
                       output_tokens=response.output_tokens, latency_ms=response.latency_ms,
                       label="live", tool_calls=tool_calls,

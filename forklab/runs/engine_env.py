@@ -14,22 +14,40 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from forklab.engine.environment import Environment
-from forklab.engine.providers import OpenAICompatibleProvider, PriceTable, ProviderRegistry
+from forklab.engine.providers import (
+    AnthropicProvider,
+    OpenAICompatibleProvider,
+    PriceTable,
+    ProviderRegistry,
+)
 from forklab.engine.redaction import Redactor
 from forklab.engine.tools import DEFAULT_TOOL_PREFIXES, ToolRegistry
 
+OPENAI_API = "https://api.openai.com/v1"
+ANTHROPIC_API = "https://api.anthropic.com"
+
 
 def build_environment() -> Environment:
-    """Providers (scripted always; openai when FORKLAB_OPENAI_BASE_URL is set; each of
-    FORKLAB_PROVIDERS, registered under its ``name``), the price table extended by
-    FORKLAB_PRICES, tools allowed under FORKLAB_TOOL_MODULES, and the redactor with
-    FORKLAB_REDACT_KEYS added to its secret key names."""
+    """Providers (scripted always; openai when FORKLAB_OPENAI_BASE_URL or _API_KEY is set,
+    anthropic when FORKLAB_ANTHROPIC_BASE_URL or _API_KEY is set — a key alone means the
+    vendor's own API; each of FORKLAB_PROVIDERS, registered under its ``name``), the price
+    table extended by FORKLAB_PRICES, tools allowed under FORKLAB_TOOL_MODULES, and the
+    redactor with FORKLAB_REDACT_KEYS added to its secret key names."""
     providers = ProviderRegistry()
-    if settings.FORKLAB_OPENAI_BASE_URL:
+    if settings.FORKLAB_OPENAI_BASE_URL or settings.FORKLAB_OPENAI_API_KEY:
         providers.register(OpenAICompatibleProvider(
-            base_url=settings.FORKLAB_OPENAI_BASE_URL,
+            base_url=settings.FORKLAB_OPENAI_BASE_URL or OPENAI_API,
             api_key=settings.FORKLAB_OPENAI_API_KEY or None,
+            organization=settings.FORKLAB_OPENAI_ORGANIZATION or None,
             timeout_s=float(settings.FORKLAB_OPENAI_TIMEOUT_S),
+            max_retries=int(settings.FORKLAB_OPENAI_MAX_RETRIES),
+        ))
+    if settings.FORKLAB_ANTHROPIC_BASE_URL or settings.FORKLAB_ANTHROPIC_API_KEY:
+        providers.register(AnthropicProvider(
+            base_url=settings.FORKLAB_ANTHROPIC_BASE_URL or ANTHROPIC_API,
+            api_key=settings.FORKLAB_ANTHROPIC_API_KEY or None,
+            timeout_s=float(settings.FORKLAB_ANTHROPIC_TIMEOUT_S),
+            max_retries=int(settings.FORKLAB_ANTHROPIC_MAX_RETRIES),
         ))
     for path in settings.FORKLAB_PROVIDERS:  # custom providers (may replace "scripted")
         providers.register(import_string(path)())

@@ -115,8 +115,13 @@ def request(**overrides: Any) -> ChatRequest:
     return ChatRequest(**{**fields, **overrides})
 
 
+def no_wait(seconds: float) -> None:
+    """The retries' sleep: tests never wait (tests/engine/providers checks the delays)."""
+
+
 def provider(fake: FakeServer, **options: Any) -> OpenAICompatibleProvider:
-    return OpenAICompatibleProvider(base_url=fake.base_url, timeout_s=10, **options)
+    return OpenAICompatibleProvider(base_url=fake.base_url, timeout_s=10, sleep=no_wait,
+                                    **options)
 
 
 # -- the wire ------------------------------------------------------------------------------
@@ -200,11 +205,13 @@ def test_a_refused_connection_raises_provider_error() -> None:
     with socket.socket() as sock:  # a port nothing listens on once the socket is closed
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    dead = OpenAICompatibleProvider(base_url=f"http://127.0.0.1:{port}/v1", timeout_s=5)
+    dead = OpenAICompatibleProvider(base_url=f"http://127.0.0.1:{port}/v1", timeout_s=5,
+                                    sleep=no_wait)
     with pytest.raises(ProviderError) as info:
         dead.complete(request())
     assert info.value.code == "provider_error"
     assert "cannot reach" in info.value.message
+    assert "is the server running?" in info.value.message
 
 
 # -- end to end ----------------------------------------------------------------------------

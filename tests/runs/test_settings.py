@@ -9,7 +9,7 @@ from django.test import override_settings
 
 from forklab import settings as forklab_settings
 from forklab.engine.errors import ToolResolutionError
-from forklab.engine.providers import OpenAICompatibleProvider
+from forklab.engine.providers import AnthropicProvider, OpenAICompatibleProvider
 from forklab.runs.engine_env import build_environment
 
 
@@ -72,3 +72,23 @@ def test_settings_register_openai_prices_and_tool_modules() -> None:
     assert "acme.tools." in env.tools.allowed_prefixes
     with pytest.raises(ToolResolutionError):
         env.tools.resolve("acme.toolsmith.steal")
+
+
+@override_settings(
+    FORKLAB_OPENAI_BASE_URL="", FORKLAB_OPENAI_API_KEY="sk-only",
+    FORKLAB_OPENAI_ORGANIZATION="org-7", FORKLAB_OPENAI_MAX_RETRIES=5,
+    FORKLAB_ANTHROPIC_BASE_URL="", FORKLAB_ANTHROPIC_API_KEY="ak",
+    FORKLAB_ANTHROPIC_TIMEOUT_S=7.5, FORKLAB_ANTHROPIC_MAX_RETRIES=0,
+)
+def test_a_key_alone_registers_each_vendor_provider_on_its_own_api() -> None:
+    env = build_environment()
+    openai = env.providers.get("openai")
+    anthropic = env.providers.get("anthropic")
+    assert isinstance(openai, OpenAICompatibleProvider)
+    assert isinstance(anthropic, AnthropicProvider)
+    assert openai.base_url == "https://api.openai.com/v1"
+    assert anthropic.base_url == "https://api.anthropic.com"
+    assert (openai.max_retries, anthropic.max_retries, anthropic.timeout_s) == (5, 0, 7.5)
+    assert openai.headers["OpenAI-Organization"] == "org-7"
+    assert anthropic.headers["x-api-key"] == "ak"
+

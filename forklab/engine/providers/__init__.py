@@ -5,13 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from forklab.engine.errors import UnknownProviderError
+from forklab.engine.providers.anthropic import AnthropicProvider
 from forklab.engine.providers.base import (
+    Attempt,
     ChatRequest,
     ChatResponse,
+    Message,
     Provider,
     ToolCallRequest,
     ToolDefinition,
 )
+from forklab.engine.providers.http import RetryPolicy
 from forklab.engine.providers.openai import OpenAICompatibleProvider
 from forklab.engine.providers.pricing import DEFAULT_PRICES, Price, PriceTable
 from forklab.engine.providers.scripted import ScriptedProvider, estimate_tokens
@@ -41,7 +45,7 @@ class ProviderRegistry:
 
 
 __all__ = [
-    "DEFAULT_PRICES", "ChatRequest", "ChatResponse", "OpenAICompatibleProvider", "Price",
-    "PriceTable", "Provider", "ProviderRegistry", "ScriptedProvider", "ToolCallRequest",
-    "ToolDefinition", "estimate_tokens",
+    "DEFAULT_PRICES", "AnthropicProvider", "Attempt", "ChatRequest", "ChatResponse", "Message",
+    "OpenAICompatibleProvider", "Price", "PriceTable", "Provider", "ProviderRegistry",
+    "RetryPolicy", "ScriptedProvider", "ToolCallRequest", "ToolDefinition", "estimate_tokens",
 ]

@@ -27,6 +27,20 @@ DEFAULT_PRICES: dict[str, Price] = {
     "gpt-4.1-mini": Price(0.40, 1.60),
     "claude-sonnet-4": Price(3.00, 15.00),
     "claude-haiku-4": Price(0.80, 4.00),
+    # Anthropic: the API's aliases and the dated ids they resolve to (the Messages API
+    # answers with the model id it was asked for); newer models via FORKLAB_PRICES
+    "claude-sonnet-4-0": Price(3.00, 15.00),
+    "claude-sonnet-4-20250514": Price(3.00, 15.00),
+    "claude-sonnet-4-5": Price(3.00, 15.00),
+    "claude-sonnet-4-5-20250929": Price(3.00, 15.00),
+    "claude-opus-4-1": Price(15.00, 75.00),
+    "claude-opus-4-1-20250805": Price(15.00, 75.00),
+    "claude-opus-4-5": Price(5.00, 25.00),
+    "claude-opus-4-5-20251101": Price(5.00, 25.00),
+    "claude-haiku-4-5": Price(1.00, 5.00),
+    "claude-haiku-4-5-20251001": Price(1.00, 5.00),
+    "claude-3-5-haiku-latest": Price(0.80, 4.00),
+    "claude-3-5-haiku-20241022": Price(0.80, 4.00),
     "llama3.1:8b": Price(0.0, 0.0),
 }
 
