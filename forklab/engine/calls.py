@@ -3,7 +3,11 @@
 A key is ``NODE#OCCURRENCE/CALL`` where ``CALL`` names the call inside that node execution:
 ``turn:2`` (the second model turn), ``turn:2/tool:1`` (the first tool call the model asked
 for in that turn), ``turn:1/tool:1/ask:1`` (a model asked from inside that tool), and for a
-node with roles ``judge/turn:1`` or ``voters[2]/turn:1``. Events and action records store the
+node with roles ``judge/turn:1`` or ``voters[2]/turn:1``. A ``workflow`` node (code-first,
+SPEC §7) names its calls by vendor and by tool: ``openai:3`` (the third call through the
+official ``openai`` client), ``anthropic:1``, ``tool:refund#1`` (the first call of the
+``@forklab.tool`` named ``refund``), each under the ``forklab.step`` groups it was made in
+(``triage/openai:1``). Events and action records store the
 ``CALL`` part (``call``); the envelope holds node and occurrence.
 
 Invariants:
@@ -22,7 +26,11 @@ from dataclasses import dataclass
 
 _KEY = re.compile(
     r"^(?P<node>[A-Za-z_][A-Za-z0-9_\-]*)(?:#(?P<occurrence>\d+))?/(?P<call>.+)$")
-_PART = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_\-]*(?:\[\d+\])?|turn:\d+|tool:\d+|ask:\d+)$")
+_PART = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_\-]*(?:\[\d+\])?|turn:\d+|tool:\d+|ask:\d+"
+                   r"|(?:openai|anthropic):\d+|tool:[A-Za-z_][A-Za-z0-9_\-]*#\d+)$")
+_WORKFLOW_CALL = re.compile(r"^(?:(?:openai|anthropic):\d+|tool:[A-Za-z_][A-Za-z0-9_\-]*#\d+)$")
+"""The last part of a workflow node's call: a vendor client call or a ``@forklab.tool`` call."""
+_WORKFLOW_MODEL = re.compile(r"^(?:openai|anthropic):\d+$")
 _ALIAS = re.compile(r"^tool:(?P<id>[^/]+)$")
 
 
@@ -41,6 +49,12 @@ def turn_call(turn: int, role: str | None = None, index: int | None = None) -> s
 def tool_call(turn: str, n: int) -> str:
     """The ``n``-th (1-based) tool call the model asked for in ``turn``."""
     return f"{turn}/tool:{n}"
+
+
+def workflow_call(steps: tuple[str, ...], part: str) -> str:
+    """A workflow node's call ``part`` (``openai:3``, ``tool:refund#1``) under the
+    ``forklab.step`` groups ``steps`` it was made in (``triage/openai:1``)."""
+    return "/".join((*steps, part))
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +81,9 @@ class CallAddress:
 
     @property
     def is_turn(self) -> bool:
-        return self.call.split("/")[-1].startswith("turn:")
+        """Whether this is a model call: a turn, or a workflow's vendor client call."""
+        last = self.call.split("/")[-1]
+        return last.startswith("turn:") or bool(_WORKFLOW_MODEL.match(last))
 
 
 def parse_call_key(text: str) -> CallAddress | None:
@@ -79,11 +95,12 @@ def parse_call_key(text: str) -> CallAddress | None:
     node, call = found["node"], found["call"]
     occurrence = int(found["occurrence"] or 1)
     alias = _ALIAS.match(call)
-    if alias and not alias["id"].isdigit():
+    if alias and not alias["id"].isdigit() and not _WORKFLOW_CALL.match(call):
         return CallAddress(node=node, occurrence=occurrence, call="", tool_id=alias["id"])
     parts = call.split("/")
-    if not all(_PART.match(part) for part in parts) or not any(
-            p.startswith("turn:") for p in parts):
+    if not all(_PART.match(part) for part in parts):
+        return None
+    if not any(p.startswith("turn:") for p in parts) and not _WORKFLOW_CALL.match(parts[-1]):
         return None
     return CallAddress(node=node, occurrence=occurrence, call=call)
 
@@ -94,4 +111,4 @@ def looks_like_call_key(text: str) -> bool:
 
 
 __all__ = ["CallAddress", "call_key", "looks_like_call_key", "parse_call_key", "tool_call",
-           "turn_call"]
+           "turn_call", "workflow_call"]

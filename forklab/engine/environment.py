@@ -21,6 +21,7 @@ from forklab.engine.errors import ConfigurationError
 from forklab.engine.providers import PriceTable, ProviderRegistry
 from forklab.engine.redaction import Redactor
 from forklab.engine.tools import ReflectionStore, ToolRegistry
+from forklab.engine.workflows import WorkflowRegistry
 
 
 def uuid_ids() -> str:
@@ -86,3 +87,4 @@ class Environment:
     ids: Callable[[], str] = uuid_ids
     redactor: Redactor = field(default_factory=Redactor)  # applied to recorded requests/tools
     max_concurrency: int = field(default_factory=max_concurrency_from_env)
+    workflows: WorkflowRegistry = field(default_factory=WorkflowRegistry)

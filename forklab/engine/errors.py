@@ -98,6 +98,13 @@ class ToolResolutionError(ForklabError):
     code = "unknown_tool"
 
 
+class WorkflowResolutionError(ForklabError):
+    """A ``module:function`` workflow this deployment cannot run: outside the allowed
+    modules (``FORKLAB_WORKFLOW_MODULES``), not importable, or not a function."""
+
+    code = "unknown_workflow"
+
+
 class RunStateError(ForklabError):
     """An operation does not fit the run's status (e.g. answering a run that is not paused)."""
 

@@ -244,11 +244,22 @@ class SubgraphNode(_NodeBase):
     output: dict[str, str] = Field(default_factory=dict, description="memory key -> child key")
 
 
+class WorkflowNode(_NodeBase):
+    """Runs a registered code-first workflow (SPEC §7): ``fn`` is ``module:function``, called
+    with its ``reads`` as keyword arguments; its return value is written to its one
+    ``writes`` key. Every model call through an official vendor client and every
+    ``@forklab.tool`` call it makes is a call of this node (``engine.workflow_node``)."""
+
+    kind: Literal["workflow"] = "workflow"
+    fn: str = Field(pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+    writes: list[str] = Field(default_factory=lambda: ["output"], min_length=1, max_length=1)
+
+
 Node = Annotated[
-    AgentNode | ToolNode | RouterNode | ApprovalNode | SubgraphNode,
+    AgentNode | ToolNode | RouterNode | ApprovalNode | SubgraphNode | WorkflowNode,
     Field(discriminator="kind"),
 ]
-NODE_KINDS = ("agent", "tool", "router", "approval", "subgraph")
+NODE_KINDS = ("agent", "tool", "router", "approval", "subgraph", "workflow")
 
 
 class Edge(_Model):
@@ -365,7 +376,8 @@ class GraphSpec(_Model):
             known.parts[node_id] = parts
         return parts
 
-    def node(self, node_id: str) -> AgentNode | ToolNode | RouterNode | ApprovalNode | SubgraphNode:
+    def node(self, node_id: str) -> (AgentNode | ToolNode | RouterNode | ApprovalNode
+                                     | SubgraphNode | WorkflowNode):
         found = self.index.nodes.get(node_id)
         if found is None:
             raise UnknownNodeReference(

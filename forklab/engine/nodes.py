@@ -38,10 +38,12 @@ from forklab.engine.graph import (
     RouterNode,
     SubgraphNode,
     ToolNode,
+    WorkflowNode,
 )
 from forklab.engine.oracle import HumanAnswer, NodeFailure, RecordedTool, tool_writes
 from forklab.engine.subgraphs import run_subgraph_node
 from forklab.engine.tools import ToolContext
+from forklab.engine.workflow_node import run_workflow_node
 
 
 def execute(ctx: NodeContext, node: Any) -> str | None:
@@ -55,6 +57,8 @@ def execute(ctx: NodeContext, node: Any) -> str | None:
         return _approval_node(ctx, node)
     if isinstance(node, SubgraphNode):
         return run_subgraph_node(ctx, node)
+    if isinstance(node, WorkflowNode):
+        return run_workflow_node(ctx, node)
     raise AssertionError(f"unhandled node kind {node.kind}")
 
 

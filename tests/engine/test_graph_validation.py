@@ -305,7 +305,7 @@ def test_graph_json_schema_is_a_valid_schema_discriminating_nodes_by_kind() -> N
     nodes = schema["properties"]["nodes"]["items"]
     assert nodes["discriminator"]["propertyName"] == "kind"
     assert set(nodes["discriminator"]["mapping"]) == {
-        "agent", "tool", "router", "approval", "subgraph"}
+        "agent", "tool", "router", "approval", "subgraph", "workflow"}
     assert {"from", "to"} <= set(schema["$defs"]["Edge"]["properties"])
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from forklab.engine.errors import UnknownProviderError
 from forklab.engine.providers.anthropic import AnthropicProvider
@@ -20,6 +22,26 @@ from forklab.engine.providers.openai import OpenAICompatibleProvider
 from forklab.engine.providers.pricing import DEFAULT_PRICES, Price, PriceTable
 from forklab.engine.providers.scripted import ScriptedProvider, estimate_tokens
 
+_LENT: ContextVar[Mapping[str, Provider] | None] = ContextVar("forklab_lent_providers",
+                                                              default=None)
+
+
+@contextmanager
+def lend_providers(providers: Mapping[str, Provider]) -> Iterator[None]:
+    """Within this block (this thread or task, and what it starts with a copied context),
+    every registry answers ``providers`` for their names ahead of its own.
+
+    A code-first workflow's model call goes out through the vendor client the user built
+    (their endpoint, credentials and transport): the SDK recorder lends that client as the
+    call's provider for the duration of the call (``forklab.sdk``), so whichever oracle
+    answers it live reaches the user's endpoint, while a change naming another provider
+    still gets that one."""
+    token = _LENT.set({**(_LENT.get() or {}), **providers})
+    try:
+        yield
+    finally:
+        _LENT.reset(token)
+
 
 class ProviderRegistry:
     """Providers by name; ``scripted`` is always present (the offline default)."""
@@ -29,6 +51,9 @@ class ProviderRegistry:
         self._providers.update(providers or {})
 
     def get(self, name: str) -> Provider:
+        lent = _LENT.get()
+        if lent is not None and name in lent:
+            return lent[name]
         try:
             return self._providers[name]
         except KeyError:
@@ -48,4 +73,5 @@ __all__ = [
     "DEFAULT_PRICES", "AnthropicProvider", "Attempt", "ChatRequest", "ChatResponse", "Message",
     "OpenAICompatibleProvider", "Price", "PriceTable", "Provider", "ProviderRegistry",
     "RetryPolicy", "ScriptedProvider", "ToolCallRequest", "ToolDefinition", "estimate_tokens",
+    "lend_providers",
 ]

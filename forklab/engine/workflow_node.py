@@ -1,0 +1,235 @@
+"""The ``workflow`` node: a team's own agent code run as one node execution (SPEC §7).
+
+The node calls its registered function (``module:function``, resolved through
+``env.workflows``) with its read slice as keyword arguments and writes what it returns. While
+it runs, a :class:`WorkflowScope` is current (a context variable), and the SDK recorder
+(:mod:`forklab.sdk`) routes every call the code makes through it:
+
+- a model call through an official vendor client becomes one :func:`~forklab.engine.asking.ask`
+  — ``agent.requested`` / ``agent.responded`` with its call key, answered by the run's oracle
+  (live, from a recording, as a change supplied, or refused) exactly as an agent node's turn;
+- a ``@forklab.tool`` call becomes one ``oracle.tool_call`` — ``tool.called`` /
+  ``tool.returned`` with its call key, under the side-effect guard like a model-chosen tool.
+
+Call keys (:mod:`forklab.engine.calls`): ``openai:N`` / ``anthropic:N`` (that vendor's N-th
+call) and ``tool:NAME#N`` (that tool's N-th call), counted per ``forklab.step`` group and
+prefixed with it (``triage/openai:1``). A tool's own calls are grouped under its key
+(``tool:refund#1/openai:1``).
+
+Invariants:
+- calls of one execution are made one at a time (a lock), in the order the code makes them,
+  so the log does not depend on timing;
+- anything the engine raises at a call (a refused side effect, a spent budget, a call that
+  failed or diverged from the recording, cancellation) ends the node: it travels through the
+  user's code as :class:`WorkflowAbort`, a ``BaseException`` that ``except Exception`` (the
+  user's, or a vendor client's retry loop) does not catch, and is re-raised by the node;
+- an exception the code raises fails the node (``workflow_error``) with its traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from forklab.engine.asking import ask
+from forklab.engine.calls import workflow_call
+from forklab.engine.canonical import fingerprint
+from forklab.engine.context import NodeContext, write_memory
+from forklab.engine.errors import ForklabError
+from forklab.engine.events import CallFailed, ReflectionDiscarded, ToolCalled, ToolReturned
+from forklab.engine.graph import AgentSpec, WorkflowNode
+from forklab.engine.oracle import NodeFailure, Served, ToolUse, ensure_json
+from forklab.engine.providers import ChatRequest, Provider, lend_providers
+from forklab.engine.tools import ToolContext
+
+_AGENT = AgentSpec()  # ask() builds no request from it: a workflow call brings its own
+_SCOPE: ContextVar[WorkflowScope | None] = ContextVar("forklab_workflow_scope", default=None)
+_STEPS: ContextVar[tuple[str, ...]] = ContextVar("forklab_workflow_steps", default=())
+
+
+class WorkflowAbort(BaseException):
+    """The engine ended the node at a call; carries why (``cause``) through user code."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class ToolFailed(Exception):
+    """A ``@forklab.tool`` call whose recorded failure is served again in a fork: the code
+    sees it raise, as it did when recorded (``type``: the recorded exception's class name)."""
+
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(f"{error_type}: {message}")
+        self.error_type = error_type
+
+
+def current_scope() -> WorkflowScope | None:
+    """The workflow execution this code runs in, or None outside any workflow."""
+    return _SCOPE.get()
+
+
+@contextmanager
+def step(name: str) -> Iterator[None]:
+    """Group the calls made inside under ``name`` (their keys become ``name/openai:1``)."""
+    if not name or not name.replace("_", "a").replace("-", "a").isalnum() or name[0].isdigit():
+        raise ValueError(f"step name {name!r} must be an identifier (letters, digits, _ or -, "
+                         "not starting with a digit): it is part of call keys")
+    token = _STEPS.set((*_STEPS.get(), name))
+    try:
+        yield
+    finally:
+        _STEPS.reset(token)
+
+
+class WorkflowScope:
+    """One execution of a workflow node: numbers its calls and asks the run's oracle."""
+
+    def __init__(self, ctx: NodeContext, node: WorkflowNode) -> None:
+        self.ctx = ctx
+        self.node = node
+        self.untrusted = False
+        self.abort: BaseException | None = None
+        self._counts: dict[tuple[tuple[str, ...], str], int] = {}
+        self._lock = threading.RLock()
+
+    def _key(self, part: str, sep: str) -> str:
+        steps = _STEPS.get()
+        n = self._counts.get((steps, part), 0) + 1
+        self._counts[(steps, part)] = n
+        return workflow_call(steps, f"{part}{sep}{n}")
+
+    def _aborted(self, exc: BaseException) -> WorkflowAbort:
+        if isinstance(exc, WorkflowAbort):
+            return exc
+        self.abort = self.abort or exc
+        return WorkflowAbort(self.abort)
+
+    def _check(self) -> None:
+        if self.abort is not None:  # a call after the node was ended (swallowed): refused
+            raise WorkflowAbort(self.abort)
+
+    def model_call(self, vendor: str, request: ChatRequest, lent: Provider) -> Served:
+        """One model call (key ``<steps>/<vendor>:N``), answered by the run's oracle;
+        ``lent`` answers it live (the user's own client) unless a change names another
+        provider. Raises :class:`WorkflowAbort` when the engine ends the node."""
+        self._check()
+        with self._lock:
+            key = self._key(vendor, ":")
+            try:
+                with lend_providers({request.provider: lent}):
+                    return ask(self.ctx, _AGENT, list(request.messages), request=request,
+                               call=key)
+            except BaseException as exc:
+                raise self._aborted(exc) from None
+
+    def tool_call(self, name: str, fn: str, *, effect: str, trusted: bool,
+                  args: dict[str, Any], invoke: Callable[[dict[str, Any]], Any]) -> Any:
+        """One ``@forklab.tool`` call (key ``<steps>/tool:NAME#N``) through the oracle: its
+        JSON result (what a fork serves is the recorded JSON, so the code sees the same).
+
+        The tool's own exception reaches the code unchanged; a recorded failure served again
+        raises :class:`ToolFailed`; anything the engine refuses ends the node."""
+        self._check()
+        with self._lock:
+            key = self._key(f"tool:{name}", "#")
+            raised: list[Exception] = []
+
+            def run(arguments: dict[str, Any], _ctx: ToolContext) -> Any:
+                token = _STEPS.set((*_STEPS.get(), key.rpartition("/")[2]))
+                try:
+                    return invoke(arguments)
+                except Exception as exc:
+                    raised.append(exc)
+                    raise
+                finally:
+                    _STEPS.reset(token)
+
+            return self._tool(key, ToolUse(
+                call=key, call_id=key, name=name, fn=fn, effect=effect, trusted=trusted,
+                args=args, args_hash=fingerprint(args), invoke=run), raised)
+
+    def _tool(self, key: str, use: ToolUse, raised: list[Exception]) -> Any:
+        ctx = self.ctx
+        try:
+            ctx.emit(ToolCalled, tool=use.name, effect=use.effect,
+                     args=ctx.env.redactor.redact(use.args), args_hash=use.args_hash,
+                     call=key, call_id=key)
+            ctx.check_cancel()
+            ctx.before_call()
+            tool_ctx = ToolContext(run_id=ctx.run_id, node=ctx.call.node,
+                                   occurrence=ctx.call.occurrence,
+                                   reflections=ctx.env.reflections,
+                                   capture_reflections=ctx.oracle.captures_reflections)
+            try:
+                result, label = ctx.oracle.tool_call(ctx.call, use, tool_ctx)
+            finally:
+                for captured in tool_ctx.captured:
+                    ctx.emit(ReflectionDiscarded, **captured)
+        except NodeFailure as failure:
+            ctx.emit(CallFailed, kind="tool", role=None, index=None, model=None,
+                     label=failure.label, error=failure.error, request_hash=use.args_hash,
+                     call=key)
+            if raised:
+                raise raised[0] from None
+            if failure.label == "reused":
+                raise ToolFailed(failure.error["type"], failure.error["message"]) from None
+            raise self._aborted(failure) from None
+        except BaseException as exc:
+            raise self._aborted(exc) from None
+        ctx.emit(ToolReturned, result=ctx.env.redactor.redact(result), label=label, call=key)
+        self.untrusted = self.untrusted or not use.trusted
+        return result
+
+
+def run_workflow_node(ctx: NodeContext, node: WorkflowNode) -> str | None:
+    """Execute ``node``: call its function under a :class:`WorkflowScope`, write its result."""
+    try:
+        fn = ctx.env.workflows.resolve(node.fn)
+    except ForklabError as exc:
+        raise NodeFailure(exc.code, exc.message) from None
+    scope = WorkflowScope(ctx, node)
+    scope_token, steps_token = _SCOPE.set(scope), _STEPS.set(())
+    try:
+        result = _call(fn, dict(ctx.call.reads))
+    except WorkflowAbort as abort:
+        raise abort.cause from None
+    except Exception as exc:
+        if scope.abort is not None:  # the code caught the abort's exception and raised
+            raise scope.abort from None
+        raise NodeFailure("workflow_error", _described(node, exc)) from None
+    finally:
+        _SCOPE.reset(scope_token)
+        _STEPS.reset(steps_token)
+    if scope.abort is not None:  # the code swallowed it (``except BaseException``)
+        raise scope.abort
+    value = ensure_json(result, f"the return value of workflow {node.fn!r}")
+    write_memory(ctx, node.writes[0], value, ctx.reads_tainted(untrusted=scope.untrusted))
+    return None
+
+
+def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    if inspect.iscoroutinefunction(inspect.unwrap(fn)):
+        return asyncio.run(fn(**kwargs))
+    result = fn(**kwargs)
+    if inspect.iscoroutine(result):
+        return asyncio.run(result)
+    return result
+
+
+def _described(node: WorkflowNode, exc: Exception) -> str:
+    """The error a failed workflow node records: what raised, and the traceback of the
+    user's code (the engine's own frames above it left out)."""
+    frames = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return (f"workflow {node.fn!r} raised {type(exc).__name__}: {exc}\n\n"
+            + "".join(frames).rstrip())
+
+
+__all__ = ["ToolFailed", "WorkflowAbort", "WorkflowScope", "current_scope",
+           "run_workflow_node", "step"]

@@ -1,0 +1,199 @@
+"""Recording the official vendor clients: every model call becomes an engine call (SPEC §7).
+
+The seam is the client's HTTP ``send``: the one method every request an ``openai`` or
+``anthropic`` client makes leaves through, whatever resource method, helper, streaming mode
+or HTTP library (``httpx``, ``httpx2``) the client version uses. :func:`instrument` patches
+the client classes' constructors to wrap the ``send`` of the HTTP client each instance holds.
+Outside a workflow the wrapper passes every request through untouched. Inside one, a model
+request (``POST …/chat/completions``, ``…/responses``, ``…/messages``) is read into the
+provider-neutral :class:`~forklab.engine.providers.ChatRequest` and asked of the run's
+oracle through :meth:`~forklab.engine.workflow_node.WorkflowScope.model_call`:
+
+- answered live, the ORIGINAL request (with any per-call model, temperature or system prompt
+  change applied) goes to the ORIGINAL endpoint through the client's own ``send`` — its
+  credentials, transport and proxies — and the client gets the vendor's response as it came;
+- answered from the log or by a change, the client gets a vendor-shaped response written
+  from the recorded reply (text, tool calls, usage, finish reason), streamed when it asked
+  for a stream, which it parses as it would the vendor's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from forklab.engine.errors import ProviderError
+from forklab.engine.providers import ChatRequest, ChatResponse
+from forklab.engine.workflow_node import current_scope
+from forklab.sdk import wire_anthropic, wire_openai, wire_responses
+
+_ENDPOINTS: dict[str, tuple[tuple[str, ModuleType], ...]] = {
+    "openai": (("/chat/completions", wire_openai), ("/responses", wire_responses)),
+    "anthropic": (("/messages", wire_anthropic),),
+}
+_DROPPED_HEADERS = {"content-encoding", "content-length", "transfer-encoding"}
+_lock = threading.Lock()
+_patched: set[str] = set()
+
+
+def _wire(vendor: str, request: Any) -> ModuleType | None:
+    if request.method != "POST":
+        return None
+    path = request.url.path.rstrip("/")
+    return next((wire for suffix, wire in _ENDPOINTS[vendor] if path.endswith(suffix)), None)
+
+
+def _response(request: Any, status: int, headers: dict[str, str], content: bytes) -> Any:
+    """A response of the request's own HTTP library (``httpx`` or ``httpx2``)."""
+    library = sys.modules[type(request).__module__.partition(".")[0]]
+    return library.Response(status, headers=headers, content=content, request=request)
+
+
+def _resend(request: Any, body: dict[str, Any]) -> Any:
+    headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
+    return type(request)(request.method, request.url, headers=headers,
+                         content=json.dumps(body).encode())
+
+
+@dataclass
+class Raw:
+    status: int
+    headers: dict[str, str]
+    content: bytes
+
+
+class Passthrough:
+    """The provider a workflow's model call is answered live by: the user's own client.
+
+    Lent for one call (``engine.providers.lend_providers``) under the call's provider name;
+    ``raw`` keeps the vendor's response when it was used, so the client gets it unchanged."""
+
+    def __init__(self, name: str, wire: ModuleType, body: dict[str, Any], was: ChatRequest,
+                 request: Any, send: Callable[[Any], Any]) -> None:
+        self.name = name
+        self.wire, self.body, self.was, self.request, self.send = wire, body, was, request, send
+        self.raw: Raw | None = None
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        started = time.perf_counter()
+        outgoing = _resend(self.request, self.wire.apply(self.body, self.was, request))
+        response = self.send(outgoing)
+        content = bytes(response.content)
+        if response.status_code >= 400:
+            raise ProviderError(
+                f"{self.name} answered HTTP {response.status_code} at {self.request.url}: "
+                f"{content[:300].decode('utf-8', 'replace')}", url=str(self.request.url),
+                status=response.status_code,
+                provider_message=content[:1000].decode("utf-8", "replace"))
+        self.raw = Raw(response.status_code, {k: v for k, v in response.headers.items()
+                                              if k.lower() not in _DROPPED_HEADERS}, content)
+        try:
+            parsed: ChatResponse = self.wire.response(content, bool(self.body.get("stream")))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ProviderError(f"{self.name} answered a body forklab cannot read: {exc}",
+                                url=str(self.request.url), status=response.status_code) from None
+        latency = (time.perf_counter() - started) * 1000
+        return ChatResponse(text=parsed.text, input_tokens=parsed.input_tokens,
+                            output_tokens=parsed.output_tokens, latency_ms=latency,
+                            tool_calls=parsed.tool_calls, finish_reason=parsed.finish_reason)
+
+
+def _answer(vendor: str, wire: ModuleType, request: Any,
+            send: Callable[[Any], Any]) -> Any:
+    """Ask the run's oracle for ``request``; the response the client is handed."""
+    scope = current_scope()
+    assert scope is not None
+    body = json.loads(request.content)
+    was: ChatRequest = wire.request(body)
+    lent = Passthrough(was.provider, wire, body, was, request, send)
+    served = scope.model_call(vendor, was, lent)
+    if lent.raw is not None:
+        return _response(request, lent.raw.status, lent.raw.headers, lent.raw.content)
+    ident = hashlib.sha256(f"{was.request_hash}".encode()).hexdigest()[:24]
+    content, kind = wire.render(body, served, ident)
+    return _response(request, 200, {"content-type": kind}, content)
+
+
+def _wrap_sync(vendor: str, http: Any) -> None:
+    original = http.send
+
+    def send(request: Any, **kwargs: Any) -> Any:
+        wire = _wire(vendor, request)
+        if wire is None or current_scope() is None:
+            return original(request, **kwargs)
+
+        def live(outgoing: Any) -> Any:
+            response = original(outgoing, **kwargs)
+            response.read()
+            return response
+
+        return _answer(vendor, wire, request, live)
+
+    http.send = send
+
+
+def _wrap_async(vendor: str, http: Any) -> None:
+    original: Callable[..., Awaitable[Any]] = http.send
+
+    async def send(request: Any, **kwargs: Any) -> Any:
+        wire = _wire(vendor, request)
+        if wire is None or current_scope() is None:
+            return await original(request, **kwargs)
+        loop = asyncio.get_running_loop()
+
+        async def fetch(outgoing: Any) -> Any:
+            response = await original(outgoing, **kwargs)
+            await response.aread()
+            return response
+
+        def live(outgoing: Any) -> Any:  # on the worker thread below, while the loop waits
+            return asyncio.run_coroutine_threadsafe(fetch(outgoing), loop).result()
+
+        # the oracle (store, provider) is synchronous: asked off the loop, which stays free
+        # to run the live request; to_thread copies the context (the workflow scope)
+        return await asyncio.to_thread(_answer, vendor, wire, request, live)
+
+    http.send = send
+
+
+def _patch(cls: type, vendor: str, wrap: Callable[[str, Any], None]) -> None:
+    init = getattr(cls, "__init__")  # noqa: B009 - read off the class, not an instance
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        http = getattr(self, "_client", None)
+        if http is not None and not getattr(http, "_forklab_recorded", False):
+            wrap(vendor, http)
+            http._forklab_recorded = True
+
+    __init__.__wrapped__ = init  # type: ignore[attr-defined]
+    setattr(cls, "__init__", __init__)  # noqa: B010
+
+
+def instrument() -> None:
+    """Record the official ``openai`` and ``anthropic`` clients made from now on (each
+    vendor once it is importable; calling again is harmless). Outside a workflow they behave
+    exactly as before."""
+    with _lock:
+        for vendor, sync_name, async_name in (("openai", "OpenAI", "AsyncOpenAI"),
+                                              ("anthropic", "Anthropic", "AsyncAnthropic")):
+            if vendor in _patched:
+                continue
+            try:
+                module = __import__(vendor)
+            except ImportError:
+                continue
+            _patch(getattr(module, sync_name), vendor, _wrap_sync)
+            _patch(getattr(module, async_name), vendor, _wrap_async)
+            _patched.add(vendor)
+
+
+__all__ = ["Passthrough", "instrument"]
