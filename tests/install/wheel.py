@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def build_wheel(dest: Path) -> Path:
-    """Build the wheel into ``dest``; return its path (raises CalledProcessError on failure)."""
+    """Build the wheel into ``dest``; return its path (RuntimeError with pip's output if the
+    build fails)."""
     with tempfile.TemporaryDirectory(prefix="forklab-build-") as tmp:
         source = Path(tmp) / "forklab-src"
         source.mkdir()
@@ -26,8 +27,10 @@ def build_wheel(dest: Path) -> Path:
             shutil.copy2(ROOT / name, source / name)
         shutil.copytree(ROOT / "forklab", source / "forklab",
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
-                        "--disable-pip-version-check", "-w", str(dest), str(source)],
-                       check=True, stdout=subprocess.DEVNULL)
+        done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
+                               "--disable-pip-version-check", "-w", str(dest), str(source)],
+                              capture_output=True, text=True, cwd=tmp)
+        if done.returncode != 0:
+            raise RuntimeError(f"building the wheel failed:\n{done.stdout}{done.stderr}")
     (wheel,) = dest.glob("forklab-*.whl")
     return wheel
