@@ -322,8 +322,8 @@ else:
 
 # -- background work (django.tasks) ----------------------------------------------------------
 # Embedded default: a thread pool inside the server process. Scale-out: FORKLAB_TASKS_BACKEND=db
-# puts tasks on a database queue (django-tasks-db, the `scale` extra) that `manage.py
-# db_worker` processes run (see docs/deployment.md). A dotted path selects any other
+# puts tasks on a database queue (django-tasks-db, the `scale` extra) that `forklab worker`
+# (`manage.py db_worker`) processes run (see docs/deployment.md). A dotted path selects any other
 # django.tasks backend.
 TASK_BACKENDS = {
     "threads": "forklab.runs.task_backends.ThreadPoolBackend",
@@ -423,7 +423,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": (
         "Fork recorded agent-workflow runs: change one thing, replay the prefix for free, run "
         "the tail live, see what became different.\n\n"
-        "Authenticate with a session or `Authorization: Token <key>` (`manage.py "
+        "Authenticate with a session or `Authorization: Token <key>` (`forklab "
         "drf_create_token USER`). Every error is `{\"code\", \"detail\", ...context}`; see "
         "`forklab.runs.error_status` for the code → status map: 400 a malformed request (body, query "
         "or graph document), 401 not authenticated, 403 role, 404 unknown (or outside your "
