@@ -34,9 +34,19 @@ def test_serve_collects_static_files_then_starts_daphne_where_asked(
     main(["serve", "--host", "0.0.0.0", "--port", "8123"])
     assert daphne == [("0.0.0.0", 8123)]
     assert (Path(settings.STATIC_ROOT) / "staticfiles.json").exists()
-    out = capsys.readouterr().out
-    assert "forklab is serving at http://0.0.0.0:8123/  (health: http://0.0.0.0:8123/healthz)" in out
-    assert "no login yet: create one with `forklab createsuperuser`" in out
+    printed = capsys.readouterr()
+    assert ("forklab is serving at http://0.0.0.0:8123/  (health: http://0.0.0.0:8123/healthz)"
+            in printed.out)
+    assert "no login yet: create one with `forklab createsuperuser`" in printed.out
+    assert "400 until FORKLAB_ALLOWED_HOSTS lists it" in printed.err
+
+
+def test_serve_on_a_public_address_says_nothing_of_hosts_once_they_are_named(
+        daphne: list[tuple[str, int]], settings: Any,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    settings.ALLOWED_HOSTS = ["forklab.example.com"]
+    main(["serve", "--host", "0.0.0.0", "--json"])
+    assert daphne == [("0.0.0.0", 8000)] and "FORKLAB_ALLOWED_HOSTS" not in capsys.readouterr().err
 
 
 def test_serve_demo_installs_the_demo_runs_and_names_the_login(

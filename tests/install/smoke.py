@@ -151,6 +151,8 @@ def browse(browser: Browser) -> None:
     assert css is not None
     status, body = browser.get(css.group(1))
     check(f"GET {css.group(1)} is 200", status == 200 and "--bad" in body)
+    status, body = browser.get("/no-such-page/")
+    check("an unknown page is forklab's own 404 page", status == 404 and "Nothing here" in body)
 
 
 def main() -> None:
@@ -164,6 +166,9 @@ def main() -> None:
         env = user_env(home)
         before = package_files(venv)
         print(forklab(venv, env, cwd, "--version").strip())
+        usage = forklab(venv, env, cwd, "--help")
+        check("forklab --help lists the verbs",
+              all(f"\n  {verb} " in usage for verb in ("serve", "record", "fork", "worker")))
         port = free_port()
         step(f"forklab serve --demo --port {port}")
         log = (tmp / "serve.log").open("wb")

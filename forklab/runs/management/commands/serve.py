@@ -21,6 +21,10 @@ from django.db import connections
 from forklab.runs.demo_login import DEMO_PASSWORD, DEMO_USERNAME, demo_login_open
 from forklab.runs.management.base import ForklabCommand
 
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+# ALLOWED_HOSTS naming only this machine (the default): other clients' requests are refused
+LOCAL_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]", "testserver"})
+
 
 def start_daphne(host: str, port: int) -> None:
     """Become daphne serving forklab on ``host:port`` (never returns)."""
@@ -57,6 +61,10 @@ class Command(ForklabCommand):
             f"  {login}; Ctrl-C stops it",
             "",
         ]))
+        if host not in LOOPBACK and set(settings.ALLOWED_HOSTS) <= LOCAL_NAMES:
+            self.stderr.write("  note: clients that reach this host by its name or address get "
+                              "400 until FORKLAB_ALLOWED_HOSTS lists it (e.g. "
+                              "FORKLAB_ALLOWED_HOSTS=forklab.example.com)")
         connections.close_all()  # daphne opens its own
         start_daphne(host, port)
 
