@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def verbs() -> dict[str, str]:
-    """Each product verb, in alphabetical order, with the first sentence of its help."""
+    """Each product verb, in alphabetical order, with the summary of its help."""
     import django
     from django.core.management import get_commands, load_command_class
 
@@ -60,9 +60,10 @@ def verbs() -> dict[str, str]:
 
 
 def first_sentence(text: str) -> str:
+    """A command's help up to its first full stop or semicolon: the summary --help lists."""
     text = " ".join(text.split())
-    end = text.find(". ")
-    return text if end < 0 else text[: end + 1]
+    ends = [i for i in (text.find(". "), text.find("; ")) if i >= 0]
+    return text[: min(ends)] + "." if ends else text
 
 
 def usage() -> str:
@@ -76,8 +77,8 @@ def usage() -> str:
         "verbs:",
     ]
     for name, text in verbs().items():
-        lines += textwrap.wrap(text, width=96, initial_indent=f"  {name:<11} ",
-                               subsequent_indent=" " * 14) or [f"  {name}"]
+        lines += textwrap.wrap(text, width=100, initial_indent=f"  {name:<11} ",
+                               subsequent_indent=" " * 14)
     lines += [
         "",
         "Every verb takes --json (machine-readable output). Django's own commands run too,",
