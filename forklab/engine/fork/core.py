@@ -37,7 +37,13 @@ from forklab.engine.fork.effective import apply_at
 from forklab.engine.fork.estimate import estimate_tail
 from forklab.engine.fork.plan import ForkPlan, PlanInputs
 from forklab.engine.fork.points import ForkPoint
-from forklab.engine.fork.resolve import check_point, parse_point, point_number, resolve_point
+from forklab.engine.fork.resolve import (
+    call_point,
+    check_point,
+    parse_point,
+    point_number,
+    resolve_point,
+)
 from forklab.engine.fork.tail import Policy
 from forklab.engine.fork.variant import begin_variant, fork_runner, run_plan
 from forklab.engine.fork.wire import Budget
@@ -164,6 +170,26 @@ def resolve_request(base: BaseRun, *, at: Any = None, source: str = "events",
     return Resolved(*_requested_point(base, at, source, where))
 
 
+def first_call_point(base: BaseRun, change: Any) -> dict[str, Any] | None:
+    """With no ``at``, a fork whose changes address calls forks right before the first of
+    them in the base's log (SPEC §6.2); None when no change addresses a call."""
+    addressed = [str(address) for item in parse_changes(change)
+                 if (address := item.call_address()) is not None]
+    if not addressed:
+        return None
+    points = base.index.points()
+    order = {p.call: i for i, p in enumerate(points) if p.call is not None}
+    nodes = {(p.node, p.occurrence): i for i, p in enumerate(points) if p.call is None}
+
+    def rank(key: str) -> int:
+        point = call_point(base.index, key)  # raises for a call the base never made
+        if point.call is not None:
+            return order.get(point.call, len(points))
+        return nodes.get((point.node, point.occurrence), len(points))
+
+    return {"before_call": min(addressed, key=rank)}
+
+
 def prepare_fork(
     base: str | RecordedRun | BaseRun, *, at: Any = None,
     change: Change | dict[str, Any] | Sequence[Any] | Callable[[ForkPoint], Any] | None = None,
@@ -180,6 +206,8 @@ def prepare_fork(
     :func:`~forklab.engine.collector.collector_paused`)."""
     with collector_paused():
         base = base if isinstance(base, BaseRun) else load_base(base, store=store, env=env)
+        if at is None and where is None and change is not None and not callable(change):
+            at = first_call_point(base, change)
         return plan_at(base, resolve_request(base, at=at, source=source, where=where),
                        change=change, policy=policy, budget=budget,
                        ignore_budget=ignore_budget, graph_version=graph_version)

@@ -38,6 +38,9 @@ from forklab.engine.events import (
     ReflectionDiscarded,
 )
 from forklab.engine.fork.base import graph_of as _graph_of
+from forklab.engine.fork.changes import parse_changes
+from forklab.engine.fork.memo import Recording
+from forklab.engine.fork.percall import CallChanges
 from forklab.engine.graph import ApprovalNode, GraphSpec, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import (
     Blocked,
@@ -70,6 +73,8 @@ class RecordedOracle:
                  events: Sequence[AnyEvent] = ()) -> None:
         self.strict = strict
         self.by_occurrence = {(e.node, e.occurrence): e for e in recorded.all_executions()}
+        # a fork's per-call setting changes shaped the requests it recorded
+        self.calls = CallChanges.of(parse_changes(recorded.changes), Recording.of(recorded))
         # who answered a gate is in the log, not in the folded action record
         self.answered_by = {(e.node, e.occurrence): e.answered_by for e in events
                             if isinstance(e, HumanAnswered)}
@@ -111,6 +116,11 @@ class RecordedOracle:
         effect = self.blocked.get(call.node)
         if effect is not None and self._exec(call).status == "blocked":
             raise Blocked(effect["reason"], effect["inputs"])
+
+    def adjust(self, call: NodeCall, key: str, request: ChatRequest) -> ChatRequest:
+        """The recorded request of that call is what it sends: a fork's per-call setting
+        changes are re-applied (``changes``, the fork's)."""
+        return self.calls.adjust(call.node, call.occurrence, key, request)
 
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
               index: int | None, key: str | None = None) -> Served:

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from forklab.engine.calls import looks_like_call_key, parse_call_key
 from forklab.engine.errors import ForkPointMidNode, ForkPointNotFound, SourceMissing
 from forklab.engine.fork.points import Entry, ForkPoint, RunIndex
 
@@ -161,6 +162,8 @@ def _resolve_dict(index: RunIndex, at: dict[str, Any]) -> ForkPoint:
     if "before_node" in at:
         ex = _occurrence(index, at["before_node"], at.get("occurrence"))
         return forkable(index, ex, f"execution {ex.occurrence} of {ex.node!r}")
+    if "before_call" in at:
+        return call_point(index, at["before_call"])
     if "after_node" in at:
         ex = _occurrence(index, at["after_node"], at.get("occurrence"))
         if ex.outcome != "completed":
@@ -185,6 +188,28 @@ def _resolve_dict(index: RunIndex, at: dict[str, Any]) -> ForkPoint:
         "before_node, after_node, before_iteration, before_human_input, "
         "before_first_write_of, before_first_read_of, version"
     )
+
+
+def call_point(index: RunIndex, key: str) -> ForkPoint:
+    """The point before call ``key`` (``assist#1/turn:3``, ``assist#1/turn:1/tool:2``, or the
+    alias ``assist#1/tool:<provider call id>``) in the logical run (SPEC §6.2)."""
+    address = parse_call_key(key)
+    if address is None:
+        raise ForkPointNotFound(
+            f"fork point before_call: cannot read call key {key!r}; expected NODE#N/turn:T "
+            "or NODE#N/turn:T/tool:K (or NODE#N/tool:<provider call id>)", call=key)
+    entry = _occurrence(index, address.node, address.occurrence)
+    part = address.call
+    if address.tool_id is not None:
+        part = next((p for p, call_id in entry.calls if call_id == address.tool_id), "")
+    parts = [p for p, _ in entry.calls]
+    if part not in parts:
+        listed = ", ".join(parts[:12]) + (" …" if len(parts) > 12 else "")
+        raise ForkPointNotFound(
+            f"execution {entry.occurrence} of {entry.node!r} made no call {key!r}; its calls: "
+            f"{listed or 'none'}", call=key, node=entry.node, calls=parts)
+    point = forkable(index, entry, f"call {key!r}")
+    return point if part == parts[0] else entry.call_point(part)
 
 
 def _iteration(index: RunIndex, n: int) -> ForkPoint:
@@ -225,6 +250,7 @@ _OCCURRENCE = (lambda v: v == "last" or (_is_number(v) and int(v) >= 1),
 POINT_FORMS: dict[str, tuple[tuple[Callable[[Any], bool], str], dict[str, Any]]] = {
     "sequence": (_NUMBER, {"run_id": (_is_name, "a run id")}),
     "before_node": (_NAME, {"occurrence": _OCCURRENCE}),
+    "before_call": (_NAME, {}),
     "after_node": (_NAME, {"occurrence": _OCCURRENCE}),
     "before_iteration": (_NUMBER, {}),
     "before_human_input": ((lambda v: v is True, "true"), {}),
@@ -286,11 +312,14 @@ def parse_point(text: str) -> dict[str, Any] | str:
         return text
     if text == "human":
         return {"before_human_input": True}
+    if text.startswith("before:") and looks_like_call_key(text[len("before:"):]):
+        return {"before_call": text[len("before:"):]}
     match = _CLI.match(text)
     if not match:
         raise ForkPointNotFound(
             f"cannot read fork point {text!r}; use start, failure, seq:N[@RUN], "
-            "before:NODE[#N|#last], after:NODE[#N|#last], iteration:N, human, "
+            "before:NODE[#N|#last], before:NODE#N/turn:T[/tool:K], after:NODE[#N|#last], "
+            "iteration:N, human, "
             "first-write:KEY, first-read:KEY or version:N"
         )
     verb, arg, occ = match["verb"], match["arg"], match["occ"]

@@ -38,6 +38,8 @@ from forklab.engine.fork.changes import (
     ToolChange,
 )
 from forklab.engine.fork.memo import Recording, SharedMemo
+from forklab.engine.fork.percall import CallChanges, PrefixCalls, last_applying
+from forklab.engine.fork.points import ForkPoint
 from forklab.engine.fork.spend import Spend, worst_case, worst_case_usd
 from forklab.engine.fork.wire import Budget, Policy
 from forklab.engine.graph import ApprovalNode, GraphSpec, RouterNode, SubgraphNode, ToolNode
@@ -92,7 +94,7 @@ class ForkOracle:
                  targets: Sequence[Target] | None = None,
                  shared_memo: SharedMemo | None = None,
                  hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None = None,
-                 routes_used: Sequence[str] = ()) -> None:
+                 routes_used: Sequence[str] = (), point: ForkPoint | None = None) -> None:
         self.live = live
         self.recording = recording
         self.policy = policy
@@ -102,12 +104,13 @@ class ForkOracle:
         self.shared_memo = shared_memo
         self.hitl = hitl
         self.targets = list(config_targets(changes) if targets is None else targets)
-        self.outputs = {c.node: c.memory for c in changes if isinstance(c, OutputChange)}
-        self.tools = {c.node: c.result for c in changes if isinstance(c, ToolChange)}
+        self.outputs = [c for c in changes if isinstance(c, OutputChange)]
+        self.tools = [c for c in changes if isinstance(c, ToolChange)]
         self.routes = {c.source: c for c in changes if isinstance(c, RouteChange)}
         self.routes_used: set[str] = set(routes_used)
-        humans = [c for c in changes if isinstance(c, HumanResponseChange)]
-        self.human_change = humans[-1] if humans else None
+        self.humans = [c for c in changes if isinstance(c, HumanResponseChange)]
+        self.calls = CallChanges.of(changes, recording)
+        self.prefix = PrefixCalls.of(point, recording)
 
     # -- concurrency (engine.scheduler) -----------------------------------------------------
     overlaps_calls = True
@@ -134,12 +137,17 @@ class ForkOracle:
 
     # -- node level ------------------------------------------------------------------------
     def output(self, call: NodeCall) -> dict[str, Any] | None:
-        return self.outputs.get(call.node)
+        found = last_applying(self.outputs, call.node, call.occurrence)
+        return None if found is None else found.memory
 
     def memo(self, call: NodeCall) -> Execution | None:
-        if not self.memoize or call.node in self.tools or call.node in self.routes:
-            return None
-        if call.kind == "approval" and (self.human_change is not None or self.hitl is not None):
+        if (not self.memoize or call.node in self.routes
+                or last_applying(self.tools, call.node, call.occurrence) is not None
+                or self.calls.touch(call.node, call.occurrence)):
+            return None  # a change supplies part of it: it must execute to apply it
+        if call.kind == "approval" and (
+                last_applying(self.humans, call.node, call.occurrence) is not None
+                or self.hitl is not None):
             return None
         if call.kind in ("tool", "subgraph") and self.policy.blocks_all:
             return None
@@ -167,14 +175,32 @@ class ForkOracle:
         return "live"
 
     # -- actions ---------------------------------------------------------------------------
+    def adjust(self, call: NodeCall, key: str, request: ChatRequest) -> ChatRequest:
+        """The request with this call's per-call model / prompt / temperature changes."""
+        return self.calls.adjust(call.node, call.occurrence, key, request)
+
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
               index: int | None, key: str | None = None) -> Served:
         key = key or turn_call(1, role, index)
-        recorded = self.recording.agent_call(call.node, call.occurrence, key)
+        node, occurrence = call.node, call.occurrence
+        reply = self.calls.reply(node, occurrence, key)
+        if reply is not None:
+            return Served(text=reply.text, input_tokens=0, output_tokens=0, latency_ms=0.0,
+                          label="simulated", tool_calls=reply.served_tool_calls(),
+                          finish_reason="tool_calls" if reply.tool_calls else "stop")
+        recorded = self.recording.agent_call(node, occurrence, key)
         recorded_hash = None if recorded is None else recorded.request_hash
-        if self.memoize and recorded is not None and recorded_hash == request.request_hash:
+        rerun = self.calls.reruns(node, occurrence, key)
+        if self.prefix.holds(node, occurrence, key) and not rerun:
+            self._check_prefix(call, key, recorded, recorded_hash == request.request_hash)
+            assert recorded is not None
             return self._reuse_agent(recorded)
-        label = self._label(call.node, role, index, recorded_hash, request.request_hash)
+        if (self.memoize and not rerun and recorded is not None
+                and recorded_hash == request.request_hash):
+            return self._reuse_agent(recorded)
+        label = self._label(node, role, index, recorded_hash, request.request_hash)
+        if self.calls.adjusts(node, occurrence, key):
+            label = "changed"
         self.spend.before(call, call.node, worst_case_usd(request, self.prices), request.model)
         try:
             served = self.live.agent(call, request, role, index, key)
@@ -185,6 +211,24 @@ class ForkOracle:
         self.spend.after(self.prices.cost(request.model, served.input_tokens,
                                           served.output_tokens), call)
         return replace(served, label=label)
+
+    @staticmethod
+    def _check_prefix(call: NodeCall, key: str, recorded: Any, same: bool) -> None:
+        """A call before a call-level fork point is the past: served as recorded. A change
+        of the fork may have altered its request (a prompt, a memory key the node read) —
+        the calls from the point on see the change, the ones before it happened as they
+        did. Only a call the recording does not hold cannot be served (``prefix_diverged``);
+        and a workflow node, whose requests its own code makes, must make the same ones."""
+        where = f"call {call.node}#{call.occurrence}/{key} comes before the fork point but "
+        if recorded is None:
+            raise NodeFailure("prefix_diverged", (
+                where + "the base recorded no such call; the code or graph no longer makes "
+                "the recorded calls — fork at the node instead"), label="reused")
+        if not same and call.kind == "workflow":
+            raise NodeFailure("prefix_diverged", (
+                where + "now sends a different request than the recording (its messages, "
+                "tools or settings differ): the code is not deterministic, or changed"),
+                label="reused")
 
     @staticmethod
     def _reuse_agent(action: AgentAnswer | CallFailure) -> Served:
@@ -198,6 +242,21 @@ class ForkOracle:
         """A tool the model chose: a write obeys the guard (served when the base's lineage
         made that call with these arguments, else blocked, unless allowed); with memoize a
         call whose arguments equal the base's same call is served; else it runs."""
+        node, occurrence = call.node, call.occurrence
+        supplied = self.calls.result(node, occurrence, use.call)
+        if supplied is not None:
+            return supplied.result, "simulated"
+        name, recorded_hash, outcome = self.recording.chosen_tool(node, occurrence, use.call)
+        same = name == use.name and recorded_hash == use.args_hash
+        rerun = self.calls.reruns(node, occurrence, use.call)
+        if self.prefix.holds(node, occurrence, use.call) and not rerun:
+            if outcome is None or not same:
+                raise NodeFailure("prefix_diverged", (
+                    f"call {node}#{occurrence}/{use.call} comes before the fork point but "
+                    + ("the base recorded no result for it" if outcome is None else
+                       f"now calls {use.name!r} with other arguments than the recording")
+                    + "; fork at the node instead"), label="reused")
+            return self._reuse_tool(outcome)
         if use.effect == "write" and not self.policy.allows(use.name):
             if self.policy.blocks_all:
                 raise Blocked(f"side effects are blocked by policy; tool {use.name!r} "
@@ -209,14 +268,8 @@ class ForkOracle:
                     f"arguments, so there is no recorded result to serve; allow it "
                     f"({{\"allow\": [\"{use.name}\"]}}) to call it for real", use.inputs)
             return served.result, "reused"
-        name, recorded_hash, outcome = self.recording.chosen_tool(
-            call.node, call.occurrence, use.call)
-        same = name == use.name and recorded_hash == use.args_hash
-        if self.memoize and outcome is not None and same:
-            if isinstance(outcome, CallFailure):
-                raise NodeFailure(str(outcome.error.get("type")),
-                                  str(outcome.error.get("message")), label="reused")
-            return outcome.result, "reused"
+        if self.memoize and not rerun and outcome is not None and same:
+            return self._reuse_tool(outcome)
         label: CallLabel = "changed" if outcome is not None and not same else "live"
         self.spend.before(call, call.node, 0.0)
         try:
@@ -230,8 +283,9 @@ class ForkOracle:
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
              ctx: ToolContext) -> tuple[Any, CallLabel]:
-        if node.id in self.tools:
-            return self.tools[node.id], "simulated"
+        substituted = last_applying(self.tools, node.id, call.occurrence)
+        if substituted is not None:
+            return substituted.result, "simulated"
         if node.effect == "write" and not self.policy.allows(node.id):
             ex = self._guard(call, args)
             return RecordedTool.of(ex, _reused_result(ex, ToolResult)), "reused"
@@ -255,6 +309,13 @@ class ForkOracle:
         self.spend.after(0.0, call)
         return result, label
 
+    @staticmethod
+    def _reuse_tool(outcome: ToolResult | CallFailure) -> tuple[Any, CallLabel]:
+        if isinstance(outcome, CallFailure):
+            raise NodeFailure(str(outcome.error.get("type")), str(outcome.error.get("message")),
+                              label="reused")
+        return outcome.result, "reused"
+
     def _guard(self, call: NodeCall, inputs: dict[str, Any]) -> Execution:
         """The base execution to serve for this side effect, or raise Blocked."""
         node = call.node
@@ -277,8 +338,8 @@ class ForkOracle:
         return forced.to
 
     def human(self, call: NodeCall, node: ApprovalNode) -> HumanAnswer | None:
-        if self.human_change is not None:
-            answer = self.human_change
+        answer = last_applying(self.humans, call.node, call.occurrence)
+        if answer is not None:
             return HumanAnswer(decision=answer.decision, data=answer.data,
                                memory_updates=answer.memory_updates, label="simulated",
                                answered_by="change")

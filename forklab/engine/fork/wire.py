@@ -351,11 +351,14 @@ class ForkPointWire(OutModel):
     node: str | None
     occurrence: int | None
     iteration: int | None
-    kind: Literal["before_node", "end"]
+    kind: Literal["before_node", "before_call", "end"]
     label: str = Field(description="human text, e.g. before 'write' execution 1, iteration 1")
     run_id: str | None = Field(default=None, description=(
         "the run whose log holds this boundary (on a fork, an inherited one is held by an "
         "ancestor)"))
+    call: str | None = Field(default=None, description=(
+        "before_call: the call key (assist#1/turn:3); the node re-executes with the calls "
+        "recorded before it served from the log"))
 
 
 class SuppressedEffect(OutModel):
