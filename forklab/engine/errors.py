@@ -104,6 +104,15 @@ class ForkPointNotFound(ForklabError):
     code = "fork_point_not_found"
 
 
+class PointCompacted(ForkPointNotFound):
+    """The address resolved to a boundary whose events were compacted away. ``point`` is
+    that boundary (a ``ForkPoint``), so ``source="auto"`` can look for a snapshot of it."""
+
+    def __init__(self, message: str, *, point: Any, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.point = point
+
+
 class ForkPointMidNode(ForklabError):
     code = "fork_point_mid_node"
 

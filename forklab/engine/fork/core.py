@@ -22,6 +22,7 @@ from forklab.engine.environment import Environment
 from forklab.engine.errors import (
     ForkPointNotFound,
     LiveBudgetExceeded,
+    PointCompacted,
     SourceMissing,
     UnpricedModel,
 )
@@ -144,7 +145,30 @@ def _requested_point(base: BaseRun, at: Any, source: str,
             "at={'version': N})", run_id=base.run_id)
     if where is not None:
         return _where_point(base, where), None, source
-    return resolve_point(base.index, at, status=base.state.status), None, source
+    try:
+        return resolve_point(base.index, at, status=base.state.status), None, source
+    except PointCompacted as behind:
+        covering = _covering_snapshot(base, behind.point) if source == "auto" else None
+        if covering is None:
+            raise
+        return (*covering, "snapshot")
+
+
+def _covering_snapshot(base: BaseRun, point: ForkPoint) -> tuple[ForkPoint, RunState] | None:
+    """A snapshot of the base's own log that forks exactly ``point`` (behind the compaction
+    boundary): taken at that boundary, or inside the node that starts there (rewound to
+    it). ``source="auto"`` falls back to it; None when no snapshot covers the point."""
+    if point.run_id not in (None, base.run_id):
+        return None
+    for version in base.store.snapshot_versions(base.run_id):
+        if version < point.seq:
+            continue
+        found, state = _snapshot_point(base, version)
+        if found.position == point.position and found.node == point.node:
+            return found, state
+        if (found.position or 0) > (point.position or 0):
+            return None  # later snapshots rewind to later boundaries still
+    return None
 
 
 @dataclass(frozen=True)

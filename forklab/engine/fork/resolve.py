@@ -15,7 +15,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from forklab.engine.errors import ForkPointMidNode, ForkPointNotFound, SourceMissing
+from forklab.engine.errors import (
+    ForkPointMidNode,
+    ForkPointNotFound,
+    PointCompacted,
+    SourceMissing,
+)
 from forklab.engine.fork.points import Entry, ForkPoint, RunIndex
 
 
@@ -34,10 +39,10 @@ def forkable(index: RunIndex, entry: Entry, what: str) -> ForkPoint:
             f"{what} is in the log of run {entry.run_id!r}, which was archived (its events are "
             f"gone); fork a later point (the earliest forkable point is seq {earliest})",
             run_id=entry.run_id, earliest_forkable=earliest)
-    raise ForkPointNotFound(
+    raise PointCompacted(
         f"{what} is behind the compaction boundary of run {entry.run_id!r} (its events are "
         f"gone); the earliest forkable point is seq {earliest}",
-        earliest_forkable=earliest, node=entry.node)
+        point=entry.point(), earliest_forkable=earliest, node=entry.node)
 
 
 def _occurrence(index: RunIndex, node: str, occurrence: int | str | None) -> Entry:

@@ -143,3 +143,40 @@ def test_an_unfinished_run_is_run_in_progress() -> None:
 
     assert raised.value.code == "run_in_progress"
     assert raised.value.context["status"] == "paused"
+
+
+# -- source="auto": events first, then a snapshot that covers the point (issue 35, class 6) --
+
+
+@pytest.mark.parametrize("at", [{"before_node": "review", "occurrence": 2},
+                                {"sequence": 19}, "seq:19"])
+def test_auto_forks_a_point_behind_the_boundary_from_the_snapshot_that_covers_it(at) -> None:
+    base = _compacted(21)  # the snapshot inside review#2 rewinds to the boundary before it
+    by_version = fork(base, at={"version": 21}, source="snapshot",
+                      change=change.prompt("review", "Approve everything."))
+
+    result = fork(base, at=at, source="auto", change=change.prompt("review",
+                                                                   "Approve everything."))
+
+    assert (result.point.node, result.point.occurrence) == ("review", 2)
+    assert result.fork_sequence_id == 21
+    assert canonical_equals(result.state.outcome(), by_version.state.outcome())
+
+
+def test_auto_prefers_events_where_they_are_kept() -> None:
+    base = _compacted(21)
+
+    result = fork(base, at={"before_node": "review", "occurrence": 3}, source="auto",
+                  policy={"memoize": True})
+
+    assert result.fork_sequence_id == 32
+    assert canonical_equals(result.state.outcome(), base.state.outcome())
+
+
+def test_auto_still_refuses_a_point_no_snapshot_covers_naming_one_that_works() -> None:
+    base = _compacted(21)
+
+    with pytest.raises(ForkPointNotFound) as raised:
+        fork(base, at="start", source="auto", dry_run=True)
+
+    assert raised.value.context["earliest_forkable"] == 24

@@ -1,0 +1,64 @@
+"""Compacted runs: every point forks from what is kept (issue 35, classes 6 and 7; SPEC §3.8).
+
+A generated run is snapshotted at a random seq and compacted up to it. Then, for every
+execution of the run (addressed by node and occurrence):
+
+- a boundary after the compaction boundary forks from events, with any ``source``;
+- a boundary behind it forks with ``source="auto"`` exactly when the snapshot covers it (the
+  snapshot was taken at that boundary or inside the node that starts there, and is rewound
+  to it) — and the null fork there reproduces the run with no paid call, as one from events
+  would; otherwise it is refused ``fork_point_not_found`` naming an earliest forkable point
+  that really forks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from forklab.engine import fork
+from forklab.engine.errors import ForkPointNotFound
+from forklab.engine.reducers import fold
+from tests.engine.properties.graphs import graph_cases
+from tests.engine.properties.profiles import examples
+from tests.engine.properties.recording import record_case, same_outcome, show
+from tests.engine.properties.world import Harness
+
+
+def _reproduces(base: Any, at: Any) -> None:
+    null = fork(base.run_id, store=base.store, env=base.env, at=at, source="auto",
+                policy={"memoize": True}, ignore_budget=True)
+    assert null.state is not None
+    paid = [c for c in null.calls if c["label"] not in ("reused", "simulated")]
+    assert not paid, f"null fork at {at}: paid {paid}"
+    assert same_outcome(null.state, base.state), f"null fork at {at}\n" + show(
+        base.state, null.state)
+
+
+@examples(40)
+@given(case=graph_cases(), data=st.data())
+def test_auto_forks_every_point_events_or_a_covering_snapshot_hold_and_names_one_that_does(
+        case: Any, data: st.DataObject) -> None:
+    h = Harness()
+    base = record_case(case, h)
+    executions = list(base.state.executions)
+    last = base.state.version
+    upto = data.draw(st.integers(1, max(1, last - 1)), label="snapshot and compaction at")
+    base.store.save_snapshot(base.run_id, fold(base.store.read(base.run_id, upto=upto)))
+    base.store.compact(base.run_id, upto)
+
+    for ex in executions:
+        at = {"before_node": ex.node, "occurrence": ex.occurrence}
+        boundary = ex.start_seq - 1
+        covered = boundary >= upto or (ex.end_seq is not None and upto < ex.end_seq)
+        try:
+            _reproduces(base, at)
+        except ForkPointNotFound as refused:
+            assert not covered, f"{at} (boundary {boundary}, snapshot {upto}): {refused}"
+            earliest = refused.context.get("earliest_forkable")
+            assert earliest is not None, refused.message
+            _reproduces(base, {"sequence": earliest})
+        else:
+            assert covered, f"{at} forked although nothing covers boundary {boundary}"
