@@ -38,7 +38,13 @@ from forklab.engine.fork.effective import apply_at
 from forklab.engine.fork.estimate import estimate_tail
 from forklab.engine.fork.plan import ForkPlan, PlanInputs
 from forklab.engine.fork.points import ForkPoint
-from forklab.engine.fork.resolve import check_point, parse_point, point_number, resolve_point
+from forklab.engine.fork.resolve import (
+    check_point,
+    earliest_context,
+    parse_point,
+    point_number,
+    resolve_point,
+)
 from forklab.engine.fork.tail import Policy
 from forklab.engine.fork.variant import begin_variant, fork_runner, run_plan
 from forklab.engine.fork.wire import Budget
@@ -65,10 +71,11 @@ def prefix_folder(base: BaseRun, point: ForkPoint) -> Callable[[], RunState]:
         return lambda: fold_to(events, point.seq, link.waypoints)
     usable = [v for v in base.store.snapshot_versions(link.run_id) if v <= point.seq]
     if not usable or usable[-1] < first - 1:
-        raise ForkPointNotFound(
+        raise PointCompacted(
             f"seq {point.seq} is behind the compaction boundary of run {link.run_id!r}; the "
-            f"earliest forkable point is seq {base.index.earliest()} (or fork a snapshot with "
-            "source='snapshot', at={'version': N})", earliest_forkable=base.index.earliest())
+            f"earliest forkable point is {base.index.earliest_text()} (or fork a snapshot with "
+            "source='snapshot', at={'version': N})", point=point,
+            **earliest_context(base.index))
     return lambda: _fold_from_snapshot(base, link.run_id, usable[-1], events, point)
 
 

@@ -24,25 +24,41 @@ from forklab.engine.errors import (
 from forklab.engine.fork.points import Entry, ForkPoint, RunIndex
 
 
+def earliest_context(index: RunIndex) -> dict[str, Any]:
+    """What an error says of the earliest forkable point: its seq and, when an ancestor's log
+    holds it, that run (``seq:N@RUN`` addresses it)."""
+    first = index.earliest_point()
+    if first is None:
+        return {"earliest_forkable": None}
+    if first.run_id in (None, index.run_id):
+        return {"earliest_forkable": first.seq}
+    return {"earliest_forkable": first.seq, "earliest_forkable_run_id": first.run_id}
+
+
 def forkable(index: RunIndex, entry: Entry, what: str) -> ForkPoint:
-    """The entry's point, or why it cannot be forked (compacted, archived)."""
+    """The entry's point, or why it cannot be forked (compacted, archived, deleted). The
+    earliest forkable point an error names is one that forks (:meth:`RunIndex.points`)."""
     if entry.missing is None:
         return entry.point()
-    earliest = index.earliest()
-    if earliest is None:
+    earliest = index.earliest_text()
+    if entry.missing == "compacted":
+        own = entry.run_id == index.run_id  # a snapshot of this run's log may cover it
+        raise PointCompacted(
+            f"{what} is behind the compaction boundary of run {entry.run_id!r} (its events "
+            f"are gone); the earliest forkable point is {earliest}"
+            + (", or fork a snapshot (source='auto' finds one taken at that boundary or "
+               "inside its node; source='snapshot' with at={'version': N})" if own else ""),
+            point=entry.point(), node=entry.node, **earliest_context(index))
+    gone = "deleted" if entry.missing == "deleted" else "archived (its events are gone)"
+    if index.earliest_point() is None:
         raise SourceMissing(
-            f"{what} is in a log that is gone and no boundary of this run is left to fork from "
-            "its events; fork a snapshot instead (source='snapshot', at={'version': N})",
-            run_id=entry.run_id)
-    if entry.missing == "archived":
-        raise SourceMissing(
-            f"{what} is in the log of run {entry.run_id!r}, which was archived (its events are "
-            f"gone); fork a later point (the earliest forkable point is seq {earliest})",
-            run_id=entry.run_id, earliest_forkable=earliest)
-    raise PointCompacted(
-        f"{what} is behind the compaction boundary of run {entry.run_id!r} (its events are "
-        f"gone); the earliest forkable point is seq {earliest}",
-        point=entry.point(), earliest_forkable=earliest, node=entry.node)
+            f"{what} is in the log of run {entry.run_id!r}, which was {gone}, and no boundary "
+            "of this run is left to fork from its events; fork a snapshot instead "
+            "(source='snapshot', at={'version': N})", run_id=entry.run_id)
+    raise SourceMissing(
+        f"{what} is in the log of run {entry.run_id!r}, which was {gone}; fork a later point "
+        f"(the earliest forkable point is {earliest})",
+        run_id=entry.run_id, **earliest_context(index))
 
 
 def _occurrence(index: RunIndex, node: str, occurrence: int | str | None) -> Entry:
@@ -61,11 +77,11 @@ def _occurrence(index: RunIndex, node: str, occurrence: int | str | None) -> Ent
         return found
     executions = runs[-1].occurrence
     if isinstance(occurrence, int) and 1 <= occurrence < runs[0].occurrence:
-        earliest = index.earliest()
         raise ForkPointNotFound(
             f"execution {occurrence} of node {node!r} is not in this log (it starts at "
-            f"execution {runs[0].occurrence}); the earliest forkable point is seq {earliest}",
-            node=node, executions=executions, earliest_forkable=earliest,
+            f"execution {runs[0].occurrence}); the earliest forkable point is "
+            f"{index.earliest_text()}",
+            node=node, executions=executions, **earliest_context(index),
         )
     raise ForkPointNotFound(
         f"node {node!r} executed {executions} time(s); occurrence {occurrence!r} is out of "
@@ -84,11 +100,10 @@ def _check_sequence(index: RunIndex, seq: int, run_id: str | None = None) -> For
         if entry.run_id == index.run_id and entry.start - 1 == seq:
             return forkable(index, entry, f"seq {seq}")
     if seq < index.first_seq - 1 or seq < 1:
-        earliest = index.earliest()
         raise ForkPointNotFound(
-            f"seq {seq} is before the earliest forkable point (seq {earliest}); events before "
-            f"seq {index.first_seq} are not available",
-            seq=seq, earliest_forkable=earliest,
+            f"seq {seq} is before the earliest forkable point ({index.earliest_text()}); "
+            f"events before seq {index.first_seq} are not available",
+            seq=seq, **earliest_context(index),
         )
     for ex in index.own:
         if ex.start <= seq and (ex.end is None or seq < ex.end):

@@ -180,3 +180,36 @@ def test_auto_still_refuses_a_point_no_snapshot_covers_naming_one_that_works() -
         fork(base, at="start", source="auto", dry_run=True)
 
     assert raised.value.context["earliest_forkable"] == 24
+
+
+# -- what a compacted lineage suggests and lists (issue 35, class 7) ------------------------
+
+
+def test_a_fork_of_a_compacted_base_names_an_earliest_point_that_forks() -> None:
+    base = _compacted(21)
+    child = fork(base, at={"before_node": "review", "occurrence": 3},
+                 change=change.prompt("review", "Approve."))
+
+    with pytest.raises(ForkPointNotFound) as raised:
+        fork(child.run_id, store=base.store, env=base.env, at={"before_node": "revise"},
+             dry_run=True)
+
+    context = raised.value.context
+    assert (context["earliest_forkable"], context["earliest_forkable_run_id"]) == (
+        24, base.run_id)
+    assert f"seq:24@{base.run_id}" in raised.value.message
+    again = fork(child.run_id, store=base.store, env=base.env,
+                 at={"sequence": 24, "run_id": base.run_id}, dry_run=True)
+    assert again.fork_sequence_id == 24
+
+
+def test_fork_points_of_a_fork_of_a_compacted_base_list_only_points_that_fork() -> None:
+    base = _compacted(21)
+    child = fork(base, at={"before_node": "review", "occurrence": 3},
+                 change=change.prompt("review", "Approve."))
+
+    listed = fork_points(base.store.read(child.run_id), store=base.store)
+
+    assert [(p.seq, p.run_id) for p in listed][:2] == [(24, base.run_id), (27, base.run_id)]
+    for point in listed:
+        fork(child.run_id, store=base.store, env=base.env, at=point.address(), dry_run=True)

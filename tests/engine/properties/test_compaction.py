@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forklab.engine import fork
+from forklab.engine import fork, fork_points
 from forklab.engine.errors import ForkPointNotFound
 from forklab.engine.reducers import fold
 from tests.engine.properties.graphs import graph_cases
@@ -62,3 +62,44 @@ def test_auto_forks_every_point_events_or_a_covering_snapshot_hold_and_names_one
             _reproduces(base, {"sequence": earliest})
         else:
             assert covered, f"{at} forked although nothing covers boundary {boundary}"
+
+
+@examples(30)
+@given(case=graph_cases(), data=st.data())
+def test_every_listed_point_of_a_compacted_lineage_forks_and_every_refusal_names_one_that_does(
+        case: Any, data: st.DataObject) -> None:
+    """A fork of a compacted base inherits its compaction: ``fork_points`` (of the base and of
+    the fork) lists only boundaries that fork, and an address that resolves behind the
+    boundary names an earliest forkable point that does — never one that is gone itself."""
+    h = Harness()
+    base = record_case(case, h)
+    upto = data.draw(st.integers(1, max(1, base.state.version - 1)), label="compacted up to")
+    base.store.save_snapshot(base.run_id, fold(base.store.read(base.run_id, upto=upto)))
+    base.store.compact(base.run_id, upto)
+    later = fork_points(base.store.read(base.run_id), store=base.store)
+    if not later:
+        return
+    point = data.draw(st.sampled_from(later), label="the fork's point")
+    child = fork(base.run_id, store=base.store, env=h.env, at=point.address(),
+                 policy={"memoize": True}, ignore_budget=True)
+    assert child.state is not None and child.run_id is not None
+    if not child.state.finished:
+        return
+
+    for run_id in (base.run_id, child.run_id):
+        for listed in fork_points(base.store.read(run_id), store=base.store):
+            fork(run_id, store=base.store, env=h.env, at=listed.address(), dry_run=True,
+                 ignore_budget=True)
+    for ex in child.state.executions:
+        at = {"before_node": ex.node, "occurrence": ex.occurrence}
+        try:
+            fork(child.run_id, store=base.store, env=h.env, at=at, dry_run=True,
+                 ignore_budget=True)
+        except ForkPointNotFound as refused:
+            earliest = refused.context.get("earliest_forkable")
+            assert earliest is not None, refused.message
+            address = {"sequence": earliest}
+            if refused.context.get("earliest_forkable_run_id"):
+                address["run_id"] = refused.context["earliest_forkable_run_id"]
+            fork(child.run_id, store=base.store, env=h.env, at=address, dry_run=True,
+                 ignore_budget=True)
