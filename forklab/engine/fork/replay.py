@@ -24,7 +24,7 @@ from forklab.engine.actions import (
 )
 from forklab.engine.canonical import canonical_json
 from forklab.engine.environment import Environment
-from forklab.engine.errors import ReplayDivergence
+from forklab.engine.errors import ForklabError, ReplayDivergence
 from forklab.engine.events import (
     AnyEvent,
     Event,
@@ -33,8 +33,9 @@ from forklab.engine.events import (
     NodeReused,
     NodeStarted,
     ReflectionDiscarded,
+    RunForked,
 )
-from forklab.engine.fork.base import graph_of as _graph_of
+from forklab.engine.fork.lineage import forked_event
 from forklab.engine.graph import ApprovalNode, GraphSpec, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import (
     Blocked,
@@ -265,10 +266,36 @@ def replay_events(events: Sequence[AnyEvent], graph: GraphSpec, *, strict: bool 
 
 def replay(run_id: str, *, store: Store, strict: bool = True, graph: GraphSpec | None = None,
            env: Environment | None = None) -> RunState:
-    """Strictly replay a stored run through its graph's latest version (or ``graph``)."""
+    """Strictly replay a stored run through its graph's latest version (or ``graph``).
+
+    A fork is re-driven through the latest version with the fork's changes (its lineage's,
+    then its own) applied again — what it would run under today — never through the
+    effective graph it recorded, which cannot drift: an edit to a node its tail ran is
+    ``replay_divergence`` as it is for a primary run; a change that no longer applies to
+    the latest version (its node renamed or removed) is one too.
+    """
     events = store.read(run_id)
     recorded = fold(events)
     if graph is None:
-        graph = (_graph_of(recorded, events, store) if recorded.run_kind == "counterfactual"
-                 else store.load_graph(recorded.graph_id))
+        latest = store.load_graph(recorded.graph_id)
+        forked = forked_event(events)
+        graph = latest if forked is None else _current_effective(latest, forked, store)
     return replay_events(events, graph, strict=strict, env=env, graphs=store)
+
+
+def _current_effective(latest: GraphSpec, forked: RunForked, store: Store) -> GraphSpec:
+    """``latest`` with a fork's combined changes applied in lineage order (a later change
+    refining an earlier one, as the fork did)."""
+    from forklab.engine.fork.apply import effective_graph
+    from forklab.engine.fork.changes import parse_changes
+
+    versions = store.graph_versions(latest.id)
+    version = versions[-1] if versions else None
+    try:
+        return effective_graph(latest, parse_changes(forked.changes), one_request=False)
+    except ForklabError as exc:
+        raise ReplayDivergence(
+            f"the fork's changes no longer apply to version {version} of graph "
+            f"{latest.id!r} ({exc.message}); the graph drifted under the fork — fork the "
+            "base again against this version", graph_id=latest.id, graph_version=version,
+            cause=exc.code) from None
