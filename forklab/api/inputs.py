@@ -70,6 +70,15 @@ class NoFields(BaseModel):
     model_config = ConfigDict(extra="forbid", title="NoFields")
 
 
+class PromoteFields(BaseModel):
+    """The body of ``promote``: empty, ``{}``, or ``{"only_applied": true}`` (leave out, and
+    list in ``skipped``, a config change the fork's tail never applied instead of refusing
+    it with ``promote_conflict``)."""
+
+    model_config = ConfigDict(extra="forbid", title="PromoteFields")
+    only_applied: bool = False
+
+
 class BoundedJSONParser(JSONParser):
     """DRF's JSON parser behind the edge checks (``forklab.engine.inputs``).
 

@@ -159,6 +159,12 @@ class PromoteConflict(ForklabError):
     code = "promote_conflict"
 
 
+class PromoteNotApplied(PromoteConflict):
+    """A fork's config change its tail never applied as it would be promoted (its node ran
+    before the point the change was applied at, or never after it): the promoted graph
+    would not reproduce the fork. Same code (409); ``reason`` is ``not_applied``."""
+
+
 class ReplayDivergence(ForklabError):
     code = "replay_divergence"
 

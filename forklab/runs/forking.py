@@ -246,11 +246,11 @@ def diff(*, user: User, base_id: str, variant_id: str) -> RunDiffWire:
     return RunDiffWire.from_wire(readcache.run_diff(base, variant).wire())
 
 
-def promote_fork(*, user: User, run_id: str) -> PromoteResult:
+def promote_fork(*, user: User, run_id: str, only_applied: bool = False) -> PromoteResult:
     run = _base_run(user, run_id)
     require_role(user, run.project, Role.ADMIN, action="promoting a fork into the graph")
     require_recorded(run)
-    return promote(run_id, store=DjangoStore(run.project))
+    return promote(run_id, store=DjangoStore(run.project), only_applied=only_applied)
 
 
 def save_fork_as_case(*, user: User, run_id: str, spec: CaseSpec) -> Case:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from forklab.engine import Case, change, fork, promote, run_case, save_case
+from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import InvalidChange, PrefixDiverged, PromoteConflict
 from forklab.engine.graph import Condition
+from forklab.engine.recording import run_recorded
 from forklab.engine.reducers import fold
 from tests.engine.fork.helpers import graph_with, labels, record
 
@@ -193,3 +195,37 @@ def test_only_a_finished_fork_can_be_saved_as_a_case() -> None:
     with pytest.raises(InvalidChange):
         save_case(base.run_id, name="primary", store=base.store)
     assert fold(base.store.read(paused.run_id)).status == "paused"
+
+
+# -- promote carries exactly what the tail applied (issue 35, class 3) ------------------------
+
+
+def test_a_change_to_a_node_that_ran_only_before_the_point_is_not_promoted() -> None:
+    base = record("research-write")
+    result = fork(base, at={"before_node": "write"},
+                  change=[change.prompt("research", "Dig deeper."),
+                          change.prompt("write", "Be terse.")])
+    assert any("'research' does not run after the fork point" in w for w in result.warnings)
+
+    with pytest.raises(PromoteConflict) as raised:
+        promote(result.run_id, store=base.store)
+
+    assert raised.value.context["reason"] == "not_applied"
+    assert [c["target"] for c in raised.value.context["changes"]] == ["research"]
+    assert "'research' ran before the point" in raised.value.message
+    assert base.store.graph_versions("research-write") == [1]
+
+
+def test_only_applied_promotes_what_the_tail_applied_and_the_re_run_reproduces_the_fork() -> None:
+    base = record("research-write")
+    result = fork(base, at={"before_node": "write"},
+                  change=[change.prompt("research", "Dig deeper."),
+                          change.prompt("write", "Be terse.")])
+
+    promoted = promote(result.run_id, store=base.store, only_applied=True)
+
+    assert [c["target"] for c in promoted.promoted] == ["write"]
+    assert [s["change"]["target"] for s in promoted.skipped] == ["research"]
+    graph = base.store.load_graph("research-write", promoted.version)
+    rerun = run_recorded(graph, dict(result.state.input), env=base.env)
+    assert canonical_equals(rerun.state.memory, result.state.memory)
