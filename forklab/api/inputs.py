@@ -61,6 +61,10 @@ class CasesRunSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     project: str | None = Field(default=None, max_length=100, description="project slug")
+    graph_version: int | None = Field(
+        default=None, ge=1, le=2**31 - 1,
+        description="run every case against this version of its graph (default: the "
+                    "graph's current version); each result names the version it ran")
 
 
 class NoFields(BaseModel):

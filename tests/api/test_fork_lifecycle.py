@@ -296,7 +296,13 @@ def test_a_finished_fork_saved_as_a_case_replays_as_a_passing_suite(
     ran = post(client, "/cases/run/")
     assert ran.status_code == 200
     assert ran.json() == {"passed": True, "total": 1, "failed": 0, "results": [
-        {"project": "lab", "name": "short left", "passed": True, "failures": [], "note": ""}]}
+        {"project": "lab", "name": "short left", "passed": True, "failures": [], "note": "",
+         "graph_id": "diamond", "graph_version": 1}]}
+    named = post(client, "/cases/run/", {"graph_version": 1}).json()
+    assert [r["graph_version"] for r in named["results"]] == [1]
+    missing = post(client, "/cases/run/", {"graph_version": 9}).json()
+    assert missing["failed"] == 1
+    assert "version 9 of graph 'diamond'" in missing["results"][0]["failures"][0]
     assert post(client, "/cases/run/", {"project": "demo"}).json()["total"] == 0
 
     # a criterion that can never hold (``in`` a number) fails its case, not the request

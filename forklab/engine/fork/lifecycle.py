@@ -6,8 +6,10 @@
   only those its tail applied, so the promoted graph reproduces the fork — refused with
   ``promote_conflict`` when a newer version changed the same nodes or a change never took
   effect (``reason: not_applied``).
-- cases: a finished fork saved with its log and pass criteria; ``run_case`` re-drives it
-  with every call served from its recording and checks the criteria (SPEC §3.9).
+- cases: a finished fork saved with its log and pass criteria; ``run_case_against``
+  re-drives it through its graph's current (or a named) version, with the case's changes
+  applied again and every call served from its recording, and checks the criteria — so a
+  graph edit that breaks a criterion fails the case (SPEC §3.9).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from forklab.engine.graph import Condition, GraphSpec, SubgraphNode, parse_graph
 from forklab.engine.planner import _holds
 from forklab.engine.reducers import fold
 from forklab.engine.state import RunState
-from forklab.engine.store import MemoryStore, Store
+from forklab.engine.store import GraphStore, MemoryStore, Store
 from forklab.engine.subgraphs import execution_fingerprint
 
 if TYPE_CHECKING:
@@ -206,10 +208,43 @@ class CaseResult:
     passed: bool
     failures: list[str]
     note: str = ""
+    graph_id: str | None = None  # the graph the case ran against …
+    graph_version: int | None = None  # … and its version (None: the graph frozen in the case)
 
     def wire(self) -> dict[str, Any]:
         return {"name": self.name, "passed": self.passed, "failures": self.failures,
-                "note": self.note}
+                "note": self.note, "graph_id": self.graph_id,
+                "graph_version": self.graph_version}
+
+
+def case_graph(case: Case, *, store: Store, version: int | None = None) -> tuple[GraphSpec, int]:
+    """The graph a case runs against: ``version`` (default: the latest) of its root graph in
+    ``store``, with the case's config-type changes (its fork's, in lineage order) applied
+    again — what the fork would run under today. Raises the store's error for an unknown
+    graph or version, and ``InvalidChange`` when the changes no longer apply."""
+    graph_id = str(case.graph["id"])
+    versions = store.graph_versions(graph_id)
+    chosen = version if version is not None else (versions[-1] if versions else 0)
+    graph = store.load_graph(graph_id, chosen)
+    config = [c for c in parse_changes(case.changes) if c.kind in CONFIG_KINDS]
+    return effective_graph(graph, config, one_request=False) if config else graph, chosen
+
+
+def run_case_against(case: Case, *, store: Store, version: int | None = None) -> CaseResult:
+    """Run ``case`` against its graph's current version in ``store`` (or ``version``), its
+    subgraph nodes' graphs from ``store`` too; the result names the version it ran. A graph
+    or version that cannot be loaded, or changes that no longer apply, fail the case."""
+    graph_id = str(case.graph["id"])
+    try:
+        graph, chosen = case_graph(case, store=store, version=version)
+    except ForklabError as exc:
+        where = f"version {version} of graph" if version is not None else "graph"
+        return CaseResult(case.name, False, [f"{exc.code}: the case cannot run against "
+                                             f"{where} {graph_id!r}: {exc.message}"],
+                          graph_id=graph_id, graph_version=version)
+    result = run_case(case, graph=graph, graphs=store)
+    result.graph_id, result.graph_version = graph_id, chosen
+    return result
 
 
 def save_case(fork_run_id: str, *, name: str, store: Store,
@@ -246,16 +281,21 @@ def _child_graphs(graph: GraphSpec, store: Store) -> dict[str, dict[str, Any]]:
     return found
 
 
-def run_case(case: Case, *, graph: GraphSpec | None = None) -> CaseResult:
-    """Re-drive the case with every call served from its recording; check its criteria.
+def run_case(case: Case, *, graph: GraphSpec | None = None,
+             graphs: GraphStore | None = None) -> CaseResult:
+    """Re-drive the case through ``graph`` (default: the graph frozen in the case — a
+    regression suite wants :func:`run_case_against`, the graph's current version) with every
+    call served from its recording; check its criteria. Subgraph nodes' graphs come from
+    ``graphs`` (default: those frozen in the case).
 
     A case without criteria cannot fail: it passes with a note saying so (and how it ended).
     """
     from forklab.engine.fork.replay import replay_events
 
-    graphs = MemoryStore()
-    for wire_graph in case.graphs.values():
-        graphs.save_graph(parse_graph(wire_graph))
+    if graphs is None:
+        graphs = MemoryStore()
+        for wire_graph in case.graphs.values():
+            graphs.save_graph(parse_graph(wire_graph))
     events = [from_wire(e) for e in case.events]
     try:
         state = replay_events(events, graph or parse_graph(case.graph), strict=False,

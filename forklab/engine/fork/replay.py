@@ -100,9 +100,12 @@ class RecordedOracle:
         return None
 
     def memo(self, call: NodeCall) -> Execution | None:
-        """A fork's memo hit is re-served as one, so its events come out the same."""
+        """Strict: a fork's memo hit is re-served as one, so its events come out the same
+        (its fingerprint, computed now, still shows drift). Not strict (a case): the node
+        executes under today's graph with its calls served from the recording — re-served
+        whole, its recorded writes would outlive an edit of the node's ``writes``."""
         ex = self.by_occurrence.get((call.node, call.occurrence))
-        return ex if ex is not None and ex.memo else None
+        return ex if self.strict and ex is not None and ex.memo else None
 
     def _check_blocked(self, call: NodeCall) -> None:
         effect = self.blocked.get(call.node)
