@@ -150,8 +150,8 @@ def fork_points(events: Sequence[AnyEvent], *, store: Any = None) -> list[ForkPo
     log's snapshots) are looked up so boundaries that are gone are left out: every point
     listed resolves and forks.
     """
-    if store is not None and (not events or events[0].seq != 1
-                              or (len(events) > 1 and isinstance(events[1], RunForked))):
+    if store is not None and events and (events[0].seq != 1 or (
+            len(events) > 1 and isinstance(events[1], RunForked))):
         try:
             return load_base(events[0].run_id, store=store, env=None,
                              require_finished=False).index.points()

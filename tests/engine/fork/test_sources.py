@@ -213,3 +213,10 @@ def test_fork_points_of_a_fork_of_a_compacted_base_list_only_points_that_fork() 
     assert [(p.seq, p.run_id) for p in listed][:2] == [(24, base.run_id), (27, base.run_id)]
     for point in listed:
         fork(child.run_id, store=base.store, env=base.env, at=point.address(), dry_run=True)
+
+
+def test_fork_points_of_an_archived_run_list_nothing_rather_than_fail() -> None:
+    base = record("review-loop")
+    base.store.archive(base.run_id)
+
+    assert fork_points(base.store.read(base.run_id), store=base.store) == []
