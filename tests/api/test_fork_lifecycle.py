@@ -270,6 +270,27 @@ def test_promote_adopts_a_prompt_change_and_refuses_a_conflicting_second(
     assert conflict.json()["code"] == "promote_conflict"
 
 
+def test_promote_refuses_a_change_its_tail_never_applied_unless_only_applied(
+    fresh_world: World,
+) -> None:
+    client = fresh_world.client("admin")
+    fork_id = post(client, "/forks/", {
+        "base_run": fresh_world.lab_diamond, "at": {"before_node": "left"},
+        "changes": [SHORT, {"kind": "prompt", "target": "plan", "system_prompt": "Plan."}],
+    }).json()["id"]
+    assert drain(timeout=60)
+
+    refused = post(client, f"/forks/{fork_id}/promote/")
+    assert refused.status_code == 409
+    assert (refused.json()["code"], refused.json()["reason"]) == ("promote_conflict",
+                                                                 "not_applied")
+    assert [c["target"] for c in refused.json()["changes"]] == ["plan"]
+    promoted = post(client, f"/forks/{fork_id}/promote/", {"only_applied": True})
+    assert promoted.status_code == 200, promoted.json()
+    assert [c["target"] for c in promoted.json()["promoted"]] == [SHORT["target"]]
+    assert [s["change"]["target"] for s in promoted.json()["skipped"]] == ["plan"]
+
+
 def test_a_finished_fork_saved_as_a_case_replays_as_a_passing_suite(
     fresh_world: World,
 ) -> None:
