@@ -109,8 +109,7 @@ def _check_sequence(index: RunIndex, seq: int, run_id: str | None = None) -> For
         if ex.start <= seq and (ex.end is None or seq < ex.end):
             raise ForkPointMidNode(
                 f"seq {seq} is inside the execution of node {ex.node!r} (execution "
-                f"{ex.occurrence}, seqs {ex.start}..{ex.end}); fork at seq {ex.start - 1} "
-                f"(before it) or seq {ex.end} (after it)",
+                f"{ex.occurrence}, seqs {ex.start}..{ex.end}); {_around(index, ex)}",
                 seq=seq, node=ex.node, occurrence=ex.occurrence,
             )
     raise ForkPointNotFound(
@@ -119,6 +118,19 @@ def _check_sequence(index: RunIndex, seq: int, run_id: str | None = None) -> For
         "and give one of their seqs",
         seq=seq,
     )
+
+
+def _around(index: RunIndex, ex: Any) -> str:
+    """The boundaries before and after an execution that fork (a boundary behind a
+    compaction boundary, or after a node that did not complete, is not one), else the
+    earliest forkable point."""
+    before = index.point_at(ex.start - 1)
+    after = index.point_at(ex.end) if ex.end is not None else None
+    named = [f"seq {p.seq} ({where})" for p, where in ((before, "before it"),
+                                                        (after, "after it")) if p is not None]
+    if named:
+        return "fork at " + " or ".join(named)
+    return f"fork at the earliest forkable point, {index.earliest_text()}"
 
 
 def _inherited_sequence(index: RunIndex, seq: int, run_id: str) -> ForkPoint:

@@ -13,13 +13,14 @@ execution of the run (addressed by node and occurrence):
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from forklab.engine import fork, fork_points
-from forklab.engine.errors import ForkPointNotFound
+from forklab.engine.errors import ForklabError, ForkPointNotFound
 from forklab.engine.reducers import fold
 from tests.engine.properties.graphs import graph_cases
 from tests.engine.properties.profiles import examples
@@ -103,3 +104,32 @@ def test_every_listed_point_of_a_compacted_lineage_forks_and_every_refusal_names
                 address["run_id"] = refused.context["earliest_forkable_run_id"]
             fork(child.run_id, store=base.store, env=h.env, at=address, dry_run=True,
                  ignore_budget=True)
+
+
+_SUGGESTED = re.compile(r"(?:fork at|or|earliest forkable point(?: is|,)?|\() ?seq (\d+)")
+
+
+@examples(30)
+@given(case=graph_cases(), data=st.data())
+def test_every_seq_of_a_run_forks_or_is_refused_naming_seqs_that_fork(
+        case: Any, data: st.DataObject) -> None:
+    """Whatever raw seq is asked for, on a whole or a compacted log: the fork is made, or the
+    refusal suggests only boundaries that do fork (before or after the node it splits, the
+    earliest forkable point) — never one that is itself gone."""
+    h = Harness()
+    base = record_case(case, h)
+    last = base.state.version
+    if data.draw(st.booleans(), label="compacted"):
+        upto = data.draw(st.integers(1, max(1, last - 1)), label="compacted up to")
+        base.store.save_snapshot(base.run_id, fold(base.store.read(base.run_id, upto=upto)))
+        base.store.compact(base.run_id, upto)
+
+    for seq in range(0, last + 2):
+        try:
+            fork(base.run_id, store=base.store, env=h.env, at={"sequence": seq},
+                 dry_run=True, ignore_budget=True)
+        except ForklabError as refused:
+            suggested = {int(n) for n in _SUGGESTED.findall(refused.message)} - {seq}
+            for other in sorted(suggested):
+                fork(base.run_id, store=base.store, env=h.env, at={"sequence": other},
+                     dry_run=True, ignore_budget=True)
