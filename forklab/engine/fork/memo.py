@@ -16,7 +16,8 @@
 variant really executed (:func:`executed`): never what one variant's change supplied (an
 ``output`` substitution, a ``tool`` result, a forced route, a gate's answer), which the other
 variants do not carry. So every variant of a sweep has exactly the outcome of the same fork
-run alone.
+run alone (budgets included: the fork oracle counts a sibling's paid call against the
+variant's budget, ``ForkOracle._from_sibling``).
 """
 
 from __future__ import annotations

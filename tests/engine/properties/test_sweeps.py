@@ -67,3 +67,44 @@ def test_every_variant_of_a_memoized_sweep_has_the_outcome_of_its_fork_run_alone
         assert same_outcome(together, alone), (
             f"{name} ({'; '.join(c.describe() for c in items) or 'no change'}) at "
             f"{point.label}: in the sweep vs alone\n" + show(together, alone))
+
+
+@examples(40)
+@given(case=graph_cases(), data=st.data())
+def test_a_variant_stops_at_its_budget_in_a_sweep_exactly_where_it_stops_alone(
+        case: Any, data: st.DataObject) -> None:
+    """Budgets included: a call a sibling paid for is served free, but the variant's budget
+    is checked and spent as if it had made it, so a variant stops (``live_budget_exceeded``)
+    in a sweep exactly where it stops alone."""
+    h = Harness()
+    base = record_case(case, h)
+    point = data.draw(st.sampled_from(fork_points(base.event_log)), label="point")
+    shared = [_moving_every_reader(case.graph, data.draw(st.sampled_from(WORDS)))]
+    extras = data.draw(st.lists(st.one_of(st.none(), changes(case.graph, base.state)),
+                                min_size=2, max_size=3), label="each variant's own change")
+    variants = {f"v{i}": shared + ([extra] if extra is not None else [])
+                for i, extra in enumerate(extras)}
+    budget = {"max_live_calls": data.draw(st.integers(0, 6), label="max_live_calls"),
+              "max_cost_usd": data.draw(st.sampled_from([None, 0.0002, 0.001, 1.0]),
+                                        label="max_cost_usd")}
+    at = {"sequence": point.seq}
+
+    concurrency = data.draw(st.sampled_from([1, 3]), label="concurrency")
+
+    sweep = fork_each(base, at=at, variants=variants, policy={"memoize": True},
+                      budget=budget, concurrency=concurrency)
+
+    for name, items in variants.items():
+        try:
+            alone: Any = fork(base, at=at, change=items, policy={"memoize": True},
+                              budget=budget).state
+        except ForklabError as exc:
+            alone = exc.code
+        if name in sweep.errors:
+            assert alone == sweep.errors[name]["code"], f"{name}: {sweep.errors[name]}"
+            continue
+        together = sweep.results[name].state
+        assert not isinstance(alone, str), f"{name} forks in a sweep but alone: {alone}"
+        assert same_outcome(together, alone), (
+            f"{name} ({'; '.join(c.describe() for c in items)}) at {point.label} under "
+            f"{budget}: in the sweep vs alone\n" + show(together, alone))
