@@ -22,6 +22,7 @@ from forklab.engine.environment import Environment
 from forklab.engine.errors import (
     ForkPointNotFound,
     LiveBudgetExceeded,
+    PointCompacted,
     SourceMissing,
     UnpricedModel,
 )
@@ -40,6 +41,7 @@ from forklab.engine.fork.points import ForkPoint
 from forklab.engine.fork.resolve import (
     call_point,
     check_point,
+    earliest_context,
     parse_point,
     point_number,
     resolve_point,
@@ -70,10 +72,11 @@ def prefix_folder(base: BaseRun, point: ForkPoint) -> Callable[[], RunState]:
         return lambda: fold_to(events, point.seq, link.waypoints)
     usable = [v for v in base.store.snapshot_versions(link.run_id) if v <= point.seq]
     if not usable or usable[-1] < first - 1:
-        raise ForkPointNotFound(
+        raise PointCompacted(
             f"seq {point.seq} is behind the compaction boundary of run {link.run_id!r}; the "
-            f"earliest forkable point is seq {base.index.earliest()} (or fork a snapshot with "
-            "source='snapshot', at={'version': N})", earliest_forkable=base.index.earliest())
+            f"earliest forkable point is {base.index.earliest_text()} (or fork a snapshot with "
+            "source='snapshot', at={'version': N})", point=point,
+            **earliest_context(base.index))
     return lambda: _fold_from_snapshot(base, link.run_id, usable[-1], events, point)
 
 
@@ -150,7 +153,30 @@ def _requested_point(base: BaseRun, at: Any, source: str,
             "at={'version': N})", run_id=base.run_id)
     if where is not None:
         return _where_point(base, where), None, source
-    return resolve_point(base.index, at, status=base.state.status), None, source
+    try:
+        return resolve_point(base.index, at, status=base.state.status), None, source
+    except PointCompacted as behind:
+        covering = _covering_snapshot(base, behind.point) if source == "auto" else None
+        if covering is None:
+            raise
+        return (*covering, "snapshot")
+
+
+def _covering_snapshot(base: BaseRun, point: ForkPoint) -> tuple[ForkPoint, RunState] | None:
+    """A snapshot of the base's own log that forks exactly ``point`` (behind the compaction
+    boundary): taken at that boundary, or inside the node that starts there (rewound to
+    it). ``source="auto"`` falls back to it; None when no snapshot covers the point."""
+    if point.run_id not in (None, base.run_id):
+        return None
+    for version in base.store.snapshot_versions(base.run_id):
+        if version < point.seq:
+            continue
+        found, state = _snapshot_point(base, version)
+        if found.position == point.position and found.node == point.node:
+            return found, state
+        if (found.position or 0) > (point.position or 0):
+            return None  # later snapshots rewind to later boundaries still
+    return None
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ class Entry:
     reads: tuple[str, ...]
     writes: set[str]
     run_id: str
-    missing: str | None = None  # None (forkable) | "compacted" | "archived"
+    missing: str | None = None  # None (forkable) | "compacted" | "archived" | "deleted"
     # the calls the execution recorded, in order: (call key part, provider call id)
     calls: list[tuple[str, str | None]] = field(default_factory=list)
 
@@ -233,15 +233,17 @@ class RunIndex:
     last_seq: int = 0
     terminal_seq: int | None = None
     completed: bool = False
+    end_missing: bool = False  # the end boundary's events are gone (compacted, no snapshot)
 
     @classmethod
     def build(cls, events: Sequence[AnyEvent], state: RunState | None = None, *,
               reads_of: ReadsOf | None = None,
-              missing: Callable[[str], str | None] | None = None) -> RunIndex:
+              missing: Callable[[str, int], str | None] | None = None) -> RunIndex:
         """Index ``events`` (a run's own log) and, from ``state`` (its folded final state;
         folded from ``events`` when they start at seq 1 and are a fork's), the executions it
         inherited or lost to compaction. ``reads_of`` gives declared reads (default: the keys
-        recorded present); ``missing(run_id)`` says whether an ancestor's log is gone."""
+        recorded present); ``missing(run_id, seq)`` says whether boundary ``seq`` of that run's
+        log is gone (archived, or compacted with no snapshot to fold on from)."""
         own, terminal = _scan(events)
         run_id = events[0].run_id if events else (state.run_id if state else "")
         index = cls(run_id=run_id, own=own, terminal_seq=terminal,
@@ -262,11 +264,15 @@ class RunIndex:
                 position=len(index.entries), node=ex.node, kind=ex.kind,
                 occurrence=ex.occurrence, iteration=ex.iteration, start=ex.start, end=ex.end,
                 outcome=ex.outcome, reads=tuple(ex.reads if declared is None else declared),
-                writes=ex.writes, run_id=run_id, calls=ex.calls))
+                writes=ex.writes, run_id=run_id, calls=ex.calls,
+                missing=missing(run_id, ex.start - 1) if missing else None))
+        end = index.end_boundary()
+        index.end_missing = end is not None and missing is not None \
+            and missing(run_id, end) is not None
         return index
 
     def _add_state_entries(self, state: RunState | None, reads_of: ReadsOf | None,
-                           missing: Callable[[str], str | None] | None) -> None:
+                           missing: Callable[[str, int], str | None] | None) -> None:
         """Inherited executions (held by ancestors) and own ones behind compaction."""
         if state is None:
             return
@@ -275,7 +281,8 @@ class RunIndex:
         for i, ex in enumerate(state.executions[:inherited]):
             holder = _holder(holders, i)
             self.entries.append(_from_execution(i, ex, holder, reads_of,
-                                                missing(holder) if missing else None))
+                                                missing(holder, ex.start_seq - 1)
+                                                if missing else None))
         first_own = self.own[0].start if self.own else self.terminal_seq or self.last_seq + 1
         for ex in state.executions[inherited:]:
             if ex.start_seq < first_own:
@@ -312,7 +319,7 @@ class RunIndex:
 
     def end_point(self) -> ForkPoint | None:
         end = self.end_boundary()
-        if end is None:
+        if end is None or self.end_missing:
             return None
         return ForkPoint(seq=end, node=None, occurrence=None, iteration=None, kind="end",
                          run_id=self.run_id, position=len(self.entries))
@@ -332,8 +339,23 @@ class RunIndex:
         return [e for e in self.entries if e.node == node]
 
     def earliest(self) -> int | None:
+        """The seq of the first point listed (one that forks), or None."""
+        first = self.earliest_point()
+        return first.seq if first else None
+
+    def earliest_point(self) -> ForkPoint | None:
         points = self.points()
-        return points[0].seq if points else None
+        return points[0] if points else None
+
+    def earliest_text(self) -> str:
+        """The earliest forkable point as an error names it: ``seq N`` of this run's log, or
+        ``seq N of run R (seq:N@R)`` for a boundary an ancestor's log holds."""
+        first = self.earliest_point()
+        if first is None:
+            return "none (no boundary of this run can be forked from its events)"
+        if first.run_id in (None, self.run_id):
+            return f"seq {first.seq}"
+        return f"seq {first.seq} of run {first.run_id!r} (seq:{first.seq}@{first.run_id})"
 
 
 __all__ = ["Entry", "ForkPoint", "RunIndex"]

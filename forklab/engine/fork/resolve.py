@@ -16,29 +16,50 @@ from collections.abc import Callable
 from typing import Any
 
 from forklab.engine.calls import looks_like_call_key, parse_call_key
-from forklab.engine.errors import ForkPointMidNode, ForkPointNotFound, SourceMissing
+from forklab.engine.errors import (
+    ForkPointMidNode,
+    ForkPointNotFound,
+    PointCompacted,
+    SourceMissing,
+)
 from forklab.engine.fork.points import Entry, ForkPoint, RunIndex
 
 
+def earliest_context(index: RunIndex) -> dict[str, Any]:
+    """What an error says of the earliest forkable point: its seq and, when an ancestor's log
+    holds it, that run (``seq:N@RUN`` addresses it)."""
+    first = index.earliest_point()
+    if first is None:
+        return {"earliest_forkable": None}
+    if first.run_id in (None, index.run_id):
+        return {"earliest_forkable": first.seq}
+    return {"earliest_forkable": first.seq, "earliest_forkable_run_id": first.run_id}
+
+
 def forkable(index: RunIndex, entry: Entry, what: str) -> ForkPoint:
-    """The entry's point, or why it cannot be forked (compacted, archived)."""
+    """The entry's point, or why it cannot be forked (compacted, archived, deleted). The
+    earliest forkable point an error names is one that forks (:meth:`RunIndex.points`)."""
     if entry.missing is None:
         return entry.point()
-    earliest = index.earliest()
-    if earliest is None:
+    earliest = index.earliest_text()
+    if entry.missing == "compacted":
+        own = entry.run_id == index.run_id  # a snapshot of this run's log may cover it
+        raise PointCompacted(
+            f"{what} is behind the compaction boundary of run {entry.run_id!r} (its events "
+            f"are gone); the earliest forkable point is {earliest}"
+            + (", or fork a snapshot (source='auto' finds one taken at that boundary or "
+               "inside its node; source='snapshot' with at={'version': N})" if own else ""),
+            point=entry.point(), node=entry.node, **earliest_context(index))
+    gone = "deleted" if entry.missing == "deleted" else "archived (its events are gone)"
+    if index.earliest_point() is None:
         raise SourceMissing(
-            f"{what} is in a log that is gone and no boundary of this run is left to fork from "
-            "its events; fork a snapshot instead (source='snapshot', at={'version': N})",
-            run_id=entry.run_id)
-    if entry.missing == "archived":
-        raise SourceMissing(
-            f"{what} is in the log of run {entry.run_id!r}, which was archived (its events are "
-            f"gone); fork a later point (the earliest forkable point is seq {earliest})",
-            run_id=entry.run_id, earliest_forkable=earliest)
-    raise ForkPointNotFound(
-        f"{what} is behind the compaction boundary of run {entry.run_id!r} (its events are "
-        f"gone); the earliest forkable point is seq {earliest}",
-        earliest_forkable=earliest, node=entry.node)
+            f"{what} is in the log of run {entry.run_id!r}, which was {gone}, and no boundary "
+            "of this run is left to fork from its events; fork a snapshot instead "
+            "(source='snapshot', at={'version': N})", run_id=entry.run_id)
+    raise SourceMissing(
+        f"{what} is in the log of run {entry.run_id!r}, which was {gone}; fork a later point "
+        f"(the earliest forkable point is {earliest})",
+        run_id=entry.run_id, **earliest_context(index))
 
 
 def _occurrence(index: RunIndex, node: str, occurrence: int | str | None) -> Entry:
@@ -57,11 +78,11 @@ def _occurrence(index: RunIndex, node: str, occurrence: int | str | None) -> Ent
         return found
     executions = runs[-1].occurrence
     if isinstance(occurrence, int) and 1 <= occurrence < runs[0].occurrence:
-        earliest = index.earliest()
         raise ForkPointNotFound(
             f"execution {occurrence} of node {node!r} is not in this log (it starts at "
-            f"execution {runs[0].occurrence}); the earliest forkable point is seq {earliest}",
-            node=node, executions=executions, earliest_forkable=earliest,
+            f"execution {runs[0].occurrence}); the earliest forkable point is "
+            f"{index.earliest_text()}",
+            node=node, executions=executions, **earliest_context(index),
         )
     raise ForkPointNotFound(
         f"node {node!r} executed {executions} time(s); occurrence {occurrence!r} is out of "
@@ -80,18 +101,16 @@ def _check_sequence(index: RunIndex, seq: int, run_id: str | None = None) -> For
         if entry.run_id == index.run_id and entry.start - 1 == seq:
             return forkable(index, entry, f"seq {seq}")
     if seq < index.first_seq - 1 or seq < 1:
-        earliest = index.earliest()
         raise ForkPointNotFound(
-            f"seq {seq} is before the earliest forkable point (seq {earliest}); events before "
-            f"seq {index.first_seq} are not available",
-            seq=seq, earliest_forkable=earliest,
+            f"seq {seq} is before the earliest forkable point ({index.earliest_text()}); "
+            f"events before seq {index.first_seq} are not available",
+            seq=seq, **earliest_context(index),
         )
     for ex in index.own:
         if ex.start <= seq and (ex.end is None or seq < ex.end):
             raise ForkPointMidNode(
                 f"seq {seq} is inside the execution of node {ex.node!r} (execution "
-                f"{ex.occurrence}, seqs {ex.start}..{ex.end}); fork at seq {ex.start - 1} "
-                f"(before it) or seq {ex.end} (after it)",
+                f"{ex.occurrence}, seqs {ex.start}..{ex.end}); {_around(index, ex)}",
                 seq=seq, node=ex.node, occurrence=ex.occurrence,
             )
     raise ForkPointNotFound(
@@ -100,6 +119,19 @@ def _check_sequence(index: RunIndex, seq: int, run_id: str | None = None) -> For
         "and give one of their seqs",
         seq=seq,
     )
+
+
+def _around(index: RunIndex, ex: Any) -> str:
+    """The boundaries before and after an execution that fork (a boundary behind a
+    compaction boundary, or after a node that did not complete, is not one), else the
+    earliest forkable point."""
+    before = index.point_at(ex.start - 1)
+    after = index.point_at(ex.end) if ex.end is not None else None
+    named = [f"seq {p.seq} ({where})" for p, where in ((before, "before it"),
+                                                        (after, "after it")) if p is not None]
+    if named:
+        return "fork at " + " or ".join(named)
+    return f"fork at the earliest forkable point, {index.earliest_text()}"
 
 
 def _inherited_sequence(index: RunIndex, seq: int, run_id: str) -> ForkPoint:

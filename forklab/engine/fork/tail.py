@@ -94,7 +94,8 @@ class ForkOracle:
                  targets: Sequence[Target] | None = None,
                  shared_memo: SharedMemo | None = None,
                  hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None = None,
-                 routes_used: Sequence[str] = (), point: ForkPoint | None = None) -> None:
+                 routes_used: Sequence[str] = (), graph: GraphSpec | None = None,
+                 point: ForkPoint | None = None) -> None:
         self.live = live
         self.recording = recording
         self.policy = policy
@@ -111,6 +112,10 @@ class ForkOracle:
         self.humans = [c for c in changes if isinstance(c, HumanResponseChange)]
         self.calls = CallChanges.of(changes, recording)
         self.prefix = PrefixCalls.of(point, recording)
+        self.graph = graph  # the tail's graph: a sibling's execution is checked against it
+        # executions served from a sibling (a sweep) whose call this fork would have paid:
+        # the call, what it would have cost and its worst case, counted when settled
+        self._from_siblings: dict[int, tuple[NodeCall, float | None, float]] = {}
 
     # -- concurrency (engine.scheduler) -----------------------------------------------------
     overlaps_calls = True
@@ -124,15 +129,26 @@ class ForkOracle:
         (:meth:`admits`); a budget that is not enforced admits anything, so nothing is
         reserved and the figure is not worked out — (0, 0.0) — which for a join of 1,000
         workers is a render of its 1,000-key prompt."""
-        if not self.spend.enforce or (call is not None and (
-                self.output(call) is not None or self.memo(call) is not None)):
+        if not self.spend.enforce or (call is not None and self.output(call) is not None):
             return 0, 0.0
+        if call is not None and self.memo(call) is not None:
+            return self.served_worst(call)
         return worst_case(graph, node, call, self.prices)
+
+    def served_worst(self, call: NodeCall) -> tuple[int, float]:
+        """What a node served whole now (:meth:`memo`) reserves against the budget: nothing,
+        unless a sibling's execution is served in place of a call this fork would have paid
+        — then that call's worst case, as if it were made."""
+        held = self._from_siblings.get(id(call))
+        return (1, held[2]) if held is not None else (0, 0.0)
 
     def admits(self, calls: int | None, usd: float | None) -> bool:
         return self.spend.admits(calls, usd)
 
     def settle(self, call: NodeCall, *, kept: bool) -> None:
+        held = self._from_siblings.pop(id(call), None)
+        if held is not None and kept:
+            self.spend.after(held[1], call)  # the budget counts it as if it had been made
         self.spend.settle(call, kept=kept)
 
     # -- node level ------------------------------------------------------------------------
@@ -153,8 +169,61 @@ class ForkOracle:
             return None
         found = self.recording.memo(call.fingerprint)
         if found is None and self.shared_memo is not None:
-            found = self.shared_memo.get(call.fingerprint)
+            found = self._from_sibling(call)
         return found
+
+    def _from_sibling(self, call: NodeCall) -> Execution | None:
+        """A sweep sibling's execution of this fingerprint, when serving it leaves the
+        variant's outcome what it would be alone.
+
+        The sibling paid for the calls this fork would make; serving them is free, but the
+        budget is checked and spent as if they were made (:meth:`settle`), so a variant stops
+        at its budget exactly where it would alone. That is decided exactly for an execution
+        with at most one paid call (one agent, or a read tool); any other is served only
+        when no budget applies to it, else the node executes."""
+        ex = self.shared_memo.get(call.fingerprint) if self.shared_memo is not None else None
+        self._from_siblings.pop(id(call), None)
+        if ex is None:
+            return None
+        paid = [a for a in ex.actions if isinstance(a, (AgentAnswer, ToolResult, CallFailure,
+                                                         ChildOutcome))
+                and a.label in ("live", "changed")]
+        cap = self.spend.budget.max_cost_usd
+        if not paid or (not self.spend.enforce and cap is None):
+            return ex
+        agents = [a for a in paid if isinstance(a, AgentAnswer)
+                  or (isinstance(a, CallFailure) and a.kind == "agent")]
+        if cap is not None and any(self.prices.price(a.model or "") is None for a in agents):
+            return None  # alone, the call is refused as unpriced under the cost budget
+        if not self.spend.enforce:
+            return ex
+        return ex if self._admit_sibling(call, paid[0]) and len(paid) == 1 else None
+
+    def _admit_sibling(self, call: NodeCall, action: Any) -> bool:
+        """Whether this fork's budget admits the one call ``action`` stands for — the check
+        :meth:`Spend.before` would make at the head — and if so, hold it for :meth:`settle`."""
+        if isinstance(action, ChildOutcome) or self.graph is None:
+            return False
+        worst: float | None = 0.0
+        cost: float | None = 0.0
+        if isinstance(action, AgentAnswer) or (isinstance(action, CallFailure)
+                                               and action.kind == "agent"):
+            node = self.graph.node(call.node)
+            calls, worst = worst_case(self.graph, node, call, self.prices)
+            if calls != 1 or worst is None:
+                return False  # a multi-role node: its calls' worst cases are not known
+            if isinstance(action, AgentAnswer):
+                cost = self.prices.cost(action.model, action.input_tokens,
+                                        action.output_tokens)
+        if worst is None:
+            return False
+        limit, cap = self.spend.budget.max_live_calls, self.spend.budget.max_cost_usd
+        if limit is not None and self.spend.live_calls + 1 > limit:
+            return False
+        if cap is not None and self.spend.incurred_usd + worst > cap:
+            return False
+        self._from_siblings[id(call)] = (call, cost, worst)
+        return True
 
     def child(self, call: NodeCall, node: SubgraphNode) -> ForkOracle:
         """The oracle of a child run started in the tail: the guard, memo and budget of this

@@ -151,7 +151,7 @@ def run_plan(
         targets=config_targets(plan.changes), policy=plan.policy,
         spend=Spend(plan.budget, enforce=not ignore_budget), prices=env.prices,
         memoize=plan.memoize, shared_memo=shared_memo, hitl=hitl,
-        routes_used=plan.routes_used, point=plan.point)
+        routes_used=plan.routes_used, graph=plan.graph, point=plan.point)
 
     def observe(event: Event) -> None:
         if (shared_memo is not None and event.type in _COMPLETES

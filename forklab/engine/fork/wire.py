@@ -337,11 +337,15 @@ class OutModel(BaseModel):
 
 
 class EstimateWire(OutModel):
-    """What the tail is predicted to spend."""
+    """What the tail is predicted to spend — a prediction, not a bound: tokens and cost are
+    priced at the recorded token counts, and a change that makes answers longer makes the
+    nodes reading them (a join of parallel branches most) send longer requests. What bounds
+    spend is the budget, checked before every call against its worst case."""
 
     live_calls: int
     tokens: int
-    cost_usd: float
+    cost_usd: float = Field(description="predicted at the recorded token counts under the "
+                                        "fork's models; not an upper bound")
 
 
 class ForkPointWire(OutModel):
