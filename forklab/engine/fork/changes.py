@@ -436,8 +436,9 @@ CONFIG_KINDS = frozenset(k for k, cls in zip(KINDS, CHANGE_TYPES, strict=True) i
 """Kinds that change the graph (promotable); the rest change state."""
 AGENT_CHANGES: dict[str, type[AgentChange]] = {
     kind: cls for kind, cls in zip(KINDS, CHANGE_TYPES, strict=True)
-    if issubclass(cls, AgentChange)}
-"""The agent-setting kinds by ``kind`` (the CLI's ``--KIND TARGET=VALUE`` flags are these)."""
+    if issubclass(cls, AgentChange) and cls is not ToolsChange}
+"""The agent-setting kinds whose value is one setting, by ``kind`` (the CLI's
+``--KIND TARGET=VALUE`` flags are these; ``tools`` takes a JSON object: ``--tools``)."""
 
 
 ChangeBase = _Change

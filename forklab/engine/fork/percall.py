@@ -94,6 +94,13 @@ class CallChanges:
         return any(k[:2] == (node, occurrence) for k in (
             *self.replies, *self.results, *self.rerun, *self.settings))
 
+    def within(self, node: str, occurrence: int, call: str) -> bool:
+        """Whether a change addresses a call made inside call ``call`` (a tool's asks):
+        the tool must then run, so the change can apply."""
+        inside = call + "/"
+        return any(k[:2] == (node, occurrence) and k[2].startswith(inside) for k in (
+            *self.replies, *self.results, *self.rerun, *self.settings))
+
     def reply(self, node: str, occurrence: int, call: str) -> ReplyChange | None:
         return self.replies.get((node, occurrence, call))
 
@@ -141,7 +148,8 @@ class PrefixCalls:
         for recorded, _ in recorded_calls(ex) if ex else ():
             if recorded == part:
                 break
-            before.append(recorded)
+            if not part.startswith(recorded + "/ask:"):  # the tool a point's ask is in runs
+                before.append(recorded)
         return cls(node=point.node, occurrence=occurrence, calls=frozenset(before))
 
     def holds(self, node: str, occurrence: int, call: str) -> bool:

@@ -317,7 +317,8 @@ class ForkOracle:
             return supplied.result, "simulated"
         name, recorded_hash, outcome = self.recording.chosen_tool(node, occurrence, use.call)
         same = name == use.name and recorded_hash == use.args_hash
-        rerun = self.calls.reruns(node, occurrence, use.call)
+        rerun = (self.calls.reruns(node, occurrence, use.call)
+                 or self.calls.within(node, occurrence, use.call))
         if self.prefix.holds(node, occurrence, use.call) and not rerun:
             if outcome is None or not same:
                 raise NodeFailure("prefix_diverged", (
@@ -360,7 +361,9 @@ class ForkOracle:
             return RecordedTool.of(ex, _reused_result(ex, ToolResult)), "reused"
         args_hash = fingerprint(args)
         recorded_hash, outcome = self.recording.tool_call(node.id, call.occurrence)
-        if self.memoize and outcome is not None and recorded_hash == args_hash:
+        asked_changed = self.calls.touch(node.id, call.occurrence)  # its asks: it must run
+        if (self.memoize and not asked_changed and outcome is not None
+                and recorded_hash == args_hash):
             if isinstance(outcome, CallFailure):
                 error = outcome.error
                 raise NodeFailure(str(error.get("type")), str(error.get("message")),
