@@ -37,6 +37,7 @@ from forklab.engine.events import CallFailed, ReflectionDiscarded, ToolCalled, T
 from forklab.engine.graph import AgentNode, AgentSpec, ToolChoiceName, output_key
 from forklab.engine.oracle import NodeFailure, ToolUse
 from forklab.engine.status import CallLabel
+from forklab.engine.tool_asks import ToolAsks
 from forklab.engine.toolbox import OfferedTool, check_arguments, offered_tools
 from forklab.engine.tools import ToolContext
 
@@ -202,9 +203,10 @@ _Outcome = tuple[Any, str, ToolContext] | tuple[NodeFailure, None, ToolContext]
 
 
 def _call_tool(ctx: NodeContext, use: ToolUse) -> _Outcome:
+    asks = ToolAsks(ctx, use.call)
     tool_ctx = ToolContext(run_id=ctx.run_id, node=ctx.call.node,
                            occurrence=ctx.call.occurrence, reflections=ctx.env.reflections,
-                           capture_reflections=ctx.oracle.captures_reflections)
+                           capture_reflections=ctx.oracle.captures_reflections, asker=asks)
     try:
         result, label = ctx.oracle.tool_call(ctx.call, use, tool_ctx)
     except NodeFailure as failure:
@@ -215,6 +217,8 @@ def _call_tool(ctx: NodeContext, use: ToolUse) -> _Outcome:
 def _record(ctx: NodeContext, use: ToolUse, outcome: _Outcome) -> str:
     """Record one tool call's outcome; the content of the ``tool`` message answering it."""
     result, label, tool_ctx = outcome
+    if isinstance(tool_ctx.asker, ToolAsks):
+        tool_ctx.asker.record()  # its asks, in order, before its result
     for captured in tool_ctx.captured:
         ctx.emit(ReflectionDiscarded, **captured)
     if isinstance(result, NodeFailure):

@@ -2,12 +2,13 @@
 
 A key is ``NODE#OCCURRENCE/CALL`` where ``CALL`` names the call inside that node execution:
 ``turn:2`` (the second model turn), ``turn:2/tool:1`` (the first tool call the model asked
-for in that turn), ``turn:1/tool:1/ask:1`` (a model asked from inside that tool), and for a
-node with roles ``judge/turn:1`` or ``voters[2]/turn:1``. A ``workflow`` node (code-first,
-SPEC §7) names its calls by vendor and by tool: ``openai:3`` (the third call through the
-official ``openai`` client), ``anthropic:1``, ``tool:refund#1`` (the first call of the
-``@forklab.tool`` named ``refund``), each under the ``forklab.step`` groups it was made in
-(``triage/openai:1``). Events and action records store the
+for in that turn), ``turn:1/tool:1/ask:1`` (a model asked from inside that tool; a tool
+node's own asks are ``ask:1``, ``ask:2``…), and for a node with roles ``judge/turn:1`` or
+``voters[2]/turn:1``. A ``workflow`` node (code-first, SPEC §7) names its calls by vendor
+and by tool: ``openai:3`` (the third call through the official ``openai`` client),
+``anthropic:1``, ``tool:refund#1`` (the first call of the ``@forklab.tool`` named
+``refund``), each under the ``forklab.step`` groups it was made in (``triage/openai:1``).
+Events and action records store the
 ``CALL`` part (``call``); the envelope holds node and occurrence.
 
 Invariants:
@@ -100,7 +101,8 @@ def parse_call_key(text: str) -> CallAddress | None:
     parts = call.split("/")
     if not all(_PART.match(part) for part in parts):
         return None
-    if not any(p.startswith("turn:") for p in parts) and not _WORKFLOW_CALL.match(parts[-1]):
+    if not any(p.startswith(("turn:", "ask:")) for p in parts) and not _WORKFLOW_CALL.match(
+            parts[-1]):
         return None
     return CallAddress(node=node, occurrence=occurrence, call=call)
 

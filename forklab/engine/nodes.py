@@ -42,6 +42,7 @@ from forklab.engine.graph import (
 )
 from forklab.engine.oracle import HumanAnswer, NodeFailure, RecordedTool, tool_writes
 from forklab.engine.subgraphs import run_subgraph_node
+from forklab.engine.tool_asks import ToolAsks
 from forklab.engine.tools import ToolContext
 from forklab.engine.workflow_node import run_workflow_node
 
@@ -112,17 +113,20 @@ def _tool_node(ctx: NodeContext, node: ToolNode) -> str | None:
     args = {**node.params, **call.reads}
     ctx.emit(ToolCalled, tool=node.tool, effect=node.effect,
              args=ctx.env.redactor.redact(args), args_hash=fingerprint(args))
+    asks = ToolAsks(ctx, None)
     tool_ctx = ToolContext(run_id=ctx.run_id, node=node.id, occurrence=call.occurrence,
                            reflections=ctx.env.reflections,
-                           capture_reflections=ctx.oracle.captures_reflections)
+                           capture_reflections=ctx.oracle.captures_reflections, asker=asks)
     ctx.before_call()  # what the tool is called with is stored before it runs
     try:
         result, label = ctx.oracle.tool(call, node, args, tool_ctx)
     except NodeFailure as failure:  # the tool raised: the call is still recorded and counted
+        asks.record()
         _discard_reflections(ctx, tool_ctx)
         ctx.emit(CallFailed, kind="tool", role=None, index=None, model=None,
                  label=failure.label, error=failure.error, request_hash=fingerprint(args))
         raise
+    asks.record()  # the models it asked, in order, before its result
     _discard_reflections(ctx, tool_ctx)
     recorded = isinstance(result, RecordedTool)
     ctx.emit(ToolReturned, label=label, result=(

@@ -220,6 +220,19 @@ address that does not resolve is ``fork_point_not_found``, naming what would).""
 # -- changes in a request (SPEC §3.3) ----------------------------------------------------------
 
 
+def _inlined(value: Any, defs: dict[str, Any]) -> Any:
+    """``value`` with every ``$ref`` into ``defs`` replaced by a copy of what it names (a
+    branch stands alone: a reply's ``tool_calls`` items, say)."""
+    if isinstance(value, dict):
+        ref = value.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inlined(defs[ref.rsplit("/", 1)[-1]], defs)
+        return {k: _inlined(v, defs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_inlined(v, defs) for v in value]
+    return deepcopy(value)
+
+
 def _change_schema() -> dict[str, Any]:
     """The change union as one self-contained ``oneOf`` (``kind`` required), derived from the
     change models themselves: a new kind is documented by being in the union."""
@@ -227,12 +240,13 @@ def _change_schema() -> dict[str, Any]:
     defs = schema.pop("$defs")
     branches = []
     for ref in schema["oneOf"]:
-        branch = deepcopy(defs[ref["$ref"].rsplit("/", 1)[-1]])
+        branch = _inlined(defs[ref["$ref"].rsplit("/", 1)[-1]], defs)
         branch["required"] = ["kind", *(k for k in branch.get("required", []) if k != "kind")]
         branch["properties"]["kind"].pop("default", None)
         branches.append(branch)
     return {"oneOf": branches,
-            "description": "One change (SPEC §3.3); `target` is a node id or a dotted role."}
+            "description": "One change (SPEC §3.3, §6.3); `target` is a node id or a dotted "
+                           "role, `call` a call key (assist#1/turn:2)."}
 
 
 CHANGE_SCHEMA = _change_schema()
@@ -337,11 +351,15 @@ class OutModel(BaseModel):
 
 
 class EstimateWire(OutModel):
-    """What the tail is predicted to spend."""
+    """What the tail is predicted to spend — a prediction, not a bound: tokens and cost are
+    priced at the recorded token counts, and a change that makes answers longer makes the
+    nodes reading them (a join of parallel branches most) send longer requests. What bounds
+    spend is the budget, checked before every call against its worst case."""
 
     live_calls: int
     tokens: int
-    cost_usd: float
+    cost_usd: float = Field(description="predicted at the recorded token counts under the "
+                                        "fork's models; not an upper bound")
 
 
 class ForkPointWire(OutModel):
@@ -351,11 +369,14 @@ class ForkPointWire(OutModel):
     node: str | None
     occurrence: int | None
     iteration: int | None
-    kind: Literal["before_node", "end"]
+    kind: Literal["before_node", "before_call", "end"]
     label: str = Field(description="human text, e.g. before 'write' execution 1, iteration 1")
     run_id: str | None = Field(default=None, description=(
         "the run whose log holds this boundary (on a fork, an inherited one is held by an "
         "ancestor)"))
+    call: str | None = Field(default=None, description=(
+        "before_call: the call key (assist#1/turn:3); the node re-executes with the calls "
+        "recorded before it served from the log"))
 
 
 class SuppressedEffect(OutModel):
