@@ -41,6 +41,7 @@ from forklab.engine.graph import (
     GraphSpec,
     RouterNode,
     ToolNode,
+    WorkflowNode,
     has_cycle,
 )
 from forklab.engine.tools import ToolRegistry
@@ -267,8 +268,8 @@ def _check_call_change(graph: GraphSpec, item: ChangeBase) -> None:
     address = item.call_address()
     assert address is not None
     node = _node_or_refuse(graph, address.node, item)
-    if not isinstance(node, (AgentNode, RouterNode)):
-        raise InvalidChange(
+    if not isinstance(node, (AgentNode, RouterNode, WorkflowNode)):  # a workflow's calls:
+        raise InvalidChange(  # its vendor client calls and @forklab.tool calls (SPEC §7)
             f"{item.kind} change: {node.id!r} is {indefinite(node.kind)} node and makes no "
             f"model or tool call of its own; "
             + ("use a tool change" if isinstance(node, ToolNode) else "use an output change"),

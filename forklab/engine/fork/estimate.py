@@ -34,7 +34,14 @@ from forklab.engine.fork.changes import (
     ToolChange,
 )
 from forklab.engine.fork.effective import changed_input_keys
-from forklab.engine.graph import AgentNode, GraphSpec, RouterNode, SubgraphNode, ToolNode
+from forklab.engine.graph import (
+    AgentNode,
+    GraphSpec,
+    RouterNode,
+    SubgraphNode,
+    ToolNode,
+    WorkflowNode,
+)
 from forklab.engine.providers import PriceTable
 from forklab.engine.state import Execution, RunState
 
@@ -100,7 +107,8 @@ class _Walk:
                     self._child(child)
 
     def _agent(self, graph: GraphSpec | None, node: Any, action: AgentAnswer) -> None:
-        model = (action.model if graph is None or node is None
+        model = (action.model  # a workflow's code names its models: the recorded one
+                 if graph is None or node is None or isinstance(node, WorkflowNode)
                  else _model_for(graph, node, action.role, action.index))
         tokens_in, tokens_out = action.input_tokens, action.output_tokens
         cost = self.prices.cost(model, tokens_in, tokens_out)

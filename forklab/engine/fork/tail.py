@@ -161,6 +161,8 @@ class ForkOracle:
                 or last_applying(self.tools, call.node, call.occurrence) is not None
                 or self.calls.touch(call.node, call.occurrence)):
             return None  # a change supplies part of it: it must execute to apply it
+        if call.kind == "workflow":  # its code is not in its fingerprint: a fork re-executes
+            return None  # it (SPEC §7), its calls served one by one when their requests match
         if call.kind == "approval" and (
                 last_applying(self.humans, call.node, call.occurrence) is not None
                 or self.hitl is not None):

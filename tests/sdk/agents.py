@@ -1,0 +1,57 @@
+"""Small workflows for the tests (allowed under ``tests.sdk.`` by the tests' environment)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import openai
+
+import forklab
+
+EDITION = {"prompt": "Be brief."}
+"""What the code asks with: a test edits it between recording and forking (changed code)."""
+
+
+@forklab.workflow("two_step")
+def two_step(question: str) -> dict[str, Any]:
+    client = openai.OpenAI()
+    with forklab.step("draft"):
+        draft = client.chat.completions.create(
+            model="gpt-4.1-mini", messages=[{"role": "system", "content": EDITION["prompt"]},
+                                            {"role": "user", "content": question}])
+    with forklab.step("review"):
+        review = client.chat.completions.create(
+            model="gpt-4.1-mini", messages=[{"role": "user", "content": "Check: "
+                                             + (draft.choices[0].message.content or "")}])
+    return {"draft": draft.choices[0].message.content,
+            "review": review.choices[0].message.content}
+
+
+@forklab.workflow("dice")
+def dice(question: str) -> str:
+    client = openai.OpenAI()
+    reply = client.chat.completions.create(
+        model="gpt-4.1-mini",
+        messages=[{"role": "user", "content": f"{question} (roll {random.random()})"}])
+    return reply.choices[0].message.content or ""
+
+
+@forklab.workflow("broken")
+def broken(question: str) -> str:
+    client = openai.OpenAI()
+    client.chat.completions.create(model="gpt-4.1-mini",
+                                   messages=[{"role": "user", "content": question}])
+    raise KeyError("the code's own bug")
+
+
+@forklab.workflow("responses")
+def responses(question: str) -> str:
+    client = openai.OpenAI()
+    reply = client.responses.create(model="gpt-4.1-mini", instructions="Be brief.",
+                                    input=question)
+    return reply.output_text
+
+
+def undecorated(question: str) -> str:
+    return question
