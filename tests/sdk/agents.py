@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -55,3 +56,35 @@ def responses(question: str) -> str:
 
 def undecorated(question: str) -> str:
     return question
+
+
+@forklab.workflow("responses_tools")
+def responses_tools(ticket: str) -> str:
+    """The support loop over the Responses API, feeding the output items back."""
+    from forklab.demo_agents.support import DESCRIPTIONS, PARAMETERS, TOOLS
+
+    client = openai.OpenAI()
+    tools: Any = [{"type": "function", "name": n, "description": DESCRIPTIONS[n],
+                   "parameters": p} for n, p in PARAMETERS.items()]
+    items: list[Any] = [{"role": "user", "content": ticket}]
+    for _ in range(4):
+        reply = client.responses.create(model="gpt-4.1-mini", input=items, tools=tools)
+        calls = [o for o in reply.output if o.type == "function_call"]
+        if not calls:
+            return reply.output_text
+        items += [o.model_dump(exclude_none=True) for o in reply.output]
+        for call in calls:
+            result = TOOLS[call.name](**json.loads(call.arguments))
+            items.append({"type": "function_call_output", "call_id": call.call_id,
+                          "output": json.dumps(result)})
+    return "gave up"
+
+
+@forklab.workflow("responses_stream")
+def responses_stream(question: str) -> str:
+    client = openai.OpenAI()
+    text = ""
+    for event in client.responses.create(model="gpt-4.1-mini", input=question, stream=True):
+        if event.type == "response.completed":
+            text = event.response.output_text
+    return text

@@ -1,6 +1,8 @@
 """A loopback stub of both vendor APIs — OpenAI Chat Completions and Anthropic Messages —
 whose replies depend on what is sent (``model.py`` says how), for tests that need a real
-HTTP model without the network.
+HTTP model without the network. It also answers the Responses API (``/v1/responses``,
+``responses_api.py``) and streams any answer asked with ``"stream": true``
+(``streaming.py``).
 
 It checks each request as strictly as the real API does (``openai_api.py``,
 ``anthropic_api.py``: tool messages must answer a preceding tool call, Anthropic roles must
@@ -40,11 +42,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-from tests.vendor_stub import anthropic_api, openai_api
+from tests.vendor_stub import anthropic_api, openai_api, responses_api, streaming
 from tests.vendor_stub.model import reply
 from tests.vendor_stub.openai_api import Invalid
 
-ROUTES = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}
+ROUTES = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic",
+          "/v1/responses": "openai"}
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,9 @@ class VendorStub:
             release = self._release
         if vendor == "unknown":
             return 404, {}, json.dumps(openai_api.error_body(f"no route {path}")).encode()
-        api = openai_api if vendor == "openai" else anthropic_api
+        responses = path.split("?")[0] == "/v1/responses"
+        api: Any = (responses_api if responses else openai_api if vendor == "openai"
+                    else anthropic_api)
         if fault is not None and fault.stall_s:
             release.wait(fault.stall_s)
         elif fault is not None and fault.hang_up:
@@ -190,7 +195,16 @@ class VendorStub:
         except Invalid as exc:
             return 400, {}, json.dumps(api.error_body(str(exc))).encode()
         prefix = "call_" if vendor == "openai" else "toolu_"
-        return 200, {}, json.dumps(api.render(reply(conversation, prefix), conversation)).encode()
+        rendered = api.render(reply(conversation, prefix), conversation)
+        if not (isinstance(body, dict) and body.get("stream")):
+            return 200, {}, json.dumps(rendered).encode()
+        sse = {"Content-Type": "text/event-stream"}
+        if responses:
+            return 200, sse, streaming.responses(rendered)
+        if vendor == "openai":
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return 200, sse, streaming.openai_chat(rendered, usage)
+        return 200, sse, streaming.anthropic(rendered)
 
 
 def _handler(stub: VendorStub) -> type[BaseHTTPRequestHandler]:
@@ -208,7 +222,8 @@ def _handler(stub: VendorStub) -> type[BaseHTTPRequestHandler]:
                 return
             try:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type",
+                                 extra.pop("Content-Type", "application/json"))
                 self.send_header("Content-Length", str(len(body)))
                 for name, value in extra.items():
                     self.send_header(name, value)
