@@ -463,6 +463,9 @@ try:
 except ConfigurationError as exc:
     raise ImproperlyConfigured(exc.message) from None
 FORKLAB_TOOL_MODULES = envlist("FORKLAB_TOOL_MODULES")
+# Module prefixes code-first workflows may be imported from (`record --workflow acme.agents:
+# support`, POST /runs/ with `workflow`), beside forklab.demo_agents (SPEC §7).
+FORKLAB_WORKFLOW_MODULES = envlist("FORKLAB_WORKFLOW_MODULES")
 # Dotted paths of extra model providers (a class or factory called with no argument), each
 # registered under its `name` — which may replace the built-in `scripted`.
 FORKLAB_PROVIDERS = envlist("FORKLAB_PROVIDERS")

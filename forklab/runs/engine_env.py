@@ -22,6 +22,7 @@ from forklab.engine.providers import (
 )
 from forklab.engine.redaction import Redactor
 from forklab.engine.tools import DEFAULT_TOOL_PREFIXES, ToolRegistry
+from forklab.engine.workflows import DEFAULT_WORKFLOW_PREFIXES, WorkflowRegistry
 
 OPENAI_API = "https://api.openai.com/v1"
 ANTHROPIC_API = "https://api.anthropic.com"
@@ -32,7 +33,8 @@ def build_environment() -> Environment:
     anthropic when FORKLAB_ANTHROPIC_BASE_URL or _API_KEY is set — a key alone means the
     vendor's own API; each of FORKLAB_PROVIDERS, registered under its ``name``), the price
     table extended by FORKLAB_PRICES, tools allowed under FORKLAB_TOOL_MODULES, and the
-    redactor with FORKLAB_REDACT_KEYS added to its secret key names."""
+    redactor with FORKLAB_REDACT_KEYS added to its secret key names; workflows allowed under
+    FORKLAB_WORKFLOW_MODULES."""
     providers = ProviderRegistry()
     if settings.FORKLAB_OPENAI_BASE_URL or settings.FORKLAB_OPENAI_API_KEY:
         providers.register(OpenAICompatibleProvider(
@@ -54,11 +56,14 @@ def build_environment() -> Environment:
     # "acme.tools" allows acme.tools.send, never acme.toolsmith.*
     extra = [p if p.endswith(".") else f"{p}." for p in settings.FORKLAB_TOOL_MODULES]
     prefixes = [*DEFAULT_TOOL_PREFIXES, *extra]
+    workflows = [*DEFAULT_WORKFLOW_PREFIXES,
+                 *(p if p.endswith(".") else f"{p}." for p in settings.FORKLAB_WORKFLOW_MODULES)]
     return Environment(
         providers=providers,
         prices=PriceTable(settings.FORKLAB_PRICES),
         tools=ToolRegistry(dict.fromkeys(prefixes)),
         redactor=_redactor(tuple(settings.FORKLAB_REDACT_KEYS)),
+        workflows=WorkflowRegistry(dict.fromkeys(workflows)),
     )
 
 

@@ -23,6 +23,7 @@ from forklab.engine.inputs import check_graph_document, check_json_value
 from forklab.engine.oracle import HumanAnswer
 from forklab.engine.recording import run_recorded
 from forklab.engine.scenarios import SCENARIOS, Scenario
+from forklab.engine.workflows import workflow_graph
 from forklab.runs import leases, queries, tasks
 from forklab.runs.access import RANK, User, account, require_role, role_in
 from forklab.runs.demo_login import DEMO_PASSWORD, DEMO_USERNAME
@@ -66,6 +67,13 @@ def resolve_graph(source: str) -> GraphSource:
         f"{source!r} is neither a scenario nor a graph file; scenarios: {', '.join(SCENARIOS)}",
         source=source,
     )
+
+
+def resolve_workflow(path: str) -> GraphSource:
+    """The graph a run of workflow ``path`` (``module:function``) records; refused with
+    ``unknown_workflow`` outside FORKLAB_WORKFLOW_MODULES, when not importable, or when the
+    function is not decorated with ``@forklab.workflow``."""
+    return GraphSource(graph=workflow_graph(build_environment().workflows, path))
 
 
 def parse_input(text: str | None) -> dict[str, Any] | None:
@@ -230,7 +238,8 @@ def register_graph(*, user: User, project: str | None,
 def start_recording(*, user: User, spec: RunSpec) -> Run:
     """Queue a primary run of a registered graph (``specs.RunSpec``); it is recorded in the
     background. Needs the member role in the graph's project."""
-    version = _graph_version_for(user, spec)
+    version = (_workflow_version_for(user, spec.workflow, spec.project)
+               if spec.workflow is not None else _graph_version_for(user, spec))
     project = version.graph.project
     writes = live_writes(parse_graph(version.spec))
     if writes:
@@ -254,6 +263,14 @@ def live_writes(graph: GraphSpec) -> str:
     when none): recording them needs the same role as a fork that allows writes (admin)."""
     return ", ".join(node.id for node in graph.nodes
                      if getattr(node, "kind", "") == "tool" and getattr(node, "effect", "") == "write")
+
+
+def _workflow_version_for(user: User, path: str, project: str | None) -> GraphVersion:
+    """The stored version of a workflow's graph (installed now when its code changed it).
+    Checked before anything is stored: an unknown workflow is ``unknown_workflow``."""
+    graph = resolve_workflow(path).graph
+    target = writable_project(user, project, minimum=Role.MEMBER, action="recording a run")
+    return install_graph(project=target, graph=graph)
 
 
 def _graph_version_for(user: User, spec: RunSpec) -> GraphVersion:

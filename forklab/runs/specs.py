@@ -60,11 +60,25 @@ class CaseSpec(_Spec):
 
 
 class RunSpec(_Spec):
-    graph: str = Field(min_length=1, max_length=100)
+    """``POST /runs/``: a run of a registered graph (``graph``) or of a code-first workflow
+    (``workflow``, ``module:function`` under ``FORKLAB_WORKFLOW_MODULES``) — one of them."""
+
+    graph: str | None = Field(default=None, min_length=1, max_length=100)
+    workflow: str | None = Field(default=None, min_length=1, max_length=300)
     input: dict[str, Any] = Field(default_factory=dict)
     label: str = Field(default="", max_length=200)
     project: str | None = None
     graph_version: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        if (self.graph is None) == (self.workflow is None):
+            raise ValueError("give either 'graph' (a registered graph id) or 'workflow' "
+                             "(module:function of a code-first workflow), not both or neither")
+        if self.workflow is not None and self.graph_version is not None:
+            raise ValueError("'graph_version' is for a registered graph; a workflow's graph "
+                             "is the one its code declares now")
+        return self
 
 
 def parse[S: BaseModel](spec: type[S], data: Any) -> S:

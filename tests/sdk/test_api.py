@@ -1,0 +1,74 @@
+"""A workflow run through the REST API: ``POST /runs/`` with ``workflow``, the allow-list,
+roles, background recording and a per-call fork by ``POST /forks/`` (SPEC §7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from forklab.runs.task_backends import drain
+from tests.api.conftest import API, World, fresh_world, world
+from tests.vendor_stub import VendorStub
+
+__all__ = ["fresh_world", "world"]
+
+pytestmark = pytest.mark.django_db
+
+SUPPORT = "forklab.demo_agents.support:support"
+TICKET = {"ticket": "Order A-1001 arrived damaged, please refund 39.98"}
+
+
+def test_posting_a_workflow_run_queues_it_under_the_workflows_graph(world: World) -> None:
+    response = world.client("member").post(
+        f"{API}/runs/", {"workflow": SUPPORT, "input": {"ticket": "hi"}, "project": "lab"},
+        content_type="application/json")
+    assert response.status_code == 202, response.json()
+    run = response.json()
+    assert (run["status"], run["graph"], run["graph_version"]) == ("queued", "support", 1)
+
+
+@pytest.mark.parametrize(("body", "status", "code"), [
+    ({"workflow": "os:system", "project": "lab"}, 422, "unknown_workflow"),
+    ({"workflow": "forklab.demo_agents.support:nope", "project": "lab"}, 422,
+     "unknown_workflow"),
+    ({"workflow": SUPPORT, "graph": "diamond"}, 400, "invalid_request"),
+    ({"workflow": SUPPORT, "graph_version": 1}, 400, "invalid_request"),
+])
+def test_bad_workflow_run_requests(world: World, body: dict[str, Any], status: int,
+                                   code: str) -> None:
+    response = world.client("member").post(f"{API}/runs/", body,
+                                           content_type="application/json")
+    assert response.status_code == status, response.json()
+    assert response.json()["code"] == code
+
+
+def test_viewers_cannot_record_workflow_runs(world: World) -> None:
+    response = world.client("viewer").post(f"{API}/runs/", {"workflow": SUPPORT,
+                                                            "project": "lab"},
+                                           content_type="application/json")
+    assert response.status_code == 403
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_posted_workflow_run_is_recorded_in_the_background_and_forked_by_the_api(
+        fresh_world: World, clients: VendorStub) -> None:
+    client = fresh_world.client("admin")
+    run = client.post(f"{API}/runs/", {"workflow": SUPPORT, "project": "lab",
+                                       "input": TICKET},
+                      content_type="application/json").json()
+    assert drain(timeout=60)
+    done = client.get(f"{API}/runs/{run['id']}/").json()
+    assert done["status"] == "completed", done["error"]
+    assert done["memory"]["output"].startswith("Results: ")
+    clients.reset()
+    forked = client.post(f"{API}/forks/", {
+        "base_run": run["id"], "policy": {"memoize": True},
+        "changes": [{"kind": "tool_result", "call": "support/tool:lookup_order#1",
+                   "result": {"found": False}}]}, content_type="application/json")
+    assert forked.status_code in (201, 202), forked.json()
+    assert drain(timeout=60)
+    result = client.get(f"{API}/runs/{forked.json()['id']}/").json()
+    assert result["status"] == "completed", result["error"]
+    assert "found" in result["memory"]["output"]
+    assert len(clients.requests) == 1  # only the call whose request the change altered
