@@ -226,7 +226,10 @@ def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
 def _described(node: WorkflowNode, exc: Exception) -> str:
     """The error a failed workflow node records: what raised, and the traceback of the
     user's code (the engine's own frames above it left out)."""
-    frames = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    frames = traceback.format_exception(type(exc), exc, tb)
     return (f"workflow {node.fn!r} raised {type(exc).__name__}: {exc}\n\n"
             + "".join(frames).rstrip())
 

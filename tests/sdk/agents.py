@@ -88,3 +88,8 @@ def responses_stream(question: str) -> str:
         if event.type == "response.completed":
             text = event.response.output_text
     return text
+
+
+@forklab.workflow("crash")
+def crash(question: str) -> str:
+    return str(len(question) / 0)

@@ -72,3 +72,18 @@ def test_a_posted_workflow_run_is_recorded_in_the_background_and_forked_by_the_a
     assert result["status"] == "completed", result["error"]
     assert "found" in result["memory"]["output"]
     assert len(clients.requests) == 1  # only the call whose request the change altered
+
+
+def test_a_failed_workflow_runs_page_shows_the_codes_traceback(
+        world: World, settings: Any) -> None:
+    from forklab.runs.services import record_run, resolve_workflow
+
+    settings.FORKLAB_WORKFLOW_MODULES = ["tests.sdk"]
+    graph = resolve_workflow("tests.sdk.agents:crash").graph
+    run = record_run(project=world.lab, graph=graph, input={"question": "why"})
+    assert run.status == "failed"
+    client = world.client(None)
+    client.force_login(world.users["viewer"])
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert "raised ZeroDivisionError: division by zero" in page
+    assert "tests/sdk/agents.py" in page and "workflow_node.py" not in page
