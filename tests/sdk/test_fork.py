@@ -118,3 +118,12 @@ def test_a_blocking_policy_stops_the_refund_even_with_the_same_arguments(
     assert effect["inputs"]["call"] == "tool:issue_refund#1"
     assert refunds() == before
     assert clients.requests == []  # the turn before it was served from the log
+
+
+def test_a_call_moved_to_another_provider_is_answered_by_it_and_read_by_the_client(
+        base: RecordedRun, clients: VendorStub) -> None:
+    result = fork(base, change={"kind": "model", "call": "support/openai:2",
+                                "model": "scripted-small", "provider": "scripted"})
+    assert result.state is not None and result.state.status == "completed", result.state
+    assert clients.requests == []  # the scripted provider answered; the client parsed it
+    assert result.state.memory["output"] != base.state.memory["output"]
