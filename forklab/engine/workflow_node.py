@@ -51,6 +51,28 @@ from forklab.engine.tools import ToolContext
 _AGENT = AgentSpec()  # ask() builds no request from it: a workflow call brings its own
 _SCOPE: ContextVar[WorkflowScope | None] = ContextVar("forklab_workflow_scope", default=None)
 _STEPS: ContextVar[tuple[str, ...]] = ContextVar("forklab_workflow_steps", default=())
+_IN_TOOL: ContextVar[tuple[str, ...] | None] = ContextVar("forklab_workflow_tool", default=None)
+_STEP_SOURCES: list[Callable[[], tuple[str, ...]]] = []
+
+
+def add_step_source(source: Callable[[], tuple[str, ...]]) -> None:
+    """Also group calls by what ``source`` says the code is inside (a framework's current
+    node: ``forklab.sdk.frameworks``), below the ``step`` groups. ``source`` returns step
+    names (identifiers) or ``()``; it must be cheap and never raise. Added once each."""
+    if source not in _STEP_SOURCES:
+        _STEP_SOURCES.append(source)
+
+
+def current_steps() -> tuple[str, ...]:
+    """The groups a call made here is keyed under: ``step`` blocks, then step sources; inside
+    a ``@forklab.tool`` call, that call's key, then the ``step`` blocks opened inside it."""
+    inside = _IN_TOOL.get()
+    if inside is not None:
+        return (*inside, *_STEPS.get())
+    steps = _STEPS.get()
+    for source in _STEP_SOURCES:
+        steps = (*steps, *source())
+    return steps
 
 
 class WorkflowAbort(BaseException):
@@ -100,7 +122,7 @@ class WorkflowScope:
         self._lock = threading.RLock()
 
     def _key(self, part: str, sep: str) -> str:
-        steps = _STEPS.get()
+        steps = current_steps()
         n = self._counts.get((steps, part), 0) + 1
         self._counts[(steps, part)] = n
         return workflow_call(steps, f"{part}{sep}{n}")
@@ -142,14 +164,15 @@ class WorkflowScope:
             raised: list[Exception] = []
 
             def run(arguments: dict[str, Any], _ctx: ToolContext) -> Any:
-                token = _STEPS.set((*_STEPS.get(), key.rpartition("/")[2]))
+                tool, steps = _IN_TOOL.set(tuple(key.split("/"))), _STEPS.set(())
                 try:
                     return invoke(arguments)
                 except Exception as exc:
                     raised.append(exc)
                     raise
                 finally:
-                    _STEPS.reset(token)
+                    _STEPS.reset(steps)
+                    _IN_TOOL.reset(tool)
 
             return self._tool(key, ToolUse(
                 call=key, call_id=key, name=name, fn=fn, effect=effect, trusted=trusted,
@@ -234,5 +257,5 @@ def _described(node: WorkflowNode, exc: Exception) -> str:
             + "".join(frames).rstrip())
 
 
-__all__ = ["ToolFailed", "WorkflowAbort", "WorkflowScope", "current_scope",
-           "run_workflow_node", "step"]
+__all__ = ["ToolFailed", "WorkflowAbort", "WorkflowScope", "add_step_source", "current_scope",
+           "current_steps", "run_workflow_node", "step"]

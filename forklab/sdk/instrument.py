@@ -180,8 +180,12 @@ def _patch(cls: type, vendor: str, wrap: Callable[[str, Any], None]) -> None:
 
 def instrument() -> None:
     """Record the official ``openai`` and ``anthropic`` clients made from now on (each
-    vendor once it is importable; calling again is harmless). Outside a workflow they behave
-    exactly as before."""
+    vendor once it is importable; calling again is harmless), and key calls made inside a
+    LangGraph node under it (:mod:`forklab.sdk.frameworks`). Outside a workflow the clients
+    behave exactly as before."""
+    from forklab.sdk import frameworks
+
+    frameworks.install()
     with _lock:
         for vendor, sync_name, async_name in (("openai", "OpenAI", "AsyncOpenAI"),
                                               ("anthropic", "Anthropic", "AsyncAnthropic")):
