@@ -238,12 +238,22 @@ def run_workflow_node(ctx: NodeContext, node: WorkflowNode) -> str | None:
 
 
 def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-    if inspect.iscoroutinefunction(inspect.unwrap(fn)):
-        return asyncio.run(fn(**kwargs))
-    result = fn(**kwargs)
-    if inspect.iscoroutine(result):
-        return asyncio.run(result)
-    return result
+    """Call the workflow with an event loop of its own, closed after it, as ``asyncio.run``
+    gives a coroutine one: a framework's ``run_sync`` (PydanticAI, the OpenAI Agents SDK)
+    then never finds a loop an earlier execution in this thread left behind, shut down."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        result = fn(**kwargs)
+        if inspect.iscoroutine(result):
+            result = loop.run_until_complete(result)
+        return result
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
 
 
 def _described(node: WorkflowNode, exc: Exception) -> str:
