@@ -133,6 +133,11 @@ class WorkflowScope:
         self.abort = self.abort or exc
         return WorkflowAbort(self.abort)
 
+    def fail(self, code: str, message: str) -> WorkflowAbort:
+        """End the node with ``code`` (something forklab cannot record, e.g. a request it
+        cannot read): the exception to raise through the user's code."""
+        return self._aborted(NodeFailure(code, message))
+
     def _check(self) -> None:
         if self.abort is not None:  # a call after the node was ended (swallowed): refused
             raise WorkflowAbort(self.abort)
@@ -159,6 +164,10 @@ class WorkflowScope:
         The tool's own exception reaches the code unchanged; a recorded failure served again
         raises :class:`ToolFailed`; anything the engine refuses ends the node."""
         self._check()
+        try:
+            args = ensure_json(args, f"the arguments of tool {name!r}")
+        except NodeFailure as failure:
+            raise self._aborted(failure) from None
         with self._lock:
             key = self._key(f"tool:{name}", "#")
             raised: list[Exception] = []

@@ -111,8 +111,14 @@ def _answer(vendor: str, wire: ModuleType, request: Any,
     """Ask the run's oracle for ``request``; the response the client is handed."""
     scope = current_scope()
     assert scope is not None
-    body = json.loads(request.content)
-    was: ChatRequest = wire.request(body)
+    try:
+        body = json.loads(request.content)
+        was: ChatRequest = wire.request(body)
+    except Exception as exc:  # a body this version cannot read: never sent unrecorded
+        raise scope.fail("unreadable_call", (
+            f"forklab cannot read this {vendor} request to {request.url.path} "
+            f"({type(exc).__name__}: {exc}); it was not sent. Report it with the client's "
+            "version, or make this call outside the workflow")) from None
     lent = Passthrough(was.provider, wire, body, was, request, send)
     served = scope.model_call(vendor, was, lent)
     if lent.raw is not None:

@@ -93,3 +93,27 @@ def responses_stream(question: str) -> str:
 @forklab.workflow("crash")
 def crash(question: str) -> str:
     return str(len(question) / 0)
+
+
+@forklab.tool
+def echo(value: Any) -> Any:
+    return value
+
+
+@forklab.workflow("odd_tool")
+def odd_tool(question: str) -> str:
+    try:
+        echo(object())  # not JSON: the node fails, whatever the code catches
+    except Exception:
+        return "swallowed"
+    return "unreachable"
+
+
+@forklab.workflow("careful_refund")
+def careful_refund(order_id: str, amount: float) -> str:
+    from forklab.demo_agents.support import issue_refund
+
+    try:
+        return str(issue_refund(order_id, amount)["status"])
+    except Exception as exc:  # code that catches everything must not swallow the guard
+        return f"caught {type(exc).__name__}"

@@ -92,3 +92,25 @@ def test_forkcheck_passes_a_deterministic_workflow(clients: VendorStub,
     results = fork_check(base.run_id, store=base.store, env=env)
     assert [r.point.call for r in results] == [None, "two_step#1/review/openai:1", None]
     assert all(r.ok and r.calls == 0 for r in results)
+
+
+def test_a_tool_called_with_arguments_that_are_not_json_ends_the_node_even_if_caught(
+        env: Environment) -> None:
+    run = record(env, "odd_tool", question="x")
+    assert run.state.status == "failed"
+    assert (run.state.error or {})["type"] == "non_json_result"
+    assert "the arguments of tool 'echo'" in (run.state.error or {})["message"]
+
+
+def test_a_tool_called_outside_any_workflow_just_runs() -> None:
+    assert agents.echo({"a": 1}) == {"a": 1}
+
+
+def test_the_guard_ends_the_node_even_when_the_code_catches_every_exception(
+        env: Environment) -> None:
+    base = record(env, "careful_refund", order_id="A-1003", amount=18.0)
+    assert base.memory["output"] == "issued"
+    result = fork(base, at="start", change={"kind": "input_patch", "patch": {"amount": 99.0}})
+    assert result.state is not None and result.state.status == "blocked"
+    assert [e["inputs"]["args"] for e in result.suppressed_effects] == [
+        {"order_id": "A-1003", "amount": 99.0}]
