@@ -87,3 +87,18 @@ def test_a_failed_workflow_runs_page_shows_the_codes_traceback(
     page = client.get(f"/runs/{run.id}/").content.decode()
     assert "raised ZeroDivisionError: division by zero" in page
     assert "tests/sdk/agents.py" in page and "workflow_node.py" not in page
+
+
+def test_a_workflow_runs_step_shows_each_model_and_tool_call_in_order(
+        world: World, clients: VendorStub) -> None:
+    from forklab.runs.services import record_run, resolve_workflow
+
+    run = record_run(project=world.lab, graph=resolve_workflow(SUPPORT).graph, input=TICKET)
+    assert run.status == "completed"
+    client = world.client(None)
+    client.force_login(world.users["viewer"])
+    step = client.get(f"/runs/{run.id}/steps/support/1/").content.decode()
+    model, lookup, refund = (step.index("support → gpt-4.1-mini"),
+                             step.index("lookup_order (read)"), step.index("issue_refund (write)"))
+    assert model < lookup < refund < step.index("support → gpt-4.1-mini", refund)
+    assert "You are the support agent of an online shop." in step  # what was sent
