@@ -227,30 +227,36 @@ def print_table(header: list[str], rows: list[Row]) -> None:
 # -- 1. recording overhead ---------------------------------------------------------------------
 
 
+def overhead_row(name: str, target: str, samples: list[tuple[float, float, float]]) -> Row:
+    """samples: (wall, process CPU, the provider's and tools' own wall) of each recording.
+    Overhead / call on wall = (wall - own) / CALLS; on CPU = CPU / CALLS (the provider's
+    and tools' own CPU is in it: a few µs a call, and a sleep takes none)."""
+    per_call = median([(wall - own) / CALLS for wall, _, own in samples]) * 1000
+    cpu_call = median([cpu / CALLS for _, cpu, _ in samples]) * 1000
+    return [name, ms(median([s[0] for s in samples])), ms(median([s[2] for s in samples])),
+            f"{per_call:.3f} ms", f"{cpu_call:.3f} ms", target,
+            f"{OVERHEAD_TARGET_MS / per_call:.2f} / {OVERHEAD_TARGET_MS / cpu_call:.2f}"]
+
+
 def record_rows(repeat: int, latencies: Sequence[float]) -> list[Row]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for store_name in ("memory", "sqlite"):
             for latency in latencies:
-                overheads, walls, outside = [], [], []
+                samples = []
                 for i in range(repeat):
                     store = (SqliteStore(Path(tmp) / f"r{latency}-{i}.sqlite3")
                              if store_name == "sqlite" else None)
                     METER.reset()
-                    started = time.perf_counter()
+                    wall, cpu = time.perf_counter(), time.process_time()
                     record("read_page", latency, store)
-                    wall = time.perf_counter() - started
-                    walls.append(wall)
-                    outside.append(METER.seconds)
-                    overheads.append((wall - METER.seconds) / CALLS)
+                    samples.append((time.perf_counter() - wall, time.process_time() - cpu,
+                                    METER.seconds))
                     if METER.requests != TURNS or METER.tools != TOOL_CALLS:
                         raise SystemExit(f"recording made {METER.requests} requests, "
                                          f"{METER.tools} tool calls")
-                per_call = median(overheads)
-                rows.append([f"record, {store_name}, {latency:g} ms", ms(median(walls)),
-                             ms(median(outside)), f"{per_call * 1000:.3f} ms",
-                             f"≤ {OVERHEAD_TARGET_MS:g} ms",
-                             f"{OVERHEAD_TARGET_MS / (per_call * 1000):.2f}"])
+                rows.append(overhead_row(f"forklab, {store_name}, {latency:g} ms",
+                                         f"≤ {OVERHEAD_TARGET_MS:g} ms", samples))
     return rows
 
 
@@ -398,7 +404,7 @@ class LangGraphLoop:
 
     def __init__(self, latency_ms: float, repeat: int) -> None:
         self.repeat = repeat
-        self.recorded = (0.0, 0.0)
+        self.recorded = (0.0, 0.0, 0.0)  # wall, CPU, the model's and tools' own wall
         from langchain_core.language_models import BaseChatModel
         from langchain_core.messages import AIMessage, ToolMessage
         from langchain_core.outputs import ChatGeneration, ChatResult
@@ -474,9 +480,10 @@ class LangGraphLoop:
         graph = self.build(tool)
         config = self.config(f"t{next(self.threads)}")
         METER.reset()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         out = graph.invoke({"messages": [("user", "Read the report.")]}, config)
-        self.recorded = (time.perf_counter() - started, METER.seconds)
+        self.recorded = (time.perf_counter() - started, time.process_time() - cpu,
+                         METER.seconds)
         if METER.requests != TURNS or METER.tools != TOOL_CALLS:
             raise SystemExit(f"LangGraph recording made {METER.requests} requests")
         if out["messages"][-1].content != f"Read {TOOL_CALLS} pages.":
@@ -523,17 +530,12 @@ def langgraph_record_rows(repeat: int, latencies: Sequence[float]) -> list[Row]:
     for latency in latencies:
         lg = LangGraphLoop(latency, 1)
         lg.record("read_page")  # first use, untimed
-        overheads, walls, outside = [], [], []
+        samples = []
         for _ in range(repeat):
             lg.record("read_page")
-            wall, own = lg.recorded
-            walls.append(wall)
-            outside.append(own)
-            overheads.append((wall - own) / CALLS)
-        per_call = median(overheads)
-        rows.append([f"LangGraph, MemorySaver, {latency:g} ms", ms(median(walls)),
-                     ms(median(outside)), f"{per_call * 1000:.3f} ms", "(peer)",
-                     f"{OVERHEAD_TARGET_MS / (per_call * 1000):.2f}"])
+            samples.append(lg.recorded)
+        rows.append(overhead_row(f"LangGraph, MemorySaver, {latency:g} ms", "(peer)",
+                                 samples))
     return rows
 
 
@@ -560,12 +562,13 @@ def main(argv: list[str] | None = None) -> None:
             print("(langgraph is not installed: pip install -e '.[bench]')\n")
             langgraph = False
 
-    print("## 1. Recording overhead per call: (wall - provider - tools) / calls\n")
+    print("## 1. Recording overhead per call: (wall - provider - tools) / calls, and the "
+          "process's CPU / calls\n")
     rows = record_rows(repeat, (0, LATENCY_MS))
     if langgraph:
         rows += langgraph_record_rows(repeat, (0, LATENCY_MS))
-    print_table(["recording", "wall", "provider + tools", "overhead / call", "target",
-                 "ratio"], rows)
+    print_table(["recording", "wall", "provider + tools", "overhead / call (wall)",
+                 "CPU / call", "target", "ratio (wall / CPU)"], rows)
 
     print("## 2. Null forks (0 ms base, memoize): calls must be 0\n")
     print_table(["null fork", "wall", "CPU", "calls made", "target", "ratio (node / turn, CPU)"],
@@ -585,7 +588,7 @@ def main(argv: list[str] | None = None) -> None:
           "change. LangGraph wall = update_state + invoke (or invoke alone for a replay); "
           "finding its checkpoint (get_state_history) is the next column, not in it.\n")
     print_table(["fork", "floor", "forklab", "forklab wall", "LangGraph", "LangGraph wall",
-                 "LangGraph find point", "LangGraph / forklab"], rows)
+                 "LangGraph find point", "LangGraph / forklab (wall)"], rows)
     print("## 4b. Did the write tool run again? (side effects in the fork's tail; the base "
           f"made {TOOL_CALLS})\n")
     print_table(["fork", "forklab writes", "LangGraph writes"], writes)
