@@ -11,25 +11,27 @@ the provider and the tools, not in forklab's labels, is what makes "0 calls" a m
 Rows (figures are printed, never asserted; timings belong here, not in tests):
 
 1. ``record``: ``run_recorded`` of the loop into a ``MemoryStore`` and into a ``SqliteStore``
-   file, at 0 ms and 5 ms. Overhead per call = (wall - the provider's own time - the tools'
-   own time) / 99. Target **≤ 1 ms per call**; ratio = target / figure (≥ 1.00 meets it).
+   file, at 0 ms and 5 ms (and LangGraph's recording of the same loop). Overhead per call
+   = (wall - the provider's own time - the tools' own time) / 99, and the process's CPU
+   / 99. Target **≤ 1 ms per call**; ratio = target / figure (≥ 1.00 meets it).
 2. ``null fork``: ``fork(base, at={"before_call": "loop#1/turn:k"}, policy={"memoize": True})``
-   for k = 1, 25, 50 (0 ms base), against a null fork at node granularity
-   (``{"before_node": "loop"}``). Calls made must be 0; target: a fork at a turn costs no
-   more than the node-level fork (ratio = node / turn, ≥ 1.00 meets it).
+   for k = 1, 25, 50 (0 ms base), interleaved round by round with a null fork at node
+   granularity (``{"before_node": "loop"}``). Calls made must be 0; target: a fork at a turn
+   costs no more than the node-level fork (ratio = node CPU / turn CPU, ≥ 1.00 meets it).
 3. ``fork at turn k``: ``change.reply("loop#1/turn:k", text=…, tool_calls=[the base's call])``
-   (memoize on): the requests and tool executions the fork really made, against the floor
-   (turns k+1…50 and tools k…49: 50 - k each) — the prefix is never paid.
+   with memoize on and off, and ``change.rerun("loop#1/turn:k")``: the requests and tool
+   executions the fork really made, against the floor (turns k+1…50 and tools k…49:
+   50 - k each) — the prefix is never paid.
 4. ``LangGraph``: the same loop as a LangGraph ``StateGraph`` (an ``agent`` node over a
    ``BaseChatModel`` that binds tools and behaves like :class:`LoopModel`, a ``ToolNode``,
    ``tools_condition``), checkpointed by ``MemorySaver``. Its fork at turn k is its time
-   travel: the checkpoint whose ``next`` is ``agent`` with k - 1 AI messages so far,
-   ``graph.update_state(that, {"messages": [the changed reply]}, as_node="agent")``, then
-   ``graph.invoke(None, new_config)``; its replay (``invoke(None, checkpoint)``, no change)
-   stands beside forklab's null fork. A write variant (``append_note``, counting side
-   effects) shows which system runs the write again: LangGraph's tail re-executes every
-   write; forklab's guard serves a write the base made with the same arguments and blocks one
-   it never made.
+   travel: the checkpoint whose ``next`` is ``agent`` with k - 1 AI messages so far (found
+   once by walking ``get_state_history``, timed apart), ``graph.update_state(that,
+   {"messages": [the changed reply]}, as_node="agent")``, then ``graph.invoke(None,
+   new_config)``; its replay (``invoke(None, checkpoint)``, no change) stands beside
+   forklab's null fork. A write variant (``append_note``, counting side effects) shows which
+   system runs the write again: LangGraph's tail re-executes every write; forklab's guard
+   serves a write the base made with the same arguments and blocks one it never made.
 
 Run from the repository root: ``.venv/bin/python bench/bench_tool_loop.py`` (about a
 minute; ``--quick`` for a smoke run, ``--no-langgraph`` without the peer).
