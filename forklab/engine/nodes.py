@@ -40,7 +40,7 @@ from forklab.engine.graph import (
     ToolNode,
     WorkflowNode,
 )
-from forklab.engine.oracle import HumanAnswer, NodeFailure, RecordedTool, tool_writes
+from forklab.engine.oracle import HumanAnswer, NodeFailure, Paused, RecordedTool, tool_writes
 from forklab.engine.subgraphs import run_subgraph_node
 from forklab.engine.tool_asks import ToolAsks
 from forklab.engine.tools import ToolContext
@@ -174,10 +174,6 @@ def _router_node(ctx: NodeContext, node: RouterNode) -> str | None:
 
 
 # -- approvals -------------------------------------------------------------------------------
-
-
-class Paused(Exception):
-    """Internal: the node is waiting for a human; the run stops with status ``paused``."""
 
 
 def _approval_node(ctx: NodeContext, node: ApprovalNode) -> str | None:

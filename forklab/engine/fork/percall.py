@@ -24,6 +24,7 @@ from forklab.engine.calls import CallAddress
 from forklab.engine.fork.changes import (
     AgentChange,
     Change,
+    HumanResponseChange,
     ModelChange,
     PromptChange,
     ReplyChange,
@@ -69,6 +70,7 @@ class CallChanges:
     results: dict[CallId, ToolResultChange] = field(default_factory=dict)
     rerun: set[CallId] = field(default_factory=set)
     settings: dict[CallId, list[AgentChange]] = field(default_factory=dict)
+    answers: dict[CallId, HumanResponseChange] = field(default_factory=dict)
 
     @classmethod
     def of(cls, changes: Sequence[Change], recording: Recording) -> CallChanges:
@@ -87,12 +89,17 @@ class CallChanges:
                     found.rerun.add(key)
                 case ModelChange() | PromptChange() | TemperatureChange():
                     found.settings.setdefault(key, []).append(item)
+                case HumanResponseChange():
+                    found.answers[key] = item
         return found
 
     def touch(self, node: str, occurrence: int) -> bool:
         """Whether any change addresses a call of that execution (it must then execute)."""
         return any(k[:2] == (node, occurrence) for k in (
-            *self.replies, *self.results, *self.rerun, *self.settings))
+            *self.replies, *self.results, *self.rerun, *self.settings, *self.answers))
+
+    def answer(self, node: str, occurrence: int, call: str) -> HumanResponseChange | None:
+        return self.answers.get((node, occurrence, call))
 
     def within(self, node: str, occurrence: int, call: str) -> bool:
         """Whether a change addresses a call made inside call ``call`` (a tool's asks):

@@ -421,6 +421,27 @@ class ForkOracle:
             return self.hitl({"node": call.node, "prompt": node.prompt, "context": call.reads})
         return None
 
+    def human_call(self, call: NodeCall, use: ToolUse) -> HumanAnswer | None:
+        """A tool call's gate: a change answering that call (or every gate), the answer the
+        base recorded there when the call is in the prefix or, memoized, has the recorded
+        arguments; else ``hitl``, else the fork pauses there."""
+        node, occurrence = call.node, call.occurrence
+        change = self.calls.answer(node, occurrence, use.call) or last_applying(
+            self.humans, node, occurrence)
+        if change is not None:
+            return HumanAnswer(decision=change.decision, data=change.data, label="simulated",
+                               answered_by="change")
+        name, recorded_hash, _ = self.recording.chosen_tool(node, occurrence, use.call)
+        recorded = self.recording.gate_answer(node, occurrence, use.call)
+        if recorded is not None and (self.prefix.holds(node, occurrence, use.call) or (
+                self.memoize and name == use.name and recorded_hash == use.args_hash)):
+            return HumanAnswer(decision=recorded.decision, data=recorded.data, label="reused",
+                               recorded=True)
+        if self.hitl is not None:
+            return self.hitl({"node": node, "call": use.call, "prompt": use.gate_prompt,
+                              "context": use.inputs})
+        return None
+
     def subgraph(self, call: NodeCall, node: SubgraphNode, child_input: dict[str, Any],
                  run_child: Callable[[], ChildResult]) -> ChildResult:
         if not self.policy.allows(node.id):
