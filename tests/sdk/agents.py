@@ -117,3 +117,16 @@ def careful_refund(order_id: str, amount: float) -> str:
         return str(issue_refund(order_id, amount)["status"])
     except Exception as exc:  # code that catches everything must not swallow the guard
         return f"caught {type(exc).__name__}"
+
+
+@forklab.workflow("claude_async")
+async def claude_async(question: str) -> list[str]:
+    import anthropic
+
+    client = anthropic.AsyncAnthropic()
+    plain = await client.messages.create(model="claude-sonnet-4-5", max_tokens=100,
+                                         messages=[{"role": "user", "content": question}])
+    async with client.messages.stream(model="claude-sonnet-4-5", max_tokens=100, messages=[
+            {"role": "user", "content": question + "?"}]) as stream:
+        streamed = [text async for text in stream.text_stream]
+    return ["".join(b.text for b in plain.content if b.type == "text"), "".join(streamed)]

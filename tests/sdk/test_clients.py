@@ -105,3 +105,11 @@ def test_a_streamed_responses_call_is_recorded_and_replayed(
     base = record(env, "tests.sdk.agents:responses_stream", question="Where is A-1001?")
     assert base.memory["output"] == "You said: Where is A-1001?"
     null_fork_reproduces(base, clients)
+
+
+def test_the_async_anthropic_client_plain_and_streamed(clients: VendorStub,
+                                                       env: Environment) -> None:
+    base = record(env, "tests.sdk.agents:claude_async", question="Where is A-1001")
+    assert base.memory["output"] == ["You said: Where is A-1001", "You said: Where is A-1001?"]
+    assert keys(base) == ["anthropic:1", "anthropic:2"]
+    null_fork_reproduces(base, clients)

@@ -127,3 +127,25 @@ def test_a_call_moved_to_another_provider_is_answered_by_it_and_read_by_the_clie
     assert result.state is not None and result.state.status == "completed", result.state
     assert clients.requests == []  # the scripted provider answered; the client parsed it
     assert result.state.memory["output"] != base.state.memory["output"]
+
+
+def test_per_call_prompt_and_temperature_changes_are_written_into_the_request_sent(
+        base: RecordedRun, clients: VendorStub) -> None:
+    result = fork(base, change=[
+        {"kind": "prompt", "call": "support/openai:2", "system_prompt": "Be terse."},
+        {"kind": "temperature", "call": "support/openai:2", "temperature": 0.2}])
+    assert result.state is not None and result.state.status == "completed", result.state
+    [sent] = clients.bodies("openai")
+    assert sent["messages"][0] == {"role": "system", "content": "Be terse."}
+    assert sent["temperature"] == 0.2
+    assert [m["role"] for m in sent["messages"][1:]] == ["user", "assistant", "tool", "tool"]
+
+
+def test_a_rerun_makes_a_call_the_fork_would_reuse_go_live(
+        base: RecordedRun, clients: VendorStub) -> None:
+    result = fork(base, change={"kind": "rerun", "call": "support/openai:1"},
+                  policy={"memoize": True})
+    assert result.state is not None and result.state.status == "completed", result.state
+    assert len(clients.requests) == 1  # openai:1 live; the rest served from the log
+    assert dict(labels(result))["support#1/openai:1"] in ("live", "changed")
+    assert canonical_equals(result.state.memory, base.state.memory)
