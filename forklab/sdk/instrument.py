@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
+import random
 import sys
 import threading
 import time
@@ -30,8 +32,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from forklab.engine.errors import ProviderError
-from forklab.engine.providers import ChatRequest, ChatResponse
+from forklab.engine.errors import ProviderError, ProviderTimeout
+from forklab.engine.providers import Attempt, ChatRequest, ChatResponse, RetryPolicy
+from forklab.engine.providers.http import retry_delay, server_delay_s, should_retry, vendor_message
 from forklab.engine.workflow_node import current_scope
 from forklab.sdk import wire_anthropic, wire_openai, wire_responses
 
@@ -74,40 +77,88 @@ class Passthrough:
     """The provider a workflow's model call is answered live by: the user's own client.
 
     Lent for one call (``engine.providers.lend_providers``) under the call's provider name;
-    ``raw`` keeps the vendor's response when it was used, so the client gets it unchanged."""
+    ``raw`` keeps the vendor's response when it was used, so the client gets it unchanged.
+    Failed attempts are retried as the engine's providers retry (``providers.http``: 408,
+    409, 429, 5xx and no answer; ``Retry-After`` honoured), at most the client's own
+    ``max_retries`` times, each attempt recorded on the call; a final failure is the
+    call's ``provider_error`` (``provider_timeout``), carrying the vendor's status and
+    message. (The client's own retry loop never sees these attempts: it would make each a
+    new call.)"""
 
     def __init__(self, name: str, wire: ModuleType, body: dict[str, Any], was: ChatRequest,
-                 request: Any, send: Callable[[Any], Any]) -> None:
+                 request: Any, send: Callable[[Any], Any], max_retries: int) -> None:
         self.name = name
         self.wire, self.body, self.was, self.request, self.send = wire, body, was, request, send
+        self.max_retries = max_retries
         self.raw: Raw | None = None
+        self.sleep: Callable[[float], None] = time.sleep
 
     def complete(self, request: ChatRequest) -> ChatResponse:
-        started = time.perf_counter()
-        outgoing = _resend(self.request, self.wire.apply(self.body, self.was, request))
-        response = self.send(outgoing)
+        body = self.wire.apply(self.body, self.was, request)
+        attempts: list[Attempt] = []
+        for n in itertools.count():
+            started = time.perf_counter()
+            status, headers, error, timed_out = self._attempt(body)
+            latency = (time.perf_counter() - started) * 1000
+            if error is None:
+                attempts.append(Attempt(status=status, error=None, latency_ms=latency))
+                return self._parsed(attempts)
+            retry = n < self.max_retries and should_retry(status, headers)
+            delay = retry_delay(n, RetryPolicy(), server_delay=server_delay_s(headers),
+                                random=random.random) if retry else None
+            attempts.append(Attempt(status=status, error=error, latency_ms=latency,
+                                    retry_after_s=delay))
+            if delay is None:
+                raise self._failure(status, error, timed_out, attempts)
+            self.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _attempt(self, body: dict[str, Any]) -> tuple[int | None, dict[str, str], str | None,
+                                                      bool]:
+        """(status, headers, error text or None, timed out) of one attempt."""
+        try:
+            response = self.send(_resend(self.request, body))
+        except Exception as exc:  # no answer: the client's transport raised
+            return None, {}, f"{type(exc).__name__}: {exc}", "Timeout" in type(exc).__name__
+        headers = {k.lower(): v for k, v in response.headers.items()}
         content = bytes(response.content)
         if response.status_code >= 400:
-            raise ProviderError(
-                f"{self.name} answered HTTP {response.status_code} at {self.request.url}: "
-                f"{content[:300].decode('utf-8', 'replace')}", url=str(self.request.url),
-                status=response.status_code,
-                provider_message=content[:1000].decode("utf-8", "replace"))
-        self.raw = Raw(response.status_code, {k: v for k, v in response.headers.items()
-                                              if k.lower() not in _DROPPED_HEADERS}, content)
+            text = content[:1000].decode("utf-8", "replace")
+            return response.status_code, headers, vendor_message(text) or text, False
+        self.raw = Raw(response.status_code, {k: v for k, v in headers.items()
+                                              if k not in _DROPPED_HEADERS}, content)
+        return response.status_code, headers, None, False
+
+    def _parsed(self, attempts: list[Attempt]) -> ChatResponse:
+        assert self.raw is not None
         try:
-            parsed: ChatResponse = self.wire.response(content, bool(self.body.get("stream")))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            parsed: ChatResponse = self.wire.response(self.raw.content,
+                                                      bool(self.body.get("stream")))
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
             raise ProviderError(f"{self.name} answered a body forklab cannot read: {exc}",
-                                url=str(self.request.url), status=response.status_code) from None
-        latency = (time.perf_counter() - started) * 1000
+                                url=str(self.request.url), status=self.raw.status) from None
         return ChatResponse(text=parsed.text, input_tokens=parsed.input_tokens,
-                            output_tokens=parsed.output_tokens, latency_ms=latency,
-                            tool_calls=parsed.tool_calls, finish_reason=parsed.finish_reason)
+                            output_tokens=parsed.output_tokens,
+                            latency_ms=sum(a.latency_ms for a in attempts),
+                            tool_calls=parsed.tool_calls, finish_reason=parsed.finish_reason,
+                            attempts=tuple(attempts))
+
+    def _failure(self, status: int | None, error: str, timed_out: bool,
+                 attempts: list[Attempt]) -> ProviderError | ProviderTimeout:
+        url = str(self.request.url)
+        wire = [a.to_wire() for a in attempts]
+        tries = f"{len(attempts)} attempt{'s' if len(attempts) > 1 else ''}"
+        if timed_out:
+            return ProviderTimeout(f"{self.name} at {url} did not answer in time ({tries}; "
+                                   "the limit is the client's own timeout)", url=url,
+                                   timeout_s=None, attempts=wire)
+        what = f"HTTP {status}" if status is not None else "no answer"
+        return ProviderError(f"{self.name} at {url} answered {what} ({tries}): {error}",
+                             url=url, status=status, provider_message=error, attempts=wire)
 
 
-def _answer(vendor: str, wire: ModuleType, request: Any,
-            send: Callable[[Any], Any]) -> Any:
+def _answer(vendor: str, wire: ModuleType, request: Any, send: Callable[[Any], Any],
+            max_retries: int) -> Any:
     """Ask the run's oracle for ``request``; the response the client is handed."""
     scope = current_scope()
     assert scope is not None
@@ -119,7 +170,7 @@ def _answer(vendor: str, wire: ModuleType, request: Any,
             f"forklab cannot read this {vendor} request to {request.url.path} "
             f"({type(exc).__name__}: {exc}); it was not sent. Report it with the client's "
             "version, or make this call outside the workflow")) from None
-    lent = Passthrough(was.provider, wire, body, was, request, send)
+    lent = Passthrough(was.provider, wire, body, was, request, send, max_retries)
     served = scope.model_call(vendor, was, lent)
     if lent.raw is not None:
         return _response(request, lent.raw.status, lent.raw.headers, lent.raw.content)
@@ -128,7 +179,12 @@ def _answer(vendor: str, wire: ModuleType, request: Any,
     return _response(request, 200, {"content-type": kind}, content)
 
 
-def _wrap_sync(vendor: str, http: Any) -> None:
+def _retries(client: Any) -> int:
+    retries = getattr(client, "max_retries", 2)
+    return retries if isinstance(retries, int) and retries >= 0 else 2
+
+
+def _wrap_sync(vendor: str, http: Any, client: Any) -> None:
     original = http.send
 
     def send(request: Any, **kwargs: Any) -> Any:
@@ -141,12 +197,12 @@ def _wrap_sync(vendor: str, http: Any) -> None:
             response.read()
             return response
 
-        return _answer(vendor, wire, request, live)
+        return _answer(vendor, wire, request, live, _retries(client))
 
     http.send = send
 
 
-def _wrap_async(vendor: str, http: Any) -> None:
+def _wrap_async(vendor: str, http: Any, client: Any) -> None:
     original: Callable[..., Awaitable[Any]] = http.send
 
     async def send(request: Any, **kwargs: Any) -> Any:
@@ -165,19 +221,19 @@ def _wrap_async(vendor: str, http: Any) -> None:
 
         # the oracle (store, provider) is synchronous: asked off the loop, which stays free
         # to run the live request; to_thread copies the context (the workflow scope)
-        return await asyncio.to_thread(_answer, vendor, wire, request, live)
+        return await asyncio.to_thread(_answer, vendor, wire, request, live, _retries(client))
 
     http.send = send
 
 
-def _patch(cls: type, vendor: str, wrap: Callable[[str, Any], None]) -> None:
+def _patch(cls: type, vendor: str, wrap: Callable[[str, Any, Any], None]) -> None:
     init = getattr(cls, "__init__")  # noqa: B009 - read off the class, not an instance
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
         http = getattr(self, "_client", None)
         if http is not None and not getattr(http, "_forklab_recorded", False):
-            wrap(vendor, http)
+            wrap(vendor, http, self)
             http._forklab_recorded = True
 
     __init__.__wrapped__ = init  # type: ignore[attr-defined]

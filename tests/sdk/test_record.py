@@ -32,3 +32,25 @@ def test_a_sync_openai_agent_is_recorded_call_by_call(clients: VendorStub,
                           ("agent.requested", "openai:2")]
     assert len(clients.bodies("openai")) == 2
     assert clients.requests[0].headers["authorization"] == "Bearer sk-user"
+
+
+def test_a_retryable_vendor_error_is_retried_and_every_attempt_recorded(
+        clients: VendorStub, env: Environment) -> None:
+    clients.fail(429, retry_after="0")
+    run = record(env, "forklab.demo_agents.support:support", ticket=TICKET)
+    assert run.state.status == "completed", run.state.error
+    first = next(e for e in run.event_log if e.TYPE == "agent.responded")
+    assert [a["status"] for a in first.attempts] == [429, 200]
+    assert first.attempts[0]["retry_after_s"] == 0.0
+    assert len(clients.bodies("openai")) == 3  # one retry, then the second call
+
+
+def test_a_vendor_refusal_fails_the_node_with_the_vendors_status_and_message(
+        clients: VendorStub, env: Environment) -> None:
+    clients.fail(400, message="model gpt-nope does not exist")
+    run = record(env, "forklab.demo_agents.support:support", ticket=TICKET)
+    assert run.state.status == "failed"
+    error = run.state.error or {}
+    assert error["type"] == "provider_error"
+    assert "HTTP 400" in error["message"] and "model gpt-nope does not exist" in error["message"]
+    assert len(clients.requests) == 1  # a 400 is not retried
