@@ -253,6 +253,14 @@ class WorkflowNode(_NodeBase):
     kind: Literal["workflow"] = "workflow"
     fn: str = Field(pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
     writes: list[str] = Field(default_factory=lambda: ["output"], min_length=1, max_length=1)
+    # Settings for every model call the code makes, over what the code asks (a fork's
+    # node-wide model / prompt / temperature change sets them; unset: the code's own).
+    provider: str | None = Field(default=None, description="Every model call's provider.")
+    model: str | None = Field(default=None, description="Every model call's model.")
+    system_prompt: str | None = Field(default=None,
+                                      description="Every model call's system prompt.")
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0,
+                                      description="Every model call's temperature.")
 
 
 Node = Annotated[

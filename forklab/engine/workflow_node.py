@@ -29,6 +29,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import threading
 import traceback
@@ -151,10 +152,17 @@ class WorkflowScope:
             key = self._key(vendor, ":")
             try:
                 with lend_providers({request.provider: lent}):
-                    return ask(self.ctx, _AGENT, list(request.messages), request=request,
-                               call=key)
+                    return ask(self.ctx, _AGENT, list(request.messages),
+                               request=self._settled(request), call=key)
             except BaseException as exc:
                 raise self._aborted(exc) from None
+
+    def _settled(self, request: ChatRequest) -> ChatRequest:
+        """``request`` with the node's settings for every call (a node-wide change)."""
+        node = self.node
+        update = {name: getattr(node, name) for name in (
+            "provider", "model", "system_prompt", "temperature") if getattr(node, name) is not None}
+        return dataclasses.replace(request, **update) if update else request
 
     def tool_call(self, name: str, fn: str, *, effect: str, trusted: bool,
                   args: dict[str, Any], invoke: Callable[[dict[str, Any]], Any]) -> Any:

@@ -149,3 +149,14 @@ def test_a_rerun_makes_a_call_the_fork_would_reuse_go_live(
     assert len(clients.requests) == 1  # openai:1 live; the rest served from the log
     assert dict(labels(result))["support#1/openai:1"] in ("live", "changed")
     assert canonical_equals(result.state.memory, base.state.memory)
+
+
+def test_a_node_wide_model_change_applies_to_every_call_the_code_makes(
+        base: RecordedRun, clients: VendorStub) -> None:
+    result = fork(base, at="start", change={"kind": "model", "target": "support",
+                                            "model": "gpt-4.1"})
+    assert result.state is not None and result.state.status == "completed", result.state
+    assert [b["model"] for b in clients.bodies("openai")] == ["gpt-4.1", "gpt-4.1"]
+    assert [label for call, label in labels(result) if "openai" in str(call)] == [
+        "changed", "changed"]
+    assert canonical_equals(result.state.memory, base.state.memory)  # the stub ignores models

@@ -88,6 +88,9 @@ def _apply_agent(graph: GraphSpec, item: AgentChange) -> GraphSpec:
         raise InvalidChange(f"{item.kind} change: cannot read target {item.target!r}; use "
                             "'node', 'node.role' or 'node.role[i]'", target=item.target)
     node = _node_or_refuse(graph, match["node"], item)
+    if isinstance(node, WorkflowNode) and match["role"] is None and item.kind != "tools":
+        # a workflow's code makes its calls: the setting applies to every one (SPEC §7)
+        return _replace_node(graph, node.model_copy(update=item.agent_update()))
     role_name: str | None = match["role"]
     index: str | None = match["i"]
     drives_agent = isinstance(node, AgentNode) or (isinstance(node, RouterNode) and node.agent)
