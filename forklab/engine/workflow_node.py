@@ -123,10 +123,21 @@ class WorkflowScope:
         self._lock = threading.RLock()
 
     def _key(self, part: str, sep: str) -> str:
-        steps = current_steps()
-        n = self._counts.get((steps, part), 0) + 1
-        self._counts[(steps, part)] = n
-        return workflow_call(steps, f"{part}{sep}{n}")
+        with self._lock:
+            steps = current_steps()
+            n = self._counts.get((steps, part), 0) + 1
+            self._counts[(steps, part)] = n
+            return workflow_call(steps, f"{part}{sep}{n}")
+
+    def model_key(self, vendor: str) -> str:
+        """The key the next ``vendor`` call made here gets. Async code takes it on the event
+        loop, before its call waits on a thread: tasks reach that point in the loop's order,
+        so concurrent calls (``asyncio.gather``) get the same keys in every execution."""
+        return self._key(vendor, ":")
+
+    def tool_key(self, name: str) -> str:
+        """The key the next call of tool ``name`` made here gets (see :meth:`model_key`)."""
+        return self._key(f"tool:{name}", "#")
 
     def _aborted(self, exc: BaseException) -> WorkflowAbort:
         if isinstance(exc, WorkflowAbort):
@@ -143,13 +154,14 @@ class WorkflowScope:
         if self.abort is not None:  # a call after the node was ended (swallowed): refused
             raise WorkflowAbort(self.abort)
 
-    def model_call(self, vendor: str, request: ChatRequest, lent: Provider) -> Served:
-        """One model call (key ``<steps>/<vendor>:N``), answered by the run's oracle;
-        ``lent`` answers it live (the user's own client) unless a change names another
-        provider. Raises :class:`WorkflowAbort` when the engine ends the node."""
+    def model_call(self, vendor: str, request: ChatRequest, lent: Provider,
+                   key: str | None = None) -> Served:
+        """One model call (key ``<steps>/<vendor>:N``, or ``key`` taken before), answered by
+        the run's oracle; ``lent`` answers it live (the user's own client) unless a change
+        names another provider. Raises :class:`WorkflowAbort` when the engine ends the node."""
         self._check()
+        key = key or self.model_key(vendor)
         with self._lock:
-            key = self._key(vendor, ":")
             try:
                 with lend_providers({request.provider: lent}):
                     return ask(self.ctx, _AGENT, list(request.messages),
@@ -165,7 +177,8 @@ class WorkflowScope:
         return dataclasses.replace(request, **update) if update else request
 
     def tool_call(self, name: str, fn: str, *, effect: str, trusted: bool,
-                  args: dict[str, Any], invoke: Callable[[dict[str, Any]], Any]) -> Any:
+                  args: dict[str, Any], invoke: Callable[[dict[str, Any]], Any],
+                  key: str | None = None) -> Any:
         """One ``@forklab.tool`` call (key ``<steps>/tool:NAME#N``) through the oracle: its
         JSON result (what a fork serves is the recorded JSON, so the code sees the same).
 
@@ -176,8 +189,8 @@ class WorkflowScope:
             args = ensure_json(args, f"the arguments of tool {name!r}")
         except NodeFailure as failure:
             raise self._aborted(failure) from None
+        key = key or self.tool_key(name)
         with self._lock:
-            key = self._key(f"tool:{name}", "#")
             raised: list[Exception] = []
 
             def run(arguments: dict[str, Any], _ctx: ToolContext) -> Any:

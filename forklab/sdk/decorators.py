@@ -68,9 +68,10 @@ def tool(fn: Any = None, /, *, effect: Literal["read", "write"] = "read", truste
                 def invoke(a: dict[str, Any]) -> Any:
                     return asyncio.run_coroutine_threadsafe(fn(**a), loop).result()
 
+                key = scope.tool_key(tool_name)  # on the loop: keyed in task order
                 return await asyncio.to_thread(
                     scope.tool_call, tool_name, path, effect=effect, trusted=trusted,
-                    args=arguments(args, kwargs), invoke=invoke)
+                    args=arguments(args, kwargs), invoke=invoke, key=key)
 
             wrapped: Any = run_async
         else:

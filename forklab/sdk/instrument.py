@@ -158,7 +158,7 @@ class Passthrough:
 
 
 def _answer(vendor: str, wire: ModuleType, request: Any, send: Callable[[Any], Any],
-            max_retries: int) -> Any:
+            max_retries: int, key: str | None = None) -> Any:
     """Ask the run's oracle for ``request``; the response the client is handed."""
     scope = current_scope()
     assert scope is not None
@@ -171,7 +171,7 @@ def _answer(vendor: str, wire: ModuleType, request: Any, send: Callable[[Any], A
             f"({type(exc).__name__}: {exc}); it was not sent. Report it with the client's "
             "version, or make this call outside the workflow")) from None
     lent = Passthrough(was.provider, wire, body, was, request, send, max_retries)
-    served = scope.model_call(vendor, was, lent)
+    served = scope.model_call(vendor, was, lent, key)
     if lent.raw is not None:
         return _response(request, lent.raw.status, lent.raw.headers, lent.raw.content)
     ident = hashlib.sha256(f"{was.request_hash}".encode()).hexdigest()[:24]
@@ -221,7 +221,11 @@ def _wrap_async(vendor: str, http: Any, client: Any) -> None:
 
         # the oracle (store, provider) is synchronous: asked off the loop, which stays free
         # to run the live request; to_thread copies the context (the workflow scope)
-        return await asyncio.to_thread(_answer, vendor, wire, request, live, _retries(client))
+        scope = current_scope()
+        assert scope is not None
+        key = scope.model_key(vendor)  # on the loop: concurrent calls keyed in task order
+        return await asyncio.to_thread(_answer, vendor, wire, request, live, _retries(client),
+                                       key)
 
     http.send = send
 

@@ -130,3 +130,17 @@ async def claude_async(question: str) -> list[str]:
             {"role": "user", "content": question + "?"}]) as stream:
         streamed = [text async for text in stream.text_stream]
     return ["".join(b.text for b in plain.content if b.type == "text"), "".join(streamed)]
+
+
+@forklab.workflow("gather_two")
+async def gather_two(question: str) -> list[str]:
+    import asyncio
+
+    client = openai.AsyncOpenAI()
+
+    async def ask(text: str) -> str:
+        reply = await client.chat.completions.create(
+            model="gpt-4.1-mini", messages=[{"role": "user", "content": text}])
+        return reply.choices[0].message.content or ""
+
+    return list(await asyncio.gather(*(ask(f"{question} {i}") for i in range(4))))

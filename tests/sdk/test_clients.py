@@ -113,3 +113,14 @@ def test_the_async_anthropic_client_plain_and_streamed(clients: VendorStub,
     assert base.memory["output"] == ["You said: Where is A-1001", "You said: Where is A-1001?"]
     assert keys(base) == ["anthropic:1", "anthropic:2"]
     null_fork_reproduces(base, clients)
+
+
+def test_concurrent_async_calls_are_keyed_in_the_order_the_code_starts_them(
+        clients: VendorStub, env: Environment) -> None:
+    base = record(env, "tests.sdk.agents:gather_two", question="q")
+    assert base.memory["output"] == [f"You said: q {i}" for i in range(4)]
+    asked = {e.call: e.messages[-1]["content"] for e in base.event_log
+             if e.TYPE == "agent.requested"}
+    assert asked == {f"openai:{i + 1}": f"q {i}" for i in range(4)}
+    for _ in range(3):  # the same keys whatever order the threads answer in
+        null_fork_reproduces(base, clients)
