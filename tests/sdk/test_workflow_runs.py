@@ -83,7 +83,7 @@ def test_forkcheck_reports_code_that_does_not_reproduce(clients: VendorStub,
     base = record(env, "dice", question="Pick one")
     result, _end = fork_check(base.run_id, store=base.store, env=env)
     assert not result.ok
-    assert "dice#1/openai:1:agent:changed" in result.detail
+    assert "dice:agent:changed [dice#1/openai:1]" in result.detail
 
 
 def test_forkcheck_passes_a_deterministic_workflow(clients: VendorStub,

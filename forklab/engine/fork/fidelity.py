@@ -98,8 +98,8 @@ def fork_check(run_id: str, *, store: Store, env: Environment | None = None,
                                      f"null fork at seq {point.seq} ({point.label})")
             if paid:
                 detail += f"\n  calls     {len(paid)} paid call(s): " + ", ".join(
-                    f"{c.call or c.node}:{c.kind}:{c.label}" for c in paid)  # a keyed
-                # call by its key: the first differing call of code that does not reproduce
+                    f"{c.node}:{c.kind}:{c.label}" + (f" [{c.call}]" if c.call else "")
+                    for c in paid)  # with its key: names the first call that differs
         results.append(FidelityResult(run_id=run_id, point=point, ok=same and not paid,
                                       calls=len(paid), detail=detail))
     return results
