@@ -120,10 +120,13 @@ class WorkflowScope:
         self.untrusted = False
         self.abort: BaseException | None = None
         self._counts: dict[tuple[tuple[str, ...], str], int] = {}
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # one call at a time
+        self._counting = threading.Lock()
 
     def _key(self, part: str, sep: str) -> str:
-        with self._lock:
+        # its own lock, never the call lock: the event loop takes keys while a worker
+        # thread holding the call lock waits on that loop for a live request
+        with self._counting:
             steps = current_steps()
             n = self._counts.get((steps, part), 0) + 1
             self._counts[(steps, part)] = n
@@ -145,6 +148,17 @@ class WorkflowScope:
         self.abort = self.abort or exc
         return WorkflowAbort(self.abort)
 
+    @contextmanager
+    def _serial(self) -> Iterator[None]:
+        """One call at a time — except a call made inside a tool's call: that is part of the
+        tool's call (which holds the lock), and may reach here on another thread (an async
+        tool's body runs on the event loop, its calls on worker threads)."""
+        if _IN_TOOL.get() is not None:
+            yield
+            return
+        with self._lock:
+            yield
+
     def fail(self, code: str, message: str) -> WorkflowAbort:
         """End the node with ``code`` (something forklab cannot record, e.g. a request it
         cannot read): the exception to raise through the user's code."""
@@ -161,7 +175,7 @@ class WorkflowScope:
         names another provider. Raises :class:`WorkflowAbort` when the engine ends the node."""
         self._check()
         key = key or self.model_key(vendor)
-        with self._lock:
+        with self._serial():
             try:
                 with lend_providers({request.provider: lent}):
                     return ask(self.ctx, _AGENT, list(request.messages),
@@ -190,7 +204,7 @@ class WorkflowScope:
         except NodeFailure as failure:
             raise self._aborted(failure) from None
         key = key or self.tool_key(name)
-        with self._lock:
+        with self._serial():
             raised: list[Exception] = []
 
             def run(arguments: dict[str, Any], _ctx: ToolContext) -> Any:

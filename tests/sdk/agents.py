@@ -144,3 +144,23 @@ async def gather_two(question: str) -> list[str]:
         return reply.choices[0].message.content or ""
 
     return list(await asyncio.gather(*(ask(f"{question} {i}") for i in range(4))))
+
+
+@forklab.workflow("responses_helper")
+def responses_helper(question: str) -> str:
+    client = openai.OpenAI()
+    with client.responses.stream(model="gpt-4.1-mini", input=question) as stream:
+        return stream.get_final_response().output_text
+
+
+@forklab.tool
+async def summarize(text: str) -> str:
+    client = openai.AsyncOpenAI()
+    reply = await client.chat.completions.create(
+        model="gpt-4.1-mini", messages=[{"role": "user", "content": f"Summarize: {text}"}])
+    return reply.choices[0].message.content or ""
+
+
+@forklab.workflow("nested_async")
+async def nested_async(question: str) -> str:
+    return str(await summarize(question))

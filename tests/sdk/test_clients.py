@@ -100,9 +100,10 @@ def test_the_responses_api_loop_is_recorded_and_a_null_fork_reproduces_it(
     assert len(clients.requests) == 1
 
 
+@pytest.mark.parametrize("name", ["responses_stream", "responses_helper"])
 def test_a_streamed_responses_call_is_recorded_and_replayed(
-        clients: VendorStub, env: Environment) -> None:
-    base = record(env, "tests.sdk.agents:responses_stream", question="Where is A-1001?")
+        clients: VendorStub, env: Environment, name: str) -> None:
+    base = record(env, f"tests.sdk.agents:{name}", question="Where is A-1001?")
     assert base.memory["output"] == "You said: Where is A-1001?"
     null_fork_reproduces(base, clients)
 
@@ -124,3 +125,12 @@ def test_concurrent_async_calls_are_keyed_in_the_order_the_code_starts_them(
     assert asked == {f"openai:{i + 1}": f"q {i}" for i in range(4)}
     for _ in range(3):  # the same keys whatever order the threads answer in
         null_fork_reproduces(base, clients)
+
+
+def test_an_async_tool_asking_a_model_is_keyed_under_the_tool_call(
+        clients: VendorStub, env: Environment) -> None:
+    base = record(env, "tests.sdk.agents:nested_async", question="a long text")
+    assert base.memory["output"] == "You said: Summarize: a long text"
+    assert keys(base) == ["tool:summarize#1/openai:1"]
+    assert keys(base, "tool.called") == ["tool:summarize#1"]
+    null_fork_reproduces(base, clients)
