@@ -269,7 +269,7 @@ async def view(port: int, token: str, fork: Fork, deadline: float) -> None:
 def reconnect_delay(failures: int, base: float = 0.5, cap: float = 30.0) -> float:
     """Seconds to wait before reconnect number ``failures + 1`` since the last open: uniform
     in ``[0, min(cap, base * 2**failures)]`` ("full jitter") — the dashboard's policy
-    (static/forklab.js)."""
+    (forklab/web/static/forklab.js)."""
     return random.uniform(0.0, min(cap, base * 2 ** min(failures, 16)))
 
 

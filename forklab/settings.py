@@ -3,8 +3,15 @@
 Every variable is read through a helper that refuses a malformed value with a message naming
 the variable, so a typo fails at start-up instead of changing behaviour silently.
 
-Embedded default: SQLite at ``var/forklab.sqlite3``, in-memory channel layer. Scale-out:
-``DATABASE_URL`` (PostgreSQL) and ``REDIS_URL`` (channel layer).
+Embedded default: SQLite at ``$FORKLAB_HOME/forklab.sqlite3``, in-memory channel layer.
+Scale-out: ``DATABASE_URL`` (PostgreSQL) and ``REDIS_URL`` (channel layer).
+
+Where data goes: everything forklab writes (the SQLite database and its test copies, the
+generated secret key, collected static files) lives under ``FORKLAB_HOME`` — by default the
+per-user data directory (``platformdirs.user_data_dir("forklab")``: ``~/.local/share/forklab``
+on Linux) — unless a more specific variable moves one piece. Invariant: no default path is
+inside the installed package; nothing is ever written next to the code. A source checkout
+keeps its data in ``var/`` because ``./dev`` and ``manage.py`` say so (``FORKLAB_HOME``).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Any
 
 import dj_database_url
 import django_stubs_ext
+import platformdirs
 from django.core.exceptions import ImproperlyConfigured
 
 from forklab.engine.environment import max_concurrency_from_env
@@ -26,8 +34,19 @@ from forklab.engine.errors import ConfigurationError
 # mypy strict wants them written.
 django_stubs_ext.monkeypatch()
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("FORKLAB_VAR_DIR") or BASE_DIR / "var")
+
+def _path(name: str, default: Path) -> Path:
+    """A directory or file named by the variable ``name`` (``~`` expanded), else ``default``;
+    made absolute so a process started elsewhere finds the same place."""
+    raw = os.environ.get(name, "").strip()
+    return (Path(raw).expanduser() if raw else default).absolute()
+
+
+# The data directory, and the pieces a deployment may put elsewhere (docs/deployment.md).
+FORKLAB_HOME = _path("FORKLAB_HOME", Path(platformdirs.user_data_dir("forklab", appauthor=False)))
+# the SQLite database (and the test runs' copies) and the generated secret key
+VAR_DIR = _path("FORKLAB_VAR_DIR", FORKLAB_HOME)
+SECRET_KEY_FILE = _path("FORKLAB_SECRET_KEY_FILE", VAR_DIR / "secret_key")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -127,14 +146,14 @@ DEBUG = envbool("FORKLAB_DEBUG", False)
 
 def _secret_key() -> str:
     """FORKLAB_SECRET_KEY; else, in development, a fixed key; else one generated once and
-    kept in ``var/secret_key`` (0600) — right for one host, while every process of a
+    kept in ``SECRET_KEY_FILE`` (0600) — right for one host, while every process of a
     multi-host deployment must be given the same FORKLAB_SECRET_KEY."""
     key = os.environ.get("FORKLAB_SECRET_KEY", "")
     if key:
         return key
     if DEBUG:
         return "forklab-insecure-development-key-do-not-use-in-production"
-    path = VAR_DIR / "secret_key"
+    path = SECRET_KEY_FILE
     try:
         return path.read_text().strip() or _new_key(path)
     except FileNotFoundError:
@@ -144,7 +163,7 @@ def _secret_key() -> str:
 def _new_key(path: Path) -> str:
     import secrets
 
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     key = secrets.token_urlsafe(50)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -206,7 +225,8 @@ ASGI_APPLICATION = "forklab.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # the pages' templates are forklab.web's (forklab/web/templates), found as an app's
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -302,8 +322,8 @@ else:
 
 # -- background work (django.tasks) ----------------------------------------------------------
 # Embedded default: a thread pool inside the server process. Scale-out: FORKLAB_TASKS_BACKEND=db
-# puts tasks on a database queue (django-tasks-db, the `scale` extra) that `manage.py
-# db_worker` processes run (see docs/deployment.md). A dotted path selects any other
+# puts tasks on a database queue (django-tasks-db, the `scale` extra) that `forklab worker`
+# (`manage.py db_worker`) processes run (see docs/deployment.md). A dotted path selects any other
 # django.tasks backend.
 TASK_BACKENDS = {
     "threads": "forklab.runs.task_backends.ThreadPoolBackend",
@@ -362,8 +382,9 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# The sources are the apps' static/ directories (forklab/web/static and the libraries');
+# collectstatic writes the served copies here.
+STATIC_ROOT = _path("FORKLAB_STATIC_ROOT", FORKLAB_HOME / "static")
 # daphne serves no static files itself: WhiteNoise does, under content-hashed names written by
 # `collectstatic` (forklab.web.staticfiles); 0 when a proxy serves STATIC_ROOT instead.
 FORKLAB_SERVE_STATIC = envbool("FORKLAB_SERVE_STATIC", True)
@@ -402,7 +423,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": (
         "Fork recorded agent-workflow runs: change one thing, replay the prefix for free, run "
         "the tail live, see what became different.\n\n"
-        "Authenticate with a session or `Authorization: Token <key>` (`manage.py "
+        "Authenticate with a session or `Authorization: Token <key>` (`forklab "
         "drf_create_token USER`). Every error is `{\"code\", \"detail\", ...context}`; see "
         "`forklab.runs.error_status` for the code → status map: 400 a malformed request (body, query "
         "or graph document), 401 not authenticated, 403 role, 404 unknown (or outside your "

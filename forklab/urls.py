@@ -3,10 +3,11 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from forklab.web import metrics
+from forklab.web.views.login import LoginPage
 
 urlpatterns = [
     path("", include("forklab.web.urls")),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", LoginPage.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/", include("forklab.api.urls")),

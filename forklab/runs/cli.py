@@ -162,6 +162,6 @@ def store_for(run_id: str, *, lease: str | None = None) -> tuple[Run, DjangoStor
     leased to it (``forklab.runs.leases.held``), so a killed command's fork is recovered."""
     run = Run.objects.select_related("project").filter(pk=run_id).first()
     if run is None:
-        raise NotFound(f"no run {run_id!r}; list runs with: manage.py runs", run_id=run_id)
+        raise NotFound(f"no run {run_id!r}; list runs with: forklab runs", run_id=run_id)
     require_recorded(run)  # every command reads the run's log
     return run, DjangoStore(run.project, lease=lease)

@@ -38,7 +38,9 @@ STATUS: dict[str, int] = {
     "not_found": 404, "unknown_scenario": 404,
     "method_not_allowed": 405, "not_acceptable": 406, "unsupported_media_type": 415,
     "throttled": 429,
-    "provider_error": 502, "database_not_ready": 503,
+    # a model provider failed or said what forklab cannot record as an answer: upstream
+    "provider_error": 502, "unexpected_tool_calls": 502, "provider_timeout": 504,
+    "database_not_ready": 503,
     # a malformed engine setting (FORKLAB_MAX_CONCURRENCY): the server's fault, not the
     # caller's; settings refuse it at start-up, so a request can only meet it mid-reconfigure
     "invalid_configuration": 503,

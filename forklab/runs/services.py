@@ -25,6 +25,7 @@ from forklab.engine.recording import run_recorded
 from forklab.engine.scenarios import SCENARIOS, Scenario
 from forklab.runs import leases, queries, tasks
 from forklab.runs.access import RANK, User, account, require_role, role_in
+from forklab.runs.demo_login import DEMO_PASSWORD, DEMO_USERNAME
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import InvalidArgument, NotFound
 from forklab.runs.models import GraphVersion, Membership, Project, Role, Run, RunKind, RunStatus
@@ -140,8 +141,8 @@ class DemoResult:
     existing: dict[str, str] = field(default_factory=dict)  # scenario -> run id kept
 
 
-def ensure_demo_user(*, project: Project, username: str = "demo",
-                     password: str = "demo") -> Account:
+def ensure_demo_user(*, project: Project, username: str = DEMO_USERNAME,
+                     password: str = DEMO_PASSWORD) -> Account:
     """A non-superuser demo login, admin of ``project``; an existing password is kept."""
     user_model = get_user_model()
     with transaction.atomic():

@@ -1,7 +1,7 @@
 """Real-browser tests: Playwright drives Debian's chromium against a live daphne server.
 
 One server for the session, started as a subprocess on a free port against a fresh SQLite
-file in a temporary FORKLAB_VAR_DIR, after ``migrate``, ``demo``, a slow recorded run and a
+file in a temporary FORKLAB_HOME, after ``migrate``, ``demo``, a slow recorded run and a
 few extra users and projects (``manage.py shell``). Never ``playwright install``: the browser
 is /usr/bin/chromium (``./dev test`` installs it with apt when missing).
 
@@ -90,14 +90,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium` "
                     "(./dev test does)")
     var_dir = tmp_path_factory.mktemp("forklab-var")
-    env = {**os.environ, "FORKLAB_VAR_DIR": str(var_dir), "FORKLAB_TASK_WORKERS": "6",
+    # the server's whole data directory (database, static files) is the temporary one
+    env = {**os.environ, "FORKLAB_HOME": str(var_dir), "FORKLAB_VAR_DIR": str(var_dir),
+           "FORKLAB_STATIC_ROOT": str(var_dir / "static"), "FORKLAB_TASK_WORKERS": "6",
            "DJANGO_SETTINGS_MODULE": "forklab.settings", "FORKLAB_LOG_LEVEL": "WARNING"}
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
     port = _free_port()
     srv = Server(url=f"http://127.0.0.1:{port}", var_dir=var_dir, env=env)
     srv.manage("migrate", "--noinput", "-v0")
-    # as `./dev start` does: with debug off, WhiteNoise serves only what collectstatic wrote
+    # as `forklab serve` does: with debug off, WhiteNoise serves only what collectstatic wrote
     srv.manage("collectstatic", "--noinput", "-v0")
     srv.manage("demo")
     srv.manage("record", str(ROOT / "tests" / "browser" / "slow.yaml"), "--project", "demo",

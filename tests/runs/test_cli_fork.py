@@ -216,7 +216,7 @@ def test_fork_of_an_unknown_run_says_how_to_list_runs(
         capsys: pytest.CaptureFixture[str]) -> None:
     status, _, err = cli(capsys, "fork", "nope", "--at", "start")
     assert status == 1
-    assert err == "error: not_found: no run 'nope'; list runs with: manage.py runs\n"
+    assert err == "error: not_found: no run 'nope'; list runs with: forklab runs\n"
 
 
 def test_a_fork_from_a_real_process_keeps_stdout_json_and_logs_on_stderr() -> None:

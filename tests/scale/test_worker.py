@@ -3,7 +3,7 @@
 PostgreSQL (``DATABASE_URL``), the Redis channel layer (``REDIS_URL``) and the database task
 queue (``FORKLAB_TASKS_BACKEND=db``, django-tasks-db) are chosen by settings, so these tests
 run in their own pytest session with that environment (``./dev test`` starts it after the
-main one; see docs/deployment.md). The worker is a real ``manage.py db_worker`` subprocess
+main one; see docs/deployment.md). The worker is a real ``forklab worker`` (``db_worker``) subprocess
 pointed at pytest-django's test database through ``DATABASE_URL``.
 """
 
@@ -69,7 +69,7 @@ def worker(world: World, tmp_path: Path,
            "REDIS_URL": settings.REDIS_URL, **worker_env}
     log = (tmp_path / "worker.log").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "manage.py", "db_worker", "--no-reload", "--interval", "0.1",
+        [sys.executable, "-m", "forklab", "worker", "--no-reload", "--interval", "0.1",
          "--no-startup-delay", "--worker-id", WORKER_ID],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     yield process

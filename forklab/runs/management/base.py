@@ -63,7 +63,7 @@ class ForklabCommand(BaseCommand):
                 if not _missing_table(exc):
                     raise
                 raise DatabaseNotReady(
-                    f"{exc}; the database is not migrated: run manage.py migrate"
+                    f"{exc}; the database is not migrated: run forklab migrate (or forklab serve)"
                 ) from exc
             except CommandError as exc:
                 raise InvalidArgument(str(exc)) from exc

@@ -6,7 +6,7 @@ are the same on both pages).
 
 The page renders the events recorded so far and connects with ``after=`` the last of them;
 a finished run shows them too, and the stream's status frame then turns the page into the diff;
-``static/forklab.js`` moves ``after=`` to the last row received before any reconnect, so a
+``forklab/web/static/forklab.js`` moves ``after=`` to the last row received before any reconnect, so a
 dropped socket loses nothing and repeats nothing. Every status frame of the stream asks this
 view for the control panel again (``#fork-panel``): a finished run answers with a redirect
 to its diff.
@@ -96,7 +96,7 @@ def last_events(run: Run, rows: int = BACKLOG_ROWS) -> dict[str, Any]:
 
 def tail_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Nodes finished, model calls, tokens and incurred cost of the events shown; the page's
-    script keeps the same sums as rows stream in (``static/forklab.js``)."""
+    script keeps the same sums as rows stream in (``forklab/web/static/forklab.js``)."""
     events = expand_all(events)  # a served node counts as its calls and its completion
     calls = [e["payload"] for e in events if e["type"] == "agent.responded"]
     return {

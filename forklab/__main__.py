@@ -1,0 +1,5 @@
+"""``python -m forklab``: the ``forklab`` console command (forklab.console)."""
+
+from forklab.console import main
+
+main()
