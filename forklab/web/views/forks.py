@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from forklab.engine.calls import parse_call_key
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import Change, PromptChange
 from forklab.engine.fork.wire import PreflightWire
@@ -22,7 +23,8 @@ from forklab.runs.errors import NotFound
 from forklab.runs.models import Run
 from forklab.runs.positions import parse_seq
 from forklab.web import timeline
-from forklab.web.composer import Composer, build_composer, decode_changes, encode_changes
+from forklab.web.composer import Composer, build_composer, encode_changes
+from forklab.web.conversation import read_link_changes, with_pending
 from forklab.web.forkform import ForkForm, read_fork_form
 from forklab.web.inspector import inspector
 from forklab.web.views.common import (
@@ -94,12 +96,17 @@ def compose(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         return _refused(request, run, 400, "This fork link is damaged: its point "
                         f"at={request.GET['at'][:40]!r} is not a seq number.")
     changes: list[Change] = []
+    pending: list[dict[str, Any]] = []  # per-call kinds the engine does not parse yet
     if request.GET.get("changes"):
         try:
-            changes = decode_changes(request.GET["changes"])
+            changes, pending = read_link_changes(request.GET["changes"])
         except ValueError as exc:
             return _refused(request, run, 400, f"This fork link is damaged: {exc}. Ask for the "
                             "link again, or open the composer without its changes.", at=at)
+    at_call = request.GET.get("call", "")
+    if at_call and parse_call_key(at_call) is None:
+        return _refused(request, run, 400, f"This fork link is damaged: call={at_call[:80]!r} "
+                        "is not a call key (node#occurrence/turn:N).", at=at)
     tl = timeline.build(run, at=at)
     try:
         context = composer_context(request, run, at, changes=changes, tl=tl)
@@ -107,7 +114,8 @@ def compose(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         return _refused(request, run, 404, exc.message)
     composer = context["composer"]
     point = tl.point(composer.seq)
-    context.update(run=run, from_link=bool(changes), point=point,
+    with_pending(context["values"], pending, at_call)
+    context.update(run=run, from_link=bool(changes or pending), point=point,
                    inspector=inspector(run, composer.seq, point, composer.graph))
     template = "web/composer.html#composer" if htmx_target(request) else "web/fork_page.html"
     return render(request, template, context)
@@ -172,6 +180,7 @@ def _posted(request: HttpRequest, composer: Composer) -> dict[str, Any]:
             values[name] = False
     for name in ("memoize", "ignore_budget", "route_once"):
         values[name] = values[name] in (True, "on")
+    values["at_call"] = request.POST.get("at_call", "")
     return values
 
 

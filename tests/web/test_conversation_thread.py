@@ -1,0 +1,137 @@
+"""The run page's conversation thread (SPEC §6.5): a support-agent step shows each turn, the
+tool calls with their arguments and results, a fork marker before every turn and tool call,
+and the per-call actions as fork links that prefill the composer."""
+
+from __future__ import annotations
+
+import base64
+import html as htmllib
+import json
+import re
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from forklab.runs.models import Event
+from forklab.web.conversation import encode, read_link_changes
+from tests.web.conftest import World, htmx, page
+
+pytestmark = pytest.mark.django_db
+
+
+def text(response: object) -> str:
+    return htmllib.unescape(page(response))
+
+
+def links(html: str, action: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(href, changes) of every action link named ``action``."""
+    found = re.findall(rf'<a class="btn small" href="([^"]+)" data-action="{action}" '
+                       r'data-changes="([^"]+)"', html)
+    return [(htmllib.unescape(href), json.loads(htmllib.unescape(changes)))
+            for href, changes in found]
+
+
+def link_changes(href: str) -> list[dict[str, Any]]:
+    query = parse_qs(urlparse(href).query)
+    raw = query["changes"][0]
+    return json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))  # type: ignore[no-any-return]
+
+
+def start_seq(run_id: str, node: str) -> int:
+    return Event.objects.get(run_id=run_id, type="node.started", node=node).seq
+
+
+def test_a_support_agent_step_reads_as_a_thread_of_turns_and_tool_calls(world: World) -> None:
+    run = world.runs["support-agent"]
+    response = world.client("bob").get(f"/runs/{run}/steps/assist/1/", headers=htmx("drawer"))
+    assert response.status_code == 200
+    html = text(response)
+    assert list(re.findall(r'<li class="turn" data-call="([^"]+)"', html)) == [
+        "assist#1/turn:1", "assist#1/turn:2", "assist#1/turn:3"]
+    assert re.findall(r'<li class="toolcall" data-call="([^"]+)" data-tool="(\w+)" '
+                      r'data-effect="(\w+)"', html) == [
+        ("assist#1/turn:1/tool:1", "lookup_order", "read"),
+        ("assist#1/turn:1/tool:2", "search_policy", "read"),
+        ("assist#1/turn:2/tool:1", "issue_refund", "write")]
+    assert '"order_id": "A-1001"' in html and '"refund_id": "R-' in html  # args and results
+    assert "My order A-1001 arrived damaged. Please refund it." in html  # the user message
+    reply = Event.objects.filter(run_id=run, type="agent.responded", node="assist") \
+        .order_by("-seq").values_list("payload", flat=True)[0]
+    assert reply["text"] in html
+    assert f"{reply['input_tokens']} in + {reply['output_tokens']} out tokens" in html
+    assert "2 earlier messages" in html  # turn 2's history folds; its tool results show
+
+
+def test_every_turn_and_tool_call_has_a_fork_marker_before_its_call(world: World) -> None:
+    run = world.runs["support-agent"]
+    html = page(world.client("bob").get(f"/runs/{run}/steps/assist/1/"))
+    markers = re.findall(r'<a class="forkmark" href="([^"]+)" data-before-call="([^"]+)"', html)
+    assert [key for _, key in markers] == [
+        "assist#1/turn:1", "assist#1/turn:1/tool:1", "assist#1/turn:1/tool:2",
+        "assist#1/turn:2", "assist#1/turn:2/tool:1", "assist#1/turn:3"]
+    point = start_seq(run, "assist") - 1
+    for href, key in markers:
+        href = htmllib.unescape(href)
+        query = parse_qs(urlparse(href).query)
+        assert urlparse(href).path == f"/runs/{run}/fork/"
+        assert query == {"at": [str(point)], "call": [key]}
+
+
+def test_the_actions_carry_reply_tool_result_and_rerun_changes_for_their_call(
+        world: World) -> None:
+    run = world.runs["support-agent"]
+    html = page(world.client("bob").get(f"/runs/{run}/steps/assist/1/"))
+    edits = links(html, "edit_reply")
+    assert [c[0]["call"] for _, c in edits] == ["assist#1/turn:1", "assist#1/turn:2",
+                                                 "assist#1/turn:3"]
+    first = edits[0][1][0]
+    assert first["kind"] == "reply" and first["text"] == ""
+    assert [c["name"] for c in first["tool_calls"]] == ["lookup_order", "search_policy"]
+    assert "tool_calls" not in edits[2][1][0]  # the final answer asks for no tool
+    replaced = links(html, "replace_result")
+    refund = replaced[2][1][0]
+    assert refund["kind"] == "tool_result" and refund["call"] == "assist#1/turn:2/tool:1"
+    assert refund["result"]["status"] == "issued"
+    reruns = [c[0] for _, c in links(html, "rerun")]
+    assert {"kind": "rerun", "call": "assist#1/turn:2/tool:1"} in reruns
+    for href, changes in edits + replaced:  # the href carries what data-changes shows
+        assert link_changes(href) == changes
+        assert parse_qs(urlparse(href).query)["call"] == [changes[0]["call"]]
+
+
+def test_edit_reply_opens_the_composer_before_the_call_prefilled_with_the_reply(
+        world: World) -> None:
+    run = world.runs["support-agent"]
+    html = page(world.client("bob").get(f"/runs/{run}/steps/assist/1/"))
+    href, changes = links(html, "edit_reply")[1]
+    response = world.client("bob").get(href)
+    assert response.status_code == 200
+    composer = text(response)
+    assert 'name="at_call" value="assist#1/turn:2"' in composer
+    assert "Forks right before call" in composer
+    field = re.search(r'<textarea id="f-extra" name="extra_changes"[^>]*>(.*?)</textarea>',
+                      composer, re.S)
+    assert field is not None
+    assert json.loads(field.group(1)) == changes
+
+
+def test_viewers_and_inherited_steps_get_the_thread_without_fork_links(world: World) -> None:
+    run = world.runs["support-agent"]
+    html = text(world.client("vera").get(f"/runs/{run}/steps/assist/1/"))
+    assert 'data-call="assist#1/turn:3"' in html
+    assert "forkmark" not in html and 'data-action="' not in html
+
+
+def test_a_damaged_call_or_change_in_a_link_is_refused() -> None:
+    with pytest.raises(ValueError, match="not valid"):
+        read_link_changes(encode([{"kind": "model", "target": "x"}]))
+    changes, pending = read_link_changes(encode([{"kind": "rerun", "call": "a#1/turn:1"}]))
+    assert changes == [] or pending == []  # parsed once the engine knows the kind
+
+
+def test_a_composer_link_with_a_call_that_is_no_call_key_is_refused(world: World) -> None:
+    run = world.runs["support-agent"]
+    point = start_seq(run, "assist") - 1
+    response = world.client("bob").get(f"/runs/{run}/fork/?at={point}&call=assist")
+    assert response.status_code == 400 and "is not a call key" in text(response)
