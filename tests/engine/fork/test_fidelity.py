@@ -138,6 +138,8 @@ VARIANT_CHANGES = {
     "panel-vote": change.model("vote.voters[1]", "scripted-large"),
     "triage-router": change.temperature("reply", 0.0),
     "research-web": change.prompt("answer", "Answer in one line."),
+    "support-agent": change.prompt("assist", "Never refund; apologise instead."),
+    "supervisor": change.temperature("billing", 0.9),
 }
 
 
