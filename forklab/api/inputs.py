@@ -61,6 +61,10 @@ class CasesRunSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     project: str | None = Field(default=None, max_length=100, description="project slug")
+    graph_version: int | None = Field(
+        default=None, ge=1, le=2**31 - 1,
+        description="run every case against this version of its graph (default: the "
+                    "graph's current version); each result names the version it ran")
 
 
 class NoFields(BaseModel):
@@ -68,6 +72,15 @@ class NoFields(BaseModel):
     ``{}``; any field in it is ``invalid_request`` naming it, never silently ignored."""
 
     model_config = ConfigDict(extra="forbid", title="NoFields")
+
+
+class PromoteFields(BaseModel):
+    """The body of ``promote``: empty, ``{}``, or ``{"only_applied": true}`` (leave out, and
+    list in ``skipped``, a config change the fork's tail never applied instead of refusing
+    it with ``promote_conflict``)."""
+
+    model_config = ConfigDict(extra="forbid", title="PromoteFields")
+    only_applied: bool = False
 
 
 class BoundedJSONParser(JSONParser):

@@ -275,6 +275,9 @@ class CaseResultSerializer(Shape):
     passed = s.BooleanField()
     failures = s.ListField(child=s.CharField())
     note = s.CharField(allow_blank=True)
+    graph_id = s.CharField(allow_null=True, help_text="the graph the case ran against")
+    graph_version = s.IntegerField(allow_null=True,
+                                   help_text="the version of it the case ran against")
 
 
 class CasesRunSerializer(Shape):

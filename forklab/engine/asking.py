@@ -94,8 +94,8 @@ def ask(ctx: NodeContext, agent: AgentSpec, messages: list[dict[str, Any]],
     turn of its role instance — what a log without keys means (:func:`actions.call_of`), so
     a one-turn node records exactly what it always did."""
     ctx.check_cancel()
-    request = request or chat_request(agent, messages, choices)
     key = call or turn_call(1, role, index)
+    request = ctx.oracle.adjust(ctx.call, key, request or chat_request(agent, messages, choices))
     stored_key = None if key == turn_call(1, role, index) else key
     params = dict(request.params)
     request_hash = request.request_hash

@@ -115,6 +115,15 @@ class ForkPointNotFound(ForklabError):
     code = "fork_point_not_found"
 
 
+class PointCompacted(ForkPointNotFound):
+    """The address resolved to a boundary whose events were compacted away. ``point`` is
+    that boundary (a ``ForkPoint``), so ``source="auto"`` can look for a snapshot of it."""
+
+    def __init__(self, message: str, *, point: Any, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.point = point
+
+
 class ForkPointMidNode(ForklabError):
     code = "fork_point_mid_node"
 
@@ -159,6 +168,12 @@ class RunInProgress(ForklabError):
 
 class PromoteConflict(ForklabError):
     code = "promote_conflict"
+
+
+class PromoteNotApplied(PromoteConflict):
+    """A fork's config change its tail never applied as it would be promoted (its node ran
+    before the point the change was applied at, or never after it): the promoted graph
+    would not reproduce the fork. Same code (409); ``reason`` is ``not_applied``."""
 
 
 class ReplayDivergence(ForklabError):

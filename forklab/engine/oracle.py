@@ -200,6 +200,8 @@ class Oracle(Protocol):
 
     def output(self, call: NodeCall) -> dict[str, Any] | None: ...
     def memo(self, call: NodeCall) -> Execution | None: ...
+    def adjust(self, call: NodeCall, key: str, request: ChatRequest) -> ChatRequest:
+        """The request a model call ``key`` really sends (a fork's per-call changes)."""
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
               index: int | None, key: str | None = None) -> Served: ...
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
@@ -258,6 +260,9 @@ class LiveOracle:
 
     def memo(self, call: NodeCall) -> Execution | None:
         return None
+
+    def adjust(self, call: NodeCall, key: str, request: ChatRequest) -> ChatRequest:
+        return request
 
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None = None,
               index: int | None = None, key: str | None = None) -> Served:

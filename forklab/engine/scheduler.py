@@ -387,8 +387,14 @@ class Scheduler:
             if not p.instant:
                 p.memo = oracle.memo(p.call)
                 p.instant = p.memo is not None
-            p.worst = (0, 0.0) if p.instant else self._worst(p.node, p.call)
+            p.worst = self._served(p.call) if p.instant else self._worst(p.node, p.call)
         return p
+
+    def _served(self, call: NodeCall) -> tuple[int | None, float | None]:
+        """What a node served at once reserves: nothing, unless the oracle counts it against
+        a budget (a fork served a sweep sibling's execution of a call it would have paid)."""
+        served = getattr(self.runner.oracle, "served_worst", None)
+        return (0, 0.0) if served is None else served(call)
 
     def _worst(self, node: Any, call: NodeCall | None) -> tuple[int | None, float | None]:
         worst = getattr(self.runner.oracle, "worst_case", None)

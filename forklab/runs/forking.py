@@ -15,12 +15,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import ForklabError, RunInProgress, RunStateError, indefinite
 from forklab.engine.fork import ForkPlan
 from forklab.engine.fork.lifecycle import Case as EngineCase
-from forklab.engine.fork.lifecycle import CaseResult, PromoteResult, promote, run_case, save_case
+from forklab.engine.fork.lifecycle import (
+    CaseResult,
+    PromoteResult,
+    promote,
+    run_case_against,
+    save_case,
+)
 from forklab.engine.fork.sweep import estimate_sweep as engine_estimate_sweep
 from forklab.engine.fork.wire import (
     DiffSummaryWire,
@@ -246,11 +253,11 @@ def diff(*, user: User, base_id: str, variant_id: str) -> RunDiffWire:
     return RunDiffWire.from_wire(readcache.run_diff(base, variant).wire())
 
 
-def promote_fork(*, user: User, run_id: str) -> PromoteResult:
+def promote_fork(*, user: User, run_id: str, only_applied: bool = False) -> PromoteResult:
     run = _base_run(user, run_id)
     require_role(user, run.project, Role.ADMIN, action="promoting a fork into the graph")
     require_recorded(run)
-    return promote(run_id, store=DjangoStore(run.project))
+    return promote(run_id, store=DjangoStore(run.project), only_applied=only_applied)
 
 
 def save_fork_as_case(*, user: User, run_id: str, spec: CaseSpec) -> Case:
@@ -280,15 +287,25 @@ def case_criteria(criteria: Sequence[Condition]) -> list[dict[str, Any]]:
     return [c.model_dump(mode="json") for c in criteria]
 
 
-def run_cases(*, user: User, project: str | None = None) -> list[tuple[str, CaseResult]]:
+def run_cases(*, user: User, project: str | None = None,
+              graph_version: int | None = None) -> list[tuple[str, CaseResult]]:
     """Replay every readable case (optionally one project's): each one's project slug and
     result (pass or fail)."""
     cases = Case.objects.filter(project__in=queries.visible_projects(user))
     if project:
         cases = cases.filter(project__slug=project)
+    return run_case_rows(cases, graph_version=graph_version)
+
+
+def run_case_rows(cases: QuerySet[Case], *,
+                  graph_version: int | None = None) -> list[tuple[str, CaseResult]]:
+    """Run each case against its graph's current version in its project (or version
+    ``graph_version`` of it), in project and name order: a regression suite fails when a
+    graph edit breaks a case's criterion. Each result names the version it ran against."""
     results = []
-    for row in cases.order_by("project__slug", "name"):
-        result = run_case(EngineCase.model_validate(row.recorded))
+    for row in cases.select_related("project").order_by("project__slug", "name"):
+        result = run_case_against(EngineCase.model_validate(row.recorded),
+                                  store=DjangoStore(row.project), version=graph_version)
         results.append((row.project.slug, result))
     return results
 

@@ -270,6 +270,27 @@ def test_promote_adopts_a_prompt_change_and_refuses_a_conflicting_second(
     assert conflict.json()["code"] == "promote_conflict"
 
 
+def test_promote_refuses_a_change_its_tail_never_applied_unless_only_applied(
+    fresh_world: World,
+) -> None:
+    client = fresh_world.client("admin")
+    fork_id = post(client, "/forks/", {
+        "base_run": fresh_world.lab_diamond, "at": {"before_node": "left"},
+        "changes": [SHORT, {"kind": "prompt", "target": "plan", "system_prompt": "Plan."}],
+    }).json()["id"]
+    assert drain(timeout=60)
+
+    refused = post(client, f"/forks/{fork_id}/promote/")
+    assert refused.status_code == 409
+    assert (refused.json()["code"], refused.json()["reason"]) == ("promote_conflict",
+                                                                 "not_applied")
+    assert [c["target"] for c in refused.json()["changes"]] == ["plan"]
+    promoted = post(client, f"/forks/{fork_id}/promote/", {"only_applied": True})
+    assert promoted.status_code == 200, promoted.json()
+    assert [c["target"] for c in promoted.json()["promoted"]] == [SHORT["target"]]
+    assert [s["change"]["target"] for s in promoted.json()["skipped"]] == ["plan"]
+
+
 def test_a_finished_fork_saved_as_a_case_replays_as_a_passing_suite(
     fresh_world: World,
 ) -> None:
@@ -296,7 +317,13 @@ def test_a_finished_fork_saved_as_a_case_replays_as_a_passing_suite(
     ran = post(client, "/cases/run/")
     assert ran.status_code == 200
     assert ran.json() == {"passed": True, "total": 1, "failed": 0, "results": [
-        {"project": "lab", "name": "short left", "passed": True, "failures": [], "note": ""}]}
+        {"project": "lab", "name": "short left", "passed": True, "failures": [], "note": "",
+         "graph_id": "diamond", "graph_version": 1}]}
+    named = post(client, "/cases/run/", {"graph_version": 1}).json()
+    assert [r["graph_version"] for r in named["results"]] == [1]
+    missing = post(client, "/cases/run/", {"graph_version": 9}).json()
+    assert missing["failed"] == 1
+    assert "version 9 of graph 'diamond'" in missing["results"][0]["failures"][0]
     assert post(client, "/cases/run/", {"project": "demo"}).json()["total"] == 0
 
     # a criterion that can never hold (``in`` a number) fails its case, not the request

@@ -442,7 +442,8 @@ def test_cases_save_then_run_passes_and_a_broken_criterion_fails(
     assert code == 0 and out.strip() == f"saved case 'brief' from fork {fork['id']}"
     assert Case.objects.get(name="brief").source_run_id == fork["id"]
     code, out, _ = cli(capsys, "cases", "run")
-    assert code == 0 and out.splitlines() == ["pass  default/brief", "1 passed, 0 failed"]
+    assert code == 0 and out.splitlines() == [
+        "pass  default/brief  (graph diamond version 1)", "1 passed, 0 failed"]
 
     cli(capsys, "cases", "save", fork["id"], "--name", "impossible",
         "--criteria", '[{"key": "plan", "op": "eq", "value": "nope"}]')
@@ -452,6 +453,32 @@ def test_cases_save_then_run_passes_and_a_broken_criterion_fails(
     assert out.splitlines()[-1] == "1 passed, 1 failed"
     data = json.loads(cli(capsys, "cases", "run", "--json")[1])
     assert data["failed"] == 1 and [r["passed"] for r in data["results"]] == [True, False]
+
+
+def test_cases_run_against_the_graph_s_current_version_unless_a_version_is_named(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A regression suite fails when a graph edit breaks a case (issue 35, class 2)."""
+    run = record("diamond")
+    fork = fork_json(capsys, run.id, "--at", "start", "--prompt", "left=Be brief.")
+    cli(capsys, "cases", "save", fork["id"], "--name", "brief",
+        "--criteria", '[{"key": "left", "op": "exists"}]')
+    data = SCENARIOS["diamond"].graph().to_wire()
+    for node in data["nodes"]:
+        if node["id"] == "left":
+            node["writes"] = ["part_a"]
+        if node["id"] == "join":
+            node["reads"] = ["part_a", "right"]
+            node["prompt"] = "Combine {part_a} and {right}"
+    install_graph(project=default_project(), graph=parse_graph(data))
+
+    code, out, _ = cli(capsys, "cases", "run")
+    assert code == 1
+    assert out.splitlines()[0] == "FAIL  default/brief  (graph diamond version 2)"
+    assert "left exists None does not hold" in out
+    code, out, _ = cli(capsys, "cases", "run", "--graph-version", "1")
+    assert code == 0 and out.splitlines()[0] == "pass  default/brief  (graph diamond version 1)"
+    data = json.loads(cli(capsys, "cases", "run", "--json")[1])
+    assert [(r["graph_id"], r["graph_version"]) for r in data["results"]] == [("diamond", 2)]
 
 
 def test_a_case_without_criteria_says_it_cannot_fail(capsys: pytest.CaptureFixture[str]) -> None:

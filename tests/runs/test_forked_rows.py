@@ -174,3 +174,23 @@ def test_a_graph_version_row_id_handed_out_again_is_never_taken_for_the_old_vers
         change={"kind": "config", "node": "write", "patch": {"prompt": prompt}})
     forked_rows.clear_caches()  # read as the next process would
     assert canonical_equals(read_forked(store, result.run_id).to_wire(), appended.to_wire())
+
+
+def test_forking_a_fork_at_a_point_of_its_deleted_base_says_the_base_was_deleted() -> None:
+    store = DjangoStore()
+    base = record(store, "research-write")
+    result, _ = forked_as_appended(base.run_id, store, at="before:write#1",
+                                   change={"kind": "prompt", "target": "write",
+                                           "system_prompt": "Say it differently."})
+    Run.objects.filter(pk=base.run_id).delete()
+
+    from forklab.engine.errors import SourceMissing
+
+    with pytest.raises(SourceMissing) as raised:
+        fork(result.run_id, store=store, at="start", dry_run=True)
+
+    assert f"run {base.run_id!r}, which was deleted" in raised.value.message
+    assert "archived" not in raised.value.message
+    earliest = raised.value.context["earliest_forkable"]
+    assert earliest == fork_points(store.read(result.run_id), store=store)[0].seq
+    assert fork(result.run_id, store=store, at={"sequence": earliest}, dry_run=True)

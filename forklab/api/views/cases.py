@@ -41,14 +41,18 @@ def cases(request: Request) -> Response:
 
 @extend_schema(
     operation_id="cases_run", request=CasesRunSpec, summary="Replay cases",
-    description="Replays every case you can read (or one project's) with every call served "
-                "from its recording, and checks its criteria. `passed` is false when any "
-                "case failed; a case with no criteria only fails if it stops completing.",
+    description="Replays every case you can read (or one project's) against its graph's "
+                "current version (or `graph_version`), with the case's changes applied "
+                "again and every call served from its recording, and checks its criteria; "
+                "each result names the `graph_id` and `graph_version` it ran against. "
+                "`passed` is false when any case failed; a case with no criteria only fails "
+                "if it stops completing.",
     responses=responses({200: CasesRunSerializer}, 400, 401, 415))
 @api_view(["POST"])
 def cases_run(request: Request) -> Response:
     spec = body(CasesRunSpec, request.data)
-    results = forking.run_cases(user=request.user, project=spec.project)
+    results = forking.run_cases(user=request.user, project=spec.project,
+                                graph_version=spec.graph_version)
     failed = sum(1 for _, r in results if not r.passed)
     return Response(CasesRunSerializer({
         "passed": failed == 0, "total": len(results), "failed": failed,

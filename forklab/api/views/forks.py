@@ -10,7 +10,7 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from forklab.api.inputs import NoFields, body
+from forklab.api.inputs import NoFields, PromoteFields, body
 from forklab.api.rendering import view_response
 from forklab.api.schema import ANSWER_REFUSALS, FORK_WRITE, READ, WRITE, path_id, responses
 from forklab.api.serializers import (
@@ -99,19 +99,24 @@ def fork_answer(request: Request, run_id: str) -> Response:
 
 
 @extend_schema(
-    operation_id="forks_promote", parameters=[FORK_ID], request=NoFields,
+    operation_id="forks_promote", parameters=[FORK_ID], request=PromoteFields,
     summary="Promote a fork's config changes into its graph",
     description="A new version of the base run's graph with the fork's model, prompt, "
                 "temperature and config changes; state changes are listed in `skipped`. "
-                "Needs the admin role. 409 `promote_conflict` when the graph gained a newer "
-                "version touching the same fields, `invalid_run_state` for a fork that never "
-                "ran; 422 `invalid_change` when there is nothing to promote.",
+                "Only changes the fork's tail applied are carried, so the promoted graph "
+                "reproduces the fork when re-run. Needs the admin role. 409 "
+                "`promote_conflict` when the graph gained a newer version touching the same "
+                "fields, or (`reason: not_applied`) when a config change targets a node that "
+                "ran before the fork point or never ran after it — `only_applied: true` "
+                "leaves those out and lists them in `skipped`; `invalid_run_state` for a fork "
+                "that never ran; 422 `invalid_change` when there is nothing to promote.",
     responses=responses({200: PromoteSerializer}, 400, 401, 403, 404, 409, 422))
 @api_view(["POST"])
 def fork_promote(request: Request, run_id: str) -> Response:
     forking.get_fork(user=request.user, run_id=run_id)
-    body(NoFields, request.data)
-    promoted = forking.promote_fork(user=request.user, run_id=run_id)
+    spec = body(PromoteFields, request.data)
+    promoted = forking.promote_fork(user=request.user, run_id=run_id,
+                                    only_applied=spec.only_applied)
     return Response(PromoteSerializer(promoted.wire()).data)
 
 

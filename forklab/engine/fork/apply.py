@@ -26,8 +26,11 @@ from forklab.engine.fork.changes import (
     ConfigChange,
     HumanResponseChange,
     OutputChange,
+    ReplyChange,
+    RerunChange,
     RouteChange,
     ToolChange,
+    ToolResultChange,
 )
 from forklab.engine.fork.conflicts import check_conflicts
 from forklab.engine.graph import (
@@ -46,8 +49,8 @@ _TARGET = TARGET
 
 
 def _modified(agent: AgentSpec, item: AgentChange) -> AgentSpec:
-    """The agent with the change's settings (each agent kind says which: ``agent_update``)."""
-    return agent.model_copy(update=item.agent_update())
+    """The agent with the change's settings (each agent kind says which: ``modified``)."""
+    return item.modified(agent)
 
 
 def agent_at(graph: GraphSpec, target: str) -> AgentSpec | None:
@@ -185,7 +188,15 @@ def _check_state_change(graph: GraphSpec, item: Change) -> None:
                     f"route change {item.source!r} -> {item.to!r} closes a loop in graph "
                     f"{graph.id!r}, which sets no max_iterations: forced every time, it would "
                     "never end; force it once (once=True)", kind="route", target=node.id)
+        case ReplyChange() | ToolResultChange() | RerunChange():
+            _check_call_change(graph, item)
         case HumanResponseChange():
+            if item.node is not None:
+                gate = _node_or_refuse(graph, item.node, item)
+                if not isinstance(gate, ApprovalNode):
+                    raise InvalidChange(
+                        f"human_response change: {gate.id!r} is {indefinite(gate.kind)} node, "
+                        "not an approval gate", kind="human_response", target=gate.id)
             if not any(isinstance(n, ApprovalNode) for n in graph.nodes):
                 raise InvalidChange(f"human_response change: graph {graph.id!r} has no "
                                     "approval gate", kind="human_response")
@@ -235,7 +246,7 @@ def effective_graph(graph: GraphSpec, changes: Sequence[Change], *,
     if one_request:
         check_conflicts(changes)
     for item in changes:
-        if isinstance(item, AgentChange):
+        if isinstance(item, AgentChange) and item.call is None:
             graph = _apply_agent(graph, item)
         elif isinstance(item, ConfigChange):
             graph = _apply_config(graph, item)
@@ -243,9 +254,28 @@ def effective_graph(graph: GraphSpec, changes: Sequence[Change], *,
     # of the list: a config change declaring the key a human_response sets comes before or
     # after it alike
     for item in changes:
-        if not isinstance(item, (AgentChange, ConfigChange)):
+        if isinstance(item, AgentChange) and item.call is not None:
+            _check_call_change(graph, item)
+        elif not isinstance(item, (AgentChange, ConfigChange)):
             _check_state_change(graph, item)
     return graph
+
+
+def _check_call_change(graph: GraphSpec, item: ChangeBase) -> None:
+    """A per-call change names a call of a node that drives an agent: refused up front when
+    the node does not exist or calls no model (a tool node takes a ``tool`` change)."""
+    address = item.call_address()
+    assert address is not None
+    node = _node_or_refuse(graph, address.node, item)
+    if not isinstance(node, (AgentNode, RouterNode)):
+        raise InvalidChange(
+            f"{item.kind} change: {node.id!r} is {indefinite(node.kind)} node and makes no "
+            f"model or tool call of its own; "
+            + ("use a tool change" if isinstance(node, ToolNode) else "use an output change"),
+            kind=item.kind, target=node.id)
+    if isinstance(node, RouterNode) and not address.call.startswith("turn:1"):
+        raise InvalidChange(f"{item.kind} change: router {node.id!r} makes one call "
+                            "(turn:1)", kind=item.kind, target=node.id)
 
 
 def check_tool_changes(graph: GraphSpec, changes: Sequence[Change], tools: ToolRegistry) -> None:
@@ -280,7 +310,7 @@ def config_targets(changes: Sequence[Change]) -> list[Target]:
     """What the config-type changes target (their calls are labelled ``changed``)."""
     targets = []
     for item in changes:
-        if isinstance(item, AgentChange):
+        if isinstance(item, AgentChange) and item.call is None:
             match = _TARGET.match(item.target)
             if match is not None:
                 index = None if match["i"] is None else int(match["i"])

@@ -125,7 +125,9 @@ def _load_base(base: str | RecordedRun, *, store: Store | None, env: Environment
             run_id=run_id, recorded=state.replay_version, current=REPLAY_VERSION)
     graph = graph_of(state, events, store)
     head = Link(run_id=run_id, events=list(events), state=state, graph=graph,
-                forked=forked_event(events), waypoints=waypoints)
+                forked=forked_event(events), waypoints=waypoints,
+                snapshots=() if events and events[0].seq == 1
+                else tuple(store.snapshot_versions(run_id)))
     lineage = Lineage.load(head, store)
     index = RunIndex.build(events, state, reads_of=lineage.reads_of, missing=lineage.missing)
     return BaseRun(run_id=run_id, store=store, env=env, events=events, state=state,
@@ -144,10 +146,12 @@ def fork_points(events: Sequence[AnyEvent], *, store: Any = None) -> list[ForkPo
     """Every addressable boundary of a run's logical run, in order, with node, occurrence,
     iteration, seq and the id of the run whose log holds it.
 
-    ``events`` is the run's own log; with ``store``, a fork's ancestors are looked up so
-    boundaries in a log that is gone are left out.
+    ``events`` is the run's own log; with ``store``, a fork's ancestors (and a compacted
+    log's snapshots) are looked up so boundaries that are gone are left out: every point
+    listed resolves and forks.
     """
-    if store is not None and len(events) > 1 and isinstance(events[1], RunForked):
+    if store is not None and events and (events[0].seq != 1 or (
+            len(events) > 1 and isinstance(events[1], RunForked))):
         try:
             return load_base(events[0].run_id, store=store, env=None,
                              require_finished=False).index.points()

@@ -12,9 +12,11 @@ import json
 import re
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from forklab.engine.calls import CallAddress, looks_like_call_key, parse_call_key
 from forklab.engine.errors import InvalidChange, InvalidOverrides
+from forklab.engine.graph import AgentSpec
 from forklab.engine.inputs import error_path
 
 MAX_BYTES = 64 * 1024
@@ -64,6 +66,88 @@ class _Change(BaseModel):
         """The node this change is scoped to (None: the whole run)."""
         return None
 
+    def promotes(self) -> bool:
+        """Whether ``promote`` adopts this change into the graph (config-type, whole-node)."""
+        return type(self).promotable
+
+    def call_address(self) -> CallAddress | None:
+        """The one call this change applies to (SPEC §6.3), or None: not per call."""
+        return None
+
+
+def _call_address(call: str, kind: str) -> CallAddress:
+    address = parse_call_key(call)
+    if address is None:
+        raise InvalidChange(
+            f"{kind} change, field 'call': cannot read call key {call!r}; expected "
+            "NODE#N/turn:T, NODE#N/turn:T/tool:K or NODE#N/tool:<provider call id> (list "
+            "them with forkpoints)", kind=kind, field="call")
+    return address
+
+
+class _CallChange(_Change):
+    """A change of one call (SPEC §6.3), addressed by its call key."""
+
+    call: str
+
+    def model_post_init(self, __context: Any) -> None:
+        _call_address(self.call, self.kind)
+
+    def call_address(self) -> CallAddress:
+        return _call_address(self.call, self.kind)
+
+    def scoped_node(self) -> str | None:
+        return self.call_address().node
+
+    def written_paths(self) -> list[Path]:
+        return [("call", str(self.call_address()))]
+
+
+class ToolCallSpec(BaseModel):
+    """A tool call a ``reply`` change makes the model ask for."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str = ""
+    name: str = Field(min_length=1)
+    arguments: Any = Field(default_factory=dict)
+
+
+class ReplyChange(_CallChange):
+    """The model's reply at one turn, replaced (label ``simulated``); the loop goes on
+    from it: its tool calls are made, or its text is the answer."""
+
+    kind: Literal["reply"] = "reply"
+    text: str = ""
+    tool_calls: list[ToolCallSpec] | None = None
+
+    def describe(self) -> str:
+        return f"reply of {self.call!r}"
+
+    def served_tool_calls(self) -> tuple[dict[str, Any], ...]:
+        """The tool calls as a reply carries them; a call given no id gets a stable one."""
+        return tuple({"id": c.id or f"reply_{i}", "name": c.name, "arguments": c.arguments}
+                     for i, c in enumerate(self.tool_calls or (), start=1))
+
+
+class ToolResultChange(_CallChange):
+    """One tool call's result, replaced (label ``simulated``)."""
+
+    kind: Literal["tool_result"] = "tool_result"
+    result: Any
+
+    def describe(self) -> str:
+        return f"result of {self.call!r}"
+
+
+class RerunChange(_CallChange):
+    """A call the fork would serve from the recording runs live instead (a write tool call
+    still obeys the side-effect policy)."""
+
+    kind: Literal["rerun"] = "rerun"
+
+    def describe(self) -> str:
+        return f"rerun {self.call!r} live"
+
 
 class AgentChange(_Change):
     """A change of one agent setting, scoped to the node, role or instance it names.
@@ -74,18 +158,57 @@ class AgentChange(_Change):
     promotable: ClassVar[bool] = True
     agent_field: ClassVar[str]
     target: str
+    # SPEC §6.3: ``call`` in place of ``target`` applies the setting to that one model call
+    # (the target is then the call's node, derived; the graph is not changed)
+    call: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _target_of_call(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("call") is not None:
+            if data.get("target") is not None:
+                raise ValueError("give 'call' (one model call) or 'target' (a node or role), "
+                                 "not both")
+            address = parse_call_key(str(data["call"]))
+            data = {**data, "target": address.node if address else str(data["call"])}
+        return data
+
+    def model_post_init(self, __context: Any) -> None:
+        if self.call is not None:
+            _call_address(self.call, self.kind)
+
+    def wire(self) -> dict[str, Any]:
+        wired = super().wire()
+        if self.call is not None:
+            del wired["target"]  # derived from the call: the wire form gives one of them
+        else:
+            wired.pop("call", None)
+        return wired
+
+    def promotes(self) -> bool:
+        return self.call is None
+
+    def call_address(self) -> CallAddress | None:
+        return None if self.call is None else _call_address(self.call, self.kind)
 
     def agent_update(self) -> dict[str, Any]:
         """The AgentSpec fields this change sets."""
         return {self.agent_field: getattr(self, self.agent_field)}
+
+    def modified(self, agent: AgentSpec) -> AgentSpec:
+        """``agent`` with this change's settings."""
+        return agent.model_copy(update=self.agent_update())
 
     def scoped_node(self) -> str | None:
         return self.target.split(".")[0]
 
     def written_paths(self) -> list[Path]:
         """The agent attribute where the node config holds it; a role-wide change also
-        writes every instance's, so it conflicts with an instance change."""
+        writes every instance's, so it conflicts with an instance change. A per-call change
+        writes that call's setting."""
         attribute = self.agent_field
+        if self.call is not None:
+            return [("call", str(_call_address(self.call, self.kind)), attribute)]
         match = TARGET.match(self.target)
         if match is None:  # refused later as an unreadable target; conflicts only with itself
             return [("agent-target", self.target, attribute)]
@@ -110,7 +233,7 @@ class ModelChange(AgentChange):
         return {"model": self.model, **({"provider": self.provider} if self.provider else {})}
 
     def describe(self) -> str:
-        return f"model of {self.target!r} -> {self.model}"
+        return f"model of {self.call or self.target!r} -> {self.model}"
 
 
 class PromptChange(AgentChange):
@@ -121,7 +244,7 @@ class PromptChange(AgentChange):
     system_prompt: str
 
     def describe(self) -> str:
-        return f"prompt of {self.target!r}"
+        return f"prompt of {self.call or self.target!r}"
 
 
 class TemperatureChange(AgentChange):
@@ -133,7 +256,37 @@ class TemperatureChange(AgentChange):
     temperature: float = Field(ge=0.0, le=2.0, allow_inf_nan=False)
 
     def describe(self) -> str:
-        return f"temperature of {self.target!r} -> {self.temperature}"
+        return f"temperature of {self.call or self.target!r} -> {self.temperature}"
+
+
+class ToolsChange(AgentChange):
+    """Change which tools an agent is offered (SPEC §6.3 ``tools``): ``agent`` names the
+    node or role driving it, as ``target`` does for the other agent changes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True,
+                              populate_by_name=True)
+    kind: Literal["tools"] = "tools"
+    agent_field: ClassVar[str] = "tools"
+    target: str = Field(alias="agent")
+    add: list[str] = Field(default_factory=list)
+    remove: list[str] = Field(default_factory=list)
+    tool_choice: Literal["auto", "required", "none"] | dict[str, str] | None = None
+
+    def modified(self, agent: AgentSpec) -> AgentSpec:
+        tools = [t for t in agent.tools or () if t not in self.remove]
+        tools += [t for t in self.add if t not in tools]
+        update: dict[str, Any] = {"tools": tools or None}
+        if self.tool_choice is not None:
+            update["tool_choice"] = self.tool_choice
+        elif agent.tool_choice is not None and not tools:
+            update["tool_choice"] = None  # nothing left to choose from
+        return AgentSpec.model_validate({**agent.model_dump(), **update})
+
+    def describe(self) -> str:
+        parts = [f"+{t}" for t in self.add] + [f"-{t}" for t in self.remove]
+        if self.tool_choice is not None:
+            parts.append(f"tool_choice={self.tool_choice}")
+        return f"tools of {self.target!r} ({' '.join(parts)})"
 
 
 class MemoryChange(_Change):
@@ -184,36 +337,49 @@ class RouteChange(_Change):
         return [("route", self.source)]
 
 
-class OutputChange(_Change):
-    kind: Literal["output"] = "output"
+class _NodeExecutionChange(_Change):
+    """A change of what a node produces: every execution, or with ``occurrence`` one."""
+
     node: str
+    occurrence: int | None = Field(default=None, ge=1)
+
+    def scoped_node(self) -> str | None:
+        return self.node
+
+    def applies_to(self, node: str, occurrence: int) -> bool:
+        return node == self.node and self.occurrence in (None, occurrence)
+
+    def written_paths(self) -> list[Path]:
+        """The whole node (or that execution): it substitutes what the node produces. The
+        node-wide path is also written by each per-execution one, so they conflict."""
+        if self.occurrence is None:
+            return [("node", self.node)]
+        return [("node", self.node), ("node", self.node, str(self.occurrence))]
+
+    def wire(self) -> dict[str, Any]:
+        wired = super().wire()
+        if wired.get("occurrence") is None:
+            wired.pop("occurrence", None)  # the form recorded before per-execution changes
+        return wired
+
+    def _of(self) -> str:
+        return f"{self.node!r}" + ("" if self.occurrence is None else f" #{self.occurrence}")
+
+
+class OutputChange(_NodeExecutionChange):
+    kind: Literal["output"] = "output"
     memory: dict[str, Any]
 
     def describe(self) -> str:
-        return f"output of {self.node!r}"
-
-    def scoped_node(self) -> str | None:
-        return self.node
-
-    def written_paths(self) -> list[Path]:
-        """The whole node: it substitutes what the node produces."""
-        return [("node", self.node)]
+        return f"output of {self._of()}"
 
 
-class ToolChange(_Change):
+class ToolChange(_NodeExecutionChange):
     kind: Literal["tool"] = "tool"
-    node: str
     result: Any
 
     def describe(self) -> str:
-        return f"tool result of {self.node!r}"
-
-    def scoped_node(self) -> str | None:
-        return self.node
-
-    def written_paths(self) -> list[Path]:
-        """The whole node: it substitutes what the node produces."""
-        return [("node", self.node)]
+        return f"tool result of {self._of()}"
 
 
 class HumanResponseChange(_Change):
@@ -221,9 +387,23 @@ class HumanResponseChange(_Change):
     decision: Literal["approved", "rejected", "edited"]
     data: Any = None
     memory_updates: dict[str, Any] = Field(default_factory=dict)
+    node: str | None = None  # with occurrence: the one gate execution this answers
+    occurrence: int | None = Field(default=None, ge=1)
 
     def describe(self) -> str:
-        return f"human response {self.decision}"
+        where = "" if self.node is None else f" at {self.node!r}" + (
+            "" if self.occurrence is None else f" #{self.occurrence}")
+        return f"human response {self.decision}{where}"
+
+    def applies_to(self, node: str, occurrence: int) -> bool:
+        return self.node in (None, node) and self.occurrence in (None, occurrence)
+
+    def wire(self) -> dict[str, Any]:
+        wired = super().wire()
+        for key in ("node", "occurrence"):
+            if wired.get(key) is None:
+                wired.pop(key, None)
+        return wired
 
     def written_paths(self) -> list[Path]:
         return [("human",)]
@@ -244,7 +424,8 @@ class InputPatchChange(_Change):
 
 Change = Annotated[
     ModelChange | PromptChange | TemperatureChange | MemoryChange | ConfigChange | RouteChange
-    | OutputChange | ToolChange | HumanResponseChange | InputPatchChange,
+    | OutputChange | ToolChange | HumanResponseChange | InputPatchChange | ReplyChange
+    | ToolResultChange | RerunChange | ToolsChange,
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[Change] = TypeAdapter(Change)
@@ -275,20 +456,27 @@ def _build[C: _Change](cls: type[C], **fields: Any) -> C:
                             field=field, reason=err["msg"]) from None
 
 
+def _aimed(target: str) -> dict[str, str]:
+    return {"call": target} if looks_like_call_key(target) else {"target": target}
+
+
 class change:
     """Builders for the declarative change spec (SPEC §3.3); bad values raise InvalidChange."""
 
+    # ``target`` may be a call key (``assist#1/turn:3``: it has ``/`` or ``:``): the change
+    # then applies to that one model call (SPEC §6.3)
+
     @staticmethod
     def model(target: str, model: str, provider: str | None = None) -> ModelChange:
-        return _build(ModelChange, target=target, model=model, provider=provider)
+        return _build(ModelChange, **_aimed(target), model=model, provider=provider)
 
     @staticmethod
     def prompt(target: str, system_prompt: str) -> PromptChange:
-        return _build(PromptChange, target=target, system_prompt=system_prompt)
+        return _build(PromptChange, **_aimed(target), system_prompt=system_prompt)
 
     @staticmethod
     def temperature(target: str, t: float) -> TemperatureChange:
-        return _build(TemperatureChange, target=target, temperature=t)
+        return _build(TemperatureChange, **_aimed(target), temperature=t)
 
     @staticmethod
     def memory(set: dict[str, Any] | None = None, delete: list[str] | None = None) -> MemoryChange:
@@ -303,18 +491,39 @@ class change:
         return _build(RouteChange, **{"from": from_, "to": to, "once": once})
 
     @staticmethod
-    def output(node: str, memory: dict[str, Any]) -> OutputChange:
-        return _build(OutputChange, node=node, memory=memory)
+    def output(node: str, memory: dict[str, Any], occurrence: int | None = None) -> OutputChange:
+        return _build(OutputChange, node=node, memory=memory, occurrence=occurrence)
 
     @staticmethod
-    def tool(node: str, result: Any) -> ToolChange:
-        return _build(ToolChange, node=node, result=result)
+    def tool(node: str, result: Any, occurrence: int | None = None) -> ToolChange:
+        return _build(ToolChange, node=node, result=result, occurrence=occurrence)
 
     @staticmethod
     def human_response(decision: str, data: Any = None,
-                       memory_updates: dict[str, Any] | None = None) -> HumanResponseChange:
+                       memory_updates: dict[str, Any] | None = None, *,
+                       node: str | None = None,
+                       occurrence: int | None = None) -> HumanResponseChange:
         return _build(HumanResponseChange, decision=decision, data=data,
-                      memory_updates=memory_updates or {})
+                      memory_updates=memory_updates or {}, node=node, occurrence=occurrence)
+
+    @staticmethod
+    def reply(call: str, text: str = "",
+              tool_calls: list[dict[str, Any]] | None = None) -> ReplyChange:
+        return _build(ReplyChange, call=call, text=text, tool_calls=tool_calls)
+
+    @staticmethod
+    def tool_result(call: str, result: Any) -> ToolResultChange:
+        return _build(ToolResultChange, call=call, result=result)
+
+    @staticmethod
+    def rerun(call: str) -> RerunChange:
+        return _build(RerunChange, call=call)
+
+    @staticmethod
+    def tools(agent: str, add: list[str] | None = None, remove: list[str] | None = None,
+              tool_choice: Any = None) -> ToolsChange:
+        return _build(ToolsChange, agent=agent, add=add or [], remove=remove or [],
+                      tool_choice=tool_choice)
 
     @staticmethod
     def input_patch(patch: dict[str, Any]) -> InputPatchChange:

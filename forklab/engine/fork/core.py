@@ -22,6 +22,7 @@ from forklab.engine.environment import Environment
 from forklab.engine.errors import (
     ForkPointNotFound,
     LiveBudgetExceeded,
+    PointCompacted,
     SourceMissing,
     UnpricedModel,
 )
@@ -37,7 +38,14 @@ from forklab.engine.fork.effective import apply_at
 from forklab.engine.fork.estimate import estimate_tail
 from forklab.engine.fork.plan import ForkPlan, PlanInputs
 from forklab.engine.fork.points import ForkPoint
-from forklab.engine.fork.resolve import check_point, parse_point, point_number, resolve_point
+from forklab.engine.fork.resolve import (
+    call_point,
+    check_point,
+    earliest_context,
+    parse_point,
+    point_number,
+    resolve_point,
+)
 from forklab.engine.fork.tail import Policy
 from forklab.engine.fork.variant import begin_variant, fork_runner, run_plan
 from forklab.engine.fork.wire import Budget
@@ -64,10 +72,11 @@ def prefix_folder(base: BaseRun, point: ForkPoint) -> Callable[[], RunState]:
         return lambda: fold_to(events, point.seq, link.waypoints)
     usable = [v for v in base.store.snapshot_versions(link.run_id) if v <= point.seq]
     if not usable or usable[-1] < first - 1:
-        raise ForkPointNotFound(
+        raise PointCompacted(
             f"seq {point.seq} is behind the compaction boundary of run {link.run_id!r}; the "
-            f"earliest forkable point is seq {base.index.earliest()} (or fork a snapshot with "
-            "source='snapshot', at={'version': N})", earliest_forkable=base.index.earliest())
+            f"earliest forkable point is {base.index.earliest_text()} (or fork a snapshot with "
+            "source='snapshot', at={'version': N})", point=point,
+            **earliest_context(base.index))
     return lambda: _fold_from_snapshot(base, link.run_id, usable[-1], events, point)
 
 
@@ -144,7 +153,30 @@ def _requested_point(base: BaseRun, at: Any, source: str,
             "at={'version': N})", run_id=base.run_id)
     if where is not None:
         return _where_point(base, where), None, source
-    return resolve_point(base.index, at, status=base.state.status), None, source
+    try:
+        return resolve_point(base.index, at, status=base.state.status), None, source
+    except PointCompacted as behind:
+        covering = _covering_snapshot(base, behind.point) if source == "auto" else None
+        if covering is None:
+            raise
+        return (*covering, "snapshot")
+
+
+def _covering_snapshot(base: BaseRun, point: ForkPoint) -> tuple[ForkPoint, RunState] | None:
+    """A snapshot of the base's own log that forks exactly ``point`` (behind the compaction
+    boundary): taken at that boundary, or inside the node that starts there (rewound to
+    it). ``source="auto"`` falls back to it; None when no snapshot covers the point."""
+    if point.run_id not in (None, base.run_id):
+        return None
+    for version in base.store.snapshot_versions(base.run_id):
+        if version < point.seq:
+            continue
+        found, state = _snapshot_point(base, version)
+        if found.position == point.position and found.node == point.node:
+            return found, state
+        if (found.position or 0) > (point.position or 0):
+            return None  # later snapshots rewind to later boundaries still
+    return None
 
 
 @dataclass(frozen=True)
@@ -164,6 +196,26 @@ def resolve_request(base: BaseRun, *, at: Any = None, source: str = "events",
     return Resolved(*_requested_point(base, at, source, where))
 
 
+def first_call_point(base: BaseRun, change: Any) -> dict[str, Any] | None:
+    """With no ``at``, a fork whose changes address calls forks right before the first of
+    them in the base's log (SPEC §6.2); None when no change addresses a call."""
+    addressed = [str(address) for item in parse_changes(change)
+                 if (address := item.call_address()) is not None]
+    if not addressed:
+        return None
+    points = base.index.points()
+    order = {p.call: i for i, p in enumerate(points) if p.call is not None}
+    nodes = {(p.node, p.occurrence): i for i, p in enumerate(points) if p.call is None}
+
+    def rank(key: str) -> int:
+        point = call_point(base.index, key)  # raises for a call the base never made
+        if point.call is not None:
+            return order.get(point.call, len(points))
+        return nodes.get((point.node, point.occurrence), len(points))
+
+    return {"before_call": min(addressed, key=rank)}
+
+
 def prepare_fork(
     base: str | RecordedRun | BaseRun, *, at: Any = None,
     change: Change | dict[str, Any] | Sequence[Any] | Callable[[ForkPoint], Any] | None = None,
@@ -180,6 +232,8 @@ def prepare_fork(
     :func:`~forklab.engine.collector.collector_paused`)."""
     with collector_paused():
         base = base if isinstance(base, BaseRun) else load_base(base, store=store, env=env)
+        if at is None and where is None and change is not None and not callable(change):
+            at = first_call_point(base, change)
         return plan_at(base, resolve_request(base, at=at, source=source, where=where),
                        change=change, policy=policy, budget=budget,
                        ignore_budget=ignore_budget, graph_version=graph_version)

@@ -130,8 +130,10 @@ def _holder_changes(base: BaseRun, point: ForkPoint) -> tuple[dict[str, Any], li
 
 
 def _readers(base: BaseRun, point: ForkPoint, keys: set[str]) -> Reader | None:
-    """The first execution before ``point`` declaring a read of one of ``keys``."""
-    for entry in base.index.entries[:point.position or 0]:
+    """The first execution before ``point`` declaring a read of one of ``keys`` (the node
+    a call-level point stands inside read its slice before the point, so it counts)."""
+    inside = 1 if point.call is not None else 0
+    for entry in base.index.entries[:(point.position or 0) + inside]:
         read = tuple(k for k in entry.reads if k in keys)
         if read:
             what = f"execution {entry.occurrence} of {entry.node!r}"

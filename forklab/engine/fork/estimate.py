@@ -8,8 +8,12 @@ memory/input change) writes. With memoization on, unaffected nodes are predicted
 served from the recording for free. Every other model call is priced at its recorded token
 counts under the model the fork will use; tool calls count when they run for real (read
 tools, and write tools the policy allows); an allowed subgraph counts its child run's calls.
-It is an estimate, not a promise: a changed route can reach nodes the base never ran, which
-the warnings say.
+It is an estimate, not a promise — and its cost is not an upper bound: each call is priced
+at the token counts it *recorded*, while a changed node's answer may be longer, so every
+node reading it (a join over parallel branches reads several) sends a longer request than
+recorded and costs more. What bounds spend is the budget, checked while running before each
+call against its worst case (its request's tokens + ``max_tokens``). A changed route can
+also reach nodes the base never ran, which the warnings say.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from forklab.engine.fork.scratch import ScratchStore
 from forklab.engine.graph import AgentNode, GraphSpec, RouterNode, SubgraphNode
 from forklab.engine.oracle import HumanAnswer
 from forklab.engine.state import Execution, RunState
-from forklab.engine.store import MemoryStore, Store
+from forklab.engine.store import Store
 
 DEEP_MARKER = "forkcheck --deep"
 """Appended to a derived prompt and used as a derived memory value: visibly a check's."""
@@ -65,8 +65,13 @@ class FidelityResult:
 
 def fork_check(run_id: str, *, store: Store, env: Environment | None = None,
                scratch: Store | None = None) -> list[FidelityResult]:
-    """Null-fork every point of ``run_id``'s own log; variants go to ``scratch`` (memory by
-    default).
+    """Null-fork every point of ``run_id``'s own log; variants go to ``scratch`` (by default
+    a :class:`ScratchStore` over ``store``).
+
+    Each null fork is exactly what ``fork()`` runs: the tail reads through to ``store`` —
+    child graphs, child runs — as a fork's does. (A bare memory store could not load a
+    subgraph node's child graph, so its fingerprint missed the recording and every point
+    before a subgraph node was reported a mismatch that ``fork()`` never makes.)
 
     A fork is checked at its own points only: at a point it inherited (before its fork
     point) a null fork applies the fork's changes that much earlier, which is another fork,
@@ -79,7 +84,7 @@ def fork_check(run_id: str, *, store: Store, env: Environment | None = None,
             continue
         plan = prepare_fork(base, at=point.address(), policy={"memoize": True},
                             ignore_budget=True)
-        runner = run_plan(plan, store=scratch or MemoryStore(), ignore_budget=True)
+        runner = run_plan(plan, store=scratch or ScratchStore(store), ignore_budget=True)
         state = runner.state
         start = state.tail_from_call
         # a call a change supplies (``simulated``: an answer, a tool result, an output the

@@ -11,7 +11,8 @@ that the fork core can
 - index every execution any run of the chain recorded (memoization and the guard).
 
 An ancestor whose events are gone (archived) stays in the chain with its folded state
-unknown: its boundaries are reported missing, never guessed.
+unknown: its boundaries are reported missing, never guessed; so are the boundaries behind a
+run's compaction boundary that no snapshot lets a fork fold to.
 """
 
 from __future__ import annotations
@@ -45,6 +46,22 @@ class Link:
     # states along ``events``' fold (``reducers.fold_with_waypoints``), when it was folded
     # whole: a prefix of the log is folded on from the nearest (``reducers.fold_to``)
     waypoints: tuple[RunState, ...] = ()
+    snapshots: tuple[int, ...] = ()  # the store's snapshot versions of this run
+    gone: str = "archived"  # why its events are gone when they are: "archived" | "deleted"
+
+    def missing_at(self, seq: int) -> str | None:
+        """Why boundary ``seq`` of this run's log cannot be folded (None: it can).
+
+        "archived" when the log is gone; "compacted" when its head is gone and no snapshot
+        at or after the compaction boundary and at or before ``seq`` lets the events
+        after it be folded on — the rule ``core.prefix_folder`` folds by, so a boundary
+        this calls forkable always forks."""
+        if not self.events:
+            return self.gone
+        first = self.events[0].seq
+        if first == 1 or any(first - 1 <= v <= seq for v in self.snapshots):
+            return None
+        return "compacted"
 
     @property
     def own_start(self) -> int:
@@ -89,7 +106,9 @@ def load_link(run_id: str, store: Store) -> Link:
         if snapshot is not None and snapshot.version >= events[0].seq - 1:
             state = fold([e for e in events if e.seq > snapshot.version], snapshot)
     return Link(run_id=run_id, events=list(events), state=state,
-                graph=_graph_of(run_id, events, state, store), forked=forked_event(events))
+                graph=_graph_of(run_id, events, state, store), forked=forked_event(events),
+                snapshots=tuple(store.snapshot_versions(run_id)),
+                gone="archived" if events or store.last_seq(run_id) else "deleted")
 
 
 @dataclass
@@ -137,9 +156,10 @@ class Lineage:
                     return reads
         return None
 
-    def missing(self, run_id: str) -> str | None:
-        """"archived" when that run's log is gone, else None."""
+    def missing(self, run_id: str, seq: int) -> str | None:
+        """Why boundary ``seq`` of run ``run_id``'s log is gone ("archived", "compacted"),
+        or None when it can be forked (:meth:`Link.missing_at`)."""
         for link in self.links:
             if link.run_id == run_id:
-                return "archived" if not link.events else None
-        return "archived"
+                return link.missing_at(seq)
+        return "deleted"

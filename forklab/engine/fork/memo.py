@@ -12,7 +12,12 @@
 - child recordings: the child runs a subgraph node started in the base, for a child that
   runs again in the tail.
 
-:class:`SharedMemo` offers the executions of a sweep's variants to each other.
+:class:`SharedMemo` offers the executions of a sweep's variants to each other — only what a
+variant really executed (:func:`executed`): never what one variant's change supplied (an
+``output`` substitution, a ``tool`` result, a forced route, a gate's answer), which the other
+variants do not carry. So every variant of a sweep has exactly the outcome of the same fork
+run alone (budgets included: the fork oracle counts a sibling's paid call against the
+variant's budget, ``ForkOracle._from_sibling``).
 """
 
 from __future__ import annotations
@@ -37,8 +42,23 @@ from forklab.engine.state import Execution, RunState
 FINISHED = ("completed", "failed")
 
 
+def executed(execution: Execution) -> bool:
+    """Whether ``execution`` is what its node did under its inputs alone — nothing in it was
+    supplied by a change (no action labelled ``simulated``: a substituted output or tool
+    result, a forced route, a change's answer) and it is not an approval gate, whose answer
+    comes from a person or a change, never from the gate's inputs."""
+    if execution.kind == "approval":
+        return False
+    return not any(getattr(action, "label", None) == "simulated"
+                   for action in execution.actions)
+
+
 class SharedMemo:
-    """Executions recorded by the variants of one sweep, by fingerprint (thread-safe)."""
+    """Executions recorded by the variants of one sweep, by fingerprint (thread-safe).
+
+    Invariant: it holds only executions a variant really made (:func:`executed`), so a hit
+    serves a variant what executing the node under the same fingerprint gave a sibling —
+    never what a sibling's change supplied."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -46,6 +66,9 @@ class SharedMemo:
         self._ambiguous: set[str] = set()
 
     def add(self, execution: Execution) -> None:
+        """Offer a finished execution to the other variants; a supplied one is ignored."""
+        if not executed(execution):
+            return
         with self._lock:
             index_execution(self._by_fp, self._ambiguous, execution)
 

@@ -34,6 +34,7 @@ class PlannedPoint(_Inputs):
     run_id: str | None = None
     position: int | None = None
     label: str | None = None  # the wire form's human text; not needed to rebuild
+    call: str | None = None
 
     @classmethod
     def of(cls, point: ForkPoint) -> PlannedPoint:
@@ -42,7 +43,7 @@ class PlannedPoint(_Inputs):
     def point(self) -> ForkPoint:
         return ForkPoint(seq=self.seq, node=self.node, occurrence=self.occurrence,
                          iteration=self.iteration, kind=self.kind, run_id=self.run_id,
-                         position=self.position)
+                         position=self.position, call=self.call)
 
 
 class PlannedEstimate(_Inputs):

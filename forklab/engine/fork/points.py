@@ -23,8 +23,11 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from forklab.engine.actions import AgentAsked, ToolCall, call_of
+from forklab.engine.calls import turn_call
 from forklab.engine.events import (
     TERMINAL_TYPES,
+    AgentRequested,
     AnyEvent,
     MemoryWritten,
     NodeCompleted,
@@ -33,6 +36,7 @@ from forklab.engine.events import (
     NodeReused,
     NodeStarted,
     RunForked,
+    ToolCalled,
 )
 from forklab.engine.state import Execution, RunState
 
@@ -49,24 +53,32 @@ class ForkPoint:
     node: str | None
     occurrence: int | None
     iteration: int | None
-    kind: str = "before_node"  # before_node | end
+    kind: str = "before_node"  # before_node | before_call | end
     run_id: str | None = None
     position: int | None = field(default=None, compare=False)
+    # before_call: the call key (``assist#1/turn:3``). The boundary ``seq`` is the node's:
+    # the node re-executes with the calls recorded before this one served from the log
+    call: str | None = None
 
     @property
     def label(self) -> str:
         if self.kind == "end":
             return "end of the run, after the last node"
-        return f"before '{self.node}' execution {self.occurrence}, iteration {self.iteration}"
+        where = f"'{self.node}' execution {self.occurrence}, iteration {self.iteration}"
+        if self.call is not None:
+            return f"before call '{self.call}' (inside {where})"
+        return f"before {where}"
 
     def address(self) -> dict[str, Any]:
         """The canonical JSON form that resolves back to this point."""
+        if self.call is not None:
+            return {"before_call": self.call}
         return {"sequence": self.seq, **({"run_id": self.run_id} if self.run_id else {})}
 
     def to_wire(self) -> dict[str, Any]:
         return {"seq": self.seq, "node": self.node, "occurrence": self.occurrence,
                 "iteration": self.iteration, "kind": self.kind, "label": self.label,
-                "run_id": self.run_id}
+                "run_id": self.run_id, "call": self.call}
 
 
 @dataclass(slots=True)
@@ -84,12 +96,29 @@ class Entry:
     reads: tuple[str, ...]
     writes: set[str]
     run_id: str
-    missing: str | None = None  # None (forkable) | "compacted" | "archived"
+    missing: str | None = None  # None (forkable) | "compacted" | "archived" | "deleted"
+    # the calls the execution recorded, in order: (call key part, provider call id)
+    calls: list[tuple[str, str | None]] = field(default_factory=list)
 
     def point(self) -> ForkPoint:
         return ForkPoint(seq=self.start - 1, node=self.node, occurrence=self.occurrence,
                          iteration=self.iteration, run_id=self.run_id,
                          position=self.position)
+
+    def call_point(self, part: str) -> ForkPoint:
+        """The point before call ``part`` of this execution (SPEC §6.2)."""
+        return ForkPoint(seq=self.start - 1, node=self.node, occurrence=self.occurrence,
+                         iteration=self.iteration, kind="before_call", run_id=self.run_id,
+                         position=self.position,
+                         call=f"{self.node}#{self.occurrence}/{part}")
+
+    def call_points(self) -> list[ForkPoint]:
+        """A point before every call but the first (before which the node point stands), in
+        an execution that looped — made more than one turn or called a tool. The one-turn
+        calls of a node with roles are addressed by the node's point and role changes."""
+        looped = any(not part.endswith("turn:1") or "/tool:" in part
+                     for part, _ in self.calls)
+        return [self.call_point(part) for part, _ in self.calls[1:]] if looped else []
 
 
 @dataclass(slots=True)
@@ -105,6 +134,7 @@ class _Exec:
     # made only if the graph's declared reads are unknown, as Entry needs them)
     reads: Collection[str] = ()
     writes: set[str] = field(default_factory=set)
+    calls: list[tuple[str, str | None]] = field(default_factory=list)
 
 
 _OUTCOME = {NodeCompleted.TYPE: "completed", NodeFailed.TYPE: "failed",
@@ -141,6 +171,15 @@ def _scan(events: Sequence[AnyEvent]) -> tuple[list[_Exec], int | None]:
         elif cls is MemoryWritten:
             if event.node in open_:
                 open_[event.node].writes.add(cast(MemoryWritten, event).key)
+        elif cls is AgentRequested:
+            if event.node in open_:
+                asked = cast(AgentRequested, event)
+                open_[event.node].calls.append(
+                    (asked.call or turn_call(1, asked.role, asked.index), None))
+        elif cls is ToolCalled:
+            called = cast(ToolCalled, event)
+            if called.call is not None and event.node in open_:
+                open_[event.node].calls.append((called.call, called.call_id))
         elif cls in _ENDS:
             done = open_.pop(event.node or "", None)
             if done is not None:
@@ -160,7 +199,19 @@ def _from_execution(position: int, ex: Execution, run_id: str, reads_of: ReadsOf
     return Entry(position=position, node=ex.node, kind=ex.kind, occurrence=ex.occurrence,
                  iteration=ex.iteration, start=ex.start_seq, end=ex.end_seq,
                  outcome=ex.status, reads=tuple(ex.reads if declared is None else declared),
-                 writes=set(ex.writes) | set(ex.deletes), run_id=run_id, missing=missing)
+                 writes=set(ex.writes) | set(ex.deletes), run_id=run_id, missing=missing,
+                 calls=recorded_calls(ex))
+
+
+def recorded_calls(ex: Execution) -> list[tuple[str, str | None]]:
+    """(call key part, provider call id) of every call an execution recorded, in order."""
+    calls: list[tuple[str, str | None]] = []
+    for action in ex.actions:
+        if isinstance(action, AgentAsked):
+            calls.append((call_of(action) or "", None))
+        elif isinstance(action, ToolCall) and action.call is not None:
+            calls.append((action.call, action.call_id))
+    return calls
 
 
 def _holder(holders: Sequence[tuple[str, int]], position: int) -> str:
@@ -182,15 +233,17 @@ class RunIndex:
     last_seq: int = 0
     terminal_seq: int | None = None
     completed: bool = False
+    end_missing: bool = False  # the end boundary's events are gone (compacted, no snapshot)
 
     @classmethod
     def build(cls, events: Sequence[AnyEvent], state: RunState | None = None, *,
               reads_of: ReadsOf | None = None,
-              missing: Callable[[str], str | None] | None = None) -> RunIndex:
+              missing: Callable[[str, int], str | None] | None = None) -> RunIndex:
         """Index ``events`` (a run's own log) and, from ``state`` (its folded final state;
         folded from ``events`` when they start at seq 1 and are a fork's), the executions it
         inherited or lost to compaction. ``reads_of`` gives declared reads (default: the keys
-        recorded present); ``missing(run_id)`` says whether an ancestor's log is gone."""
+        recorded present); ``missing(run_id, seq)`` says whether boundary ``seq`` of that run's
+        log is gone (archived, or compacted with no snapshot to fold on from)."""
         own, terminal = _scan(events)
         run_id = events[0].run_id if events else (state.run_id if state else "")
         index = cls(run_id=run_id, own=own, terminal_seq=terminal,
@@ -211,11 +264,15 @@ class RunIndex:
                 position=len(index.entries), node=ex.node, kind=ex.kind,
                 occurrence=ex.occurrence, iteration=ex.iteration, start=ex.start, end=ex.end,
                 outcome=ex.outcome, reads=tuple(ex.reads if declared is None else declared),
-                writes=ex.writes, run_id=run_id))
+                writes=ex.writes, run_id=run_id, calls=ex.calls,
+                missing=missing(run_id, ex.start - 1) if missing else None))
+        end = index.end_boundary()
+        index.end_missing = end is not None and missing is not None \
+            and missing(run_id, end) is not None
         return index
 
     def _add_state_entries(self, state: RunState | None, reads_of: ReadsOf | None,
-                           missing: Callable[[str], str | None] | None) -> None:
+                           missing: Callable[[str, int], str | None] | None) -> None:
         """Inherited executions (held by ancestors) and own ones behind compaction."""
         if state is None:
             return
@@ -224,7 +281,8 @@ class RunIndex:
         for i, ex in enumerate(state.executions[:inherited]):
             holder = _holder(holders, i)
             self.entries.append(_from_execution(i, ex, holder, reads_of,
-                                                missing(holder) if missing else None))
+                                                missing(holder, ex.start_seq - 1)
+                                                if missing else None))
         first_own = self.own[0].start if self.own else self.terminal_seq or self.last_seq + 1
         for ex in state.executions[inherited:]:
             if ex.start_seq < first_own:
@@ -241,7 +299,7 @@ class RunIndex:
 
     def points(self) -> list[ForkPoint]:
         """Every forkable boundary of the logical run, in order (the end one last)."""
-        pts = [e.point() for e in self.forkable()]
+        pts = [p for e in self.forkable() for p in (e.point(), *e.call_points())]
         end = self.end_point()
         return pts + ([end] if end is not None else [])
 
@@ -261,7 +319,7 @@ class RunIndex:
 
     def end_point(self) -> ForkPoint | None:
         end = self.end_boundary()
-        if end is None:
+        if end is None or self.end_missing:
             return None
         return ForkPoint(seq=end, node=None, occurrence=None, iteration=None, kind="end",
                          run_id=self.run_id, position=len(self.entries))
@@ -281,8 +339,23 @@ class RunIndex:
         return [e for e in self.entries if e.node == node]
 
     def earliest(self) -> int | None:
+        """The seq of the first point listed (one that forks), or None."""
+        first = self.earliest_point()
+        return first.seq if first else None
+
+    def earliest_point(self) -> ForkPoint | None:
         points = self.points()
-        return points[0].seq if points else None
+        return points[0] if points else None
+
+    def earliest_text(self) -> str:
+        """The earliest forkable point as an error names it: ``seq N`` of this run's log, or
+        ``seq N of run R (seq:N@R)`` for a boundary an ancestor's log holds."""
+        first = self.earliest_point()
+        if first is None:
+            return "none (no boundary of this run can be forked from its events)"
+        if first.run_id in (None, self.run_id):
+            return f"seq {first.seq}"
+        return f"seq {first.seq} of run {first.run_id!r} (seq:{first.seq}@{first.run_id})"
 
 
 __all__ = ["Entry", "ForkPoint", "RunIndex"]

@@ -27,7 +27,7 @@ from forklab.engine.actions import (
 from forklab.engine.calls import turn_call
 from forklab.engine.canonical import canonical_json
 from forklab.engine.environment import Environment
-from forklab.engine.errors import ReplayDivergence
+from forklab.engine.errors import ForklabError, ReplayDivergence
 from forklab.engine.events import (
     AnyEvent,
     Event,
@@ -36,8 +36,12 @@ from forklab.engine.events import (
     NodeReused,
     NodeStarted,
     ReflectionDiscarded,
+    RunForked,
 )
-from forklab.engine.fork.base import graph_of as _graph_of
+from forklab.engine.fork.changes import parse_changes
+from forklab.engine.fork.lineage import forked_event
+from forklab.engine.fork.memo import Recording
+from forklab.engine.fork.percall import CallChanges
 from forklab.engine.graph import ApprovalNode, GraphSpec, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.oracle import (
     Blocked,
@@ -70,6 +74,8 @@ class RecordedOracle:
                  events: Sequence[AnyEvent] = ()) -> None:
         self.strict = strict
         self.by_occurrence = {(e.node, e.occurrence): e for e in recorded.all_executions()}
+        # a fork's per-call setting changes shaped the requests it recorded
+        self.calls = CallChanges.of(parse_changes(recorded.changes), Recording.of(recorded))
         # who answered a gate is in the log, not in the folded action record
         self.answered_by = {(e.node, e.occurrence): e.answered_by for e in events
                             if isinstance(e, HumanAnswered)}
@@ -103,14 +109,22 @@ class RecordedOracle:
         return None
 
     def memo(self, call: NodeCall) -> Execution | None:
-        """A fork's memo hit is re-served as one, so its events come out the same."""
+        """Strict: a fork's memo hit is re-served as one, so its events come out the same
+        (its fingerprint, computed now, still shows drift). Not strict (a case): the node
+        executes under today's graph with its calls served from the recording — re-served
+        whole, its recorded writes would outlive an edit of the node's ``writes``."""
         ex = self.by_occurrence.get((call.node, call.occurrence))
-        return ex if ex is not None and ex.memo else None
+        return ex if self.strict and ex is not None and ex.memo else None
 
     def _check_blocked(self, call: NodeCall) -> None:
         effect = self.blocked.get(call.node)
         if effect is not None and self._exec(call).status == "blocked":
             raise Blocked(effect["reason"], effect["inputs"])
+
+    def adjust(self, call: NodeCall, key: str, request: ChatRequest) -> ChatRequest:
+        """The recorded request of that call is what it sends: a fork's per-call setting
+        changes are re-applied (``changes``, the fork's)."""
+        return self.calls.adjust(call.node, call.occurrence, key, request)
 
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
               index: int | None, key: str | None = None) -> Served:
@@ -284,10 +298,36 @@ def replay_events(events: Sequence[AnyEvent], graph: GraphSpec, *, strict: bool 
 
 def replay(run_id: str, *, store: Store, strict: bool = True, graph: GraphSpec | None = None,
            env: Environment | None = None) -> RunState:
-    """Strictly replay a stored run through its graph's latest version (or ``graph``)."""
+    """Strictly replay a stored run through its graph's latest version (or ``graph``).
+
+    A fork is re-driven through the latest version with the fork's changes (its lineage's,
+    then its own) applied again — what it would run under today — never through the
+    effective graph it recorded, which cannot drift: an edit to a node its tail ran is
+    ``replay_divergence`` as it is for a primary run; a change that no longer applies to
+    the latest version (its node renamed or removed) is one too.
+    """
     events = store.read(run_id)
     recorded = fold(events)
     if graph is None:
-        graph = (_graph_of(recorded, events, store) if recorded.run_kind == "counterfactual"
-                 else store.load_graph(recorded.graph_id))
+        latest = store.load_graph(recorded.graph_id)
+        forked = forked_event(events)
+        graph = latest if forked is None else _current_effective(latest, forked, store)
     return replay_events(events, graph, strict=strict, env=env, graphs=store)
+
+
+def _current_effective(latest: GraphSpec, forked: RunForked, store: Store) -> GraphSpec:
+    """``latest`` with a fork's combined changes applied in lineage order (a later change
+    refining an earlier one, as the fork did)."""
+    from forklab.engine.fork.apply import effective_graph
+    from forklab.engine.fork.changes import parse_changes
+
+    versions = store.graph_versions(latest.id)
+    version = versions[-1] if versions else None
+    try:
+        return effective_graph(latest, parse_changes(forked.changes), one_request=False)
+    except ForklabError as exc:
+        raise ReplayDivergence(
+            f"the fork's changes no longer apply to version {version} of graph "
+            f"{latest.id!r} ({exc.message}); the graph drifted under the fork — fork the "
+            "base again against this version", graph_id=latest.id, graph_version=version,
+            cause=exc.code) from None

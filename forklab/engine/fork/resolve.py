@@ -15,29 +15,51 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from forklab.engine.errors import ForkPointMidNode, ForkPointNotFound, SourceMissing
+from forklab.engine.calls import looks_like_call_key, parse_call_key
+from forklab.engine.errors import (
+    ForkPointMidNode,
+    ForkPointNotFound,
+    PointCompacted,
+    SourceMissing,
+)
 from forklab.engine.fork.points import Entry, ForkPoint, RunIndex
 
 
+def earliest_context(index: RunIndex) -> dict[str, Any]:
+    """What an error says of the earliest forkable point: its seq and, when an ancestor's log
+    holds it, that run (``seq:N@RUN`` addresses it)."""
+    first = index.earliest_point()
+    if first is None:
+        return {"earliest_forkable": None}
+    if first.run_id in (None, index.run_id):
+        return {"earliest_forkable": first.seq}
+    return {"earliest_forkable": first.seq, "earliest_forkable_run_id": first.run_id}
+
+
 def forkable(index: RunIndex, entry: Entry, what: str) -> ForkPoint:
-    """The entry's point, or why it cannot be forked (compacted, archived)."""
+    """The entry's point, or why it cannot be forked (compacted, archived, deleted). The
+    earliest forkable point an error names is one that forks (:meth:`RunIndex.points`)."""
     if entry.missing is None:
         return entry.point()
-    earliest = index.earliest()
-    if earliest is None:
+    earliest = index.earliest_text()
+    if entry.missing == "compacted":
+        own = entry.run_id == index.run_id  # a snapshot of this run's log may cover it
+        raise PointCompacted(
+            f"{what} is behind the compaction boundary of run {entry.run_id!r} (its events "
+            f"are gone); the earliest forkable point is {earliest}"
+            + (", or fork a snapshot (source='auto' finds one taken at that boundary or "
+               "inside its node; source='snapshot' with at={'version': N})" if own else ""),
+            point=entry.point(), node=entry.node, **earliest_context(index))
+    gone = "deleted" if entry.missing == "deleted" else "archived (its events are gone)"
+    if index.earliest_point() is None:
         raise SourceMissing(
-            f"{what} is in a log that is gone and no boundary of this run is left to fork from "
-            "its events; fork a snapshot instead (source='snapshot', at={'version': N})",
-            run_id=entry.run_id)
-    if entry.missing == "archived":
-        raise SourceMissing(
-            f"{what} is in the log of run {entry.run_id!r}, which was archived (its events are "
-            f"gone); fork a later point (the earliest forkable point is seq {earliest})",
-            run_id=entry.run_id, earliest_forkable=earliest)
-    raise ForkPointNotFound(
-        f"{what} is behind the compaction boundary of run {entry.run_id!r} (its events are "
-        f"gone); the earliest forkable point is seq {earliest}",
-        earliest_forkable=earliest, node=entry.node)
+            f"{what} is in the log of run {entry.run_id!r}, which was {gone}, and no boundary "
+            "of this run is left to fork from its events; fork a snapshot instead "
+            "(source='snapshot', at={'version': N})", run_id=entry.run_id)
+    raise SourceMissing(
+        f"{what} is in the log of run {entry.run_id!r}, which was {gone}; fork a later point "
+        f"(the earliest forkable point is {earliest})",
+        run_id=entry.run_id, **earliest_context(index))
 
 
 def _occurrence(index: RunIndex, node: str, occurrence: int | str | None) -> Entry:
@@ -56,11 +78,11 @@ def _occurrence(index: RunIndex, node: str, occurrence: int | str | None) -> Ent
         return found
     executions = runs[-1].occurrence
     if isinstance(occurrence, int) and 1 <= occurrence < runs[0].occurrence:
-        earliest = index.earliest()
         raise ForkPointNotFound(
             f"execution {occurrence} of node {node!r} is not in this log (it starts at "
-            f"execution {runs[0].occurrence}); the earliest forkable point is seq {earliest}",
-            node=node, executions=executions, earliest_forkable=earliest,
+            f"execution {runs[0].occurrence}); the earliest forkable point is "
+            f"{index.earliest_text()}",
+            node=node, executions=executions, **earliest_context(index),
         )
     raise ForkPointNotFound(
         f"node {node!r} executed {executions} time(s); occurrence {occurrence!r} is out of "
@@ -79,18 +101,16 @@ def _check_sequence(index: RunIndex, seq: int, run_id: str | None = None) -> For
         if entry.run_id == index.run_id and entry.start - 1 == seq:
             return forkable(index, entry, f"seq {seq}")
     if seq < index.first_seq - 1 or seq < 1:
-        earliest = index.earliest()
         raise ForkPointNotFound(
-            f"seq {seq} is before the earliest forkable point (seq {earliest}); events before "
-            f"seq {index.first_seq} are not available",
-            seq=seq, earliest_forkable=earliest,
+            f"seq {seq} is before the earliest forkable point ({index.earliest_text()}); "
+            f"events before seq {index.first_seq} are not available",
+            seq=seq, **earliest_context(index),
         )
     for ex in index.own:
         if ex.start <= seq and (ex.end is None or seq < ex.end):
             raise ForkPointMidNode(
                 f"seq {seq} is inside the execution of node {ex.node!r} (execution "
-                f"{ex.occurrence}, seqs {ex.start}..{ex.end}); fork at seq {ex.start - 1} "
-                f"(before it) or seq {ex.end} (after it)",
+                f"{ex.occurrence}, seqs {ex.start}..{ex.end}); {_around(index, ex)}",
                 seq=seq, node=ex.node, occurrence=ex.occurrence,
             )
     raise ForkPointNotFound(
@@ -99,6 +119,19 @@ def _check_sequence(index: RunIndex, seq: int, run_id: str | None = None) -> For
         "and give one of their seqs",
         seq=seq,
     )
+
+
+def _around(index: RunIndex, ex: Any) -> str:
+    """The boundaries before and after an execution that fork (a boundary behind a
+    compaction boundary, or after a node that did not complete, is not one), else the
+    earliest forkable point."""
+    before = index.point_at(ex.start - 1)
+    after = index.point_at(ex.end) if ex.end is not None else None
+    named = [f"seq {p.seq} ({where})" for p, where in ((before, "before it"),
+                                                        (after, "after it")) if p is not None]
+    if named:
+        return "fork at " + " or ".join(named)
+    return f"fork at the earliest forkable point, {index.earliest_text()}"
 
 
 def _inherited_sequence(index: RunIndex, seq: int, run_id: str) -> ForkPoint:
@@ -161,6 +194,8 @@ def _resolve_dict(index: RunIndex, at: dict[str, Any]) -> ForkPoint:
     if "before_node" in at:
         ex = _occurrence(index, at["before_node"], at.get("occurrence"))
         return forkable(index, ex, f"execution {ex.occurrence} of {ex.node!r}")
+    if "before_call" in at:
+        return call_point(index, at["before_call"])
     if "after_node" in at:
         ex = _occurrence(index, at["after_node"], at.get("occurrence"))
         if ex.outcome != "completed":
@@ -185,6 +220,28 @@ def _resolve_dict(index: RunIndex, at: dict[str, Any]) -> ForkPoint:
         "before_node, after_node, before_iteration, before_human_input, "
         "before_first_write_of, before_first_read_of, version"
     )
+
+
+def call_point(index: RunIndex, key: str) -> ForkPoint:
+    """The point before call ``key`` (``assist#1/turn:3``, ``assist#1/turn:1/tool:2``, or the
+    alias ``assist#1/tool:<provider call id>``) in the logical run (SPEC §6.2)."""
+    address = parse_call_key(key)
+    if address is None:
+        raise ForkPointNotFound(
+            f"fork point before_call: cannot read call key {key!r}; expected NODE#N/turn:T "
+            "or NODE#N/turn:T/tool:K (or NODE#N/tool:<provider call id>)", call=key)
+    entry = _occurrence(index, address.node, address.occurrence)
+    part = address.call
+    if address.tool_id is not None:
+        part = next((p for p, call_id in entry.calls if call_id == address.tool_id), "")
+    parts = [p for p, _ in entry.calls]
+    if part not in parts:
+        listed = ", ".join(parts[:12]) + (" …" if len(parts) > 12 else "")
+        raise ForkPointNotFound(
+            f"execution {entry.occurrence} of {entry.node!r} made no call {key!r}; its calls: "
+            f"{listed or 'none'}", call=key, node=entry.node, calls=parts)
+    point = forkable(index, entry, f"call {key!r}")
+    return point if part == parts[0] else entry.call_point(part)
 
 
 def _iteration(index: RunIndex, n: int) -> ForkPoint:
@@ -225,6 +282,7 @@ _OCCURRENCE = (lambda v: v == "last" or (_is_number(v) and int(v) >= 1),
 POINT_FORMS: dict[str, tuple[tuple[Callable[[Any], bool], str], dict[str, Any]]] = {
     "sequence": (_NUMBER, {"run_id": (_is_name, "a run id")}),
     "before_node": (_NAME, {"occurrence": _OCCURRENCE}),
+    "before_call": (_NAME, {}),
     "after_node": (_NAME, {"occurrence": _OCCURRENCE}),
     "before_iteration": (_NUMBER, {}),
     "before_human_input": ((lambda v: v is True, "true"), {}),
@@ -286,11 +344,14 @@ def parse_point(text: str) -> dict[str, Any] | str:
         return text
     if text == "human":
         return {"before_human_input": True}
+    if text.startswith("before:") and looks_like_call_key(text[len("before:"):]):
+        return {"before_call": text[len("before:"):]}
     match = _CLI.match(text)
     if not match:
         raise ForkPointNotFound(
             f"cannot read fork point {text!r}; use start, failure, seq:N[@RUN], "
-            "before:NODE[#N|#last], after:NODE[#N|#last], iteration:N, human, "
+            "before:NODE[#N|#last], before:NODE#N/turn:T[/tool:K], after:NODE[#N|#last], "
+            "iteration:N, human, "
             "first-write:KEY, first-read:KEY or version:N"
         )
     verb, arg, occ = match["verb"], match["arg"], match["occ"]

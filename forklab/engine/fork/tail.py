@@ -38,6 +38,8 @@ from forklab.engine.fork.changes import (
     ToolChange,
 )
 from forklab.engine.fork.memo import Recording, SharedMemo
+from forklab.engine.fork.percall import CallChanges, PrefixCalls, last_applying
+from forklab.engine.fork.points import ForkPoint
 from forklab.engine.fork.spend import Spend, worst_case, worst_case_usd
 from forklab.engine.fork.wire import Budget, Policy
 from forklab.engine.graph import ApprovalNode, GraphSpec, RouterNode, SubgraphNode, ToolNode
@@ -92,7 +94,8 @@ class ForkOracle:
                  targets: Sequence[Target] | None = None,
                  shared_memo: SharedMemo | None = None,
                  hitl: Callable[[dict[str, Any]], HumanAnswer | None] | None = None,
-                 routes_used: Sequence[str] = ()) -> None:
+                 routes_used: Sequence[str] = (), graph: GraphSpec | None = None,
+                 point: ForkPoint | None = None) -> None:
         self.live = live
         self.recording = recording
         self.policy = policy
@@ -102,12 +105,17 @@ class ForkOracle:
         self.shared_memo = shared_memo
         self.hitl = hitl
         self.targets = list(config_targets(changes) if targets is None else targets)
-        self.outputs = {c.node: c.memory for c in changes if isinstance(c, OutputChange)}
-        self.tools = {c.node: c.result for c in changes if isinstance(c, ToolChange)}
+        self.outputs = [c for c in changes if isinstance(c, OutputChange)]
+        self.tools = [c for c in changes if isinstance(c, ToolChange)]
         self.routes = {c.source: c for c in changes if isinstance(c, RouteChange)}
         self.routes_used: set[str] = set(routes_used)
-        humans = [c for c in changes if isinstance(c, HumanResponseChange)]
-        self.human_change = humans[-1] if humans else None
+        self.humans = [c for c in changes if isinstance(c, HumanResponseChange)]
+        self.calls = CallChanges.of(changes, recording)
+        self.prefix = PrefixCalls.of(point, recording)
+        self.graph = graph  # the tail's graph: a sibling's execution is checked against it
+        # executions served from a sibling (a sweep) whose call this fork would have paid:
+        # the call, what it would have cost and its worst case, counted when settled
+        self._from_siblings: dict[int, tuple[NodeCall, float | None, float]] = {}
 
     # -- concurrency (engine.scheduler) -----------------------------------------------------
     overlaps_calls = True
@@ -121,32 +129,101 @@ class ForkOracle:
         (:meth:`admits`); a budget that is not enforced admits anything, so nothing is
         reserved and the figure is not worked out — (0, 0.0) — which for a join of 1,000
         workers is a render of its 1,000-key prompt."""
-        if not self.spend.enforce or (call is not None and (
-                self.output(call) is not None or self.memo(call) is not None)):
+        if not self.spend.enforce or (call is not None and self.output(call) is not None):
             return 0, 0.0
+        if call is not None and self.memo(call) is not None:
+            return self.served_worst(call)
         return worst_case(graph, node, call, self.prices)
+
+    def served_worst(self, call: NodeCall) -> tuple[int, float]:
+        """What a node served whole now (:meth:`memo`) reserves against the budget: nothing,
+        unless a sibling's execution is served in place of a call this fork would have paid
+        — then that call's worst case, as if it were made."""
+        held = self._from_siblings.get(id(call))
+        return (1, held[2]) if held is not None else (0, 0.0)
 
     def admits(self, calls: int | None, usd: float | None) -> bool:
         return self.spend.admits(calls, usd)
 
     def settle(self, call: NodeCall, *, kept: bool) -> None:
+        held = self._from_siblings.pop(id(call), None)
+        if held is not None and kept:
+            self.spend.after(held[1], call)  # the budget counts it as if it had been made
         self.spend.settle(call, kept=kept)
 
     # -- node level ------------------------------------------------------------------------
     def output(self, call: NodeCall) -> dict[str, Any] | None:
-        return self.outputs.get(call.node)
+        found = last_applying(self.outputs, call.node, call.occurrence)
+        return None if found is None else found.memory
 
     def memo(self, call: NodeCall) -> Execution | None:
-        if not self.memoize or call.node in self.tools or call.node in self.routes:
-            return None
-        if call.kind == "approval" and (self.human_change is not None or self.hitl is not None):
+        if (not self.memoize or call.node in self.routes
+                or last_applying(self.tools, call.node, call.occurrence) is not None
+                or self.calls.touch(call.node, call.occurrence)):
+            return None  # a change supplies part of it: it must execute to apply it
+        if call.kind == "approval" and (
+                last_applying(self.humans, call.node, call.occurrence) is not None
+                or self.hitl is not None):
             return None
         if call.kind in ("tool", "subgraph") and self.policy.blocks_all:
             return None
         found = self.recording.memo(call.fingerprint)
         if found is None and self.shared_memo is not None:
-            found = self.shared_memo.get(call.fingerprint)
+            found = self._from_sibling(call)
         return found
+
+    def _from_sibling(self, call: NodeCall) -> Execution | None:
+        """A sweep sibling's execution of this fingerprint, when serving it leaves the
+        variant's outcome what it would be alone.
+
+        The sibling paid for the calls this fork would make; serving them is free, but the
+        budget is checked and spent as if they were made (:meth:`settle`), so a variant stops
+        at its budget exactly where it would alone. That is decided exactly for an execution
+        with at most one paid call (one agent, or a read tool); any other is served only
+        when no budget applies to it, else the node executes."""
+        ex = self.shared_memo.get(call.fingerprint) if self.shared_memo is not None else None
+        self._from_siblings.pop(id(call), None)
+        if ex is None:
+            return None
+        paid = [a for a in ex.actions if isinstance(a, (AgentAnswer, ToolResult, CallFailure,
+                                                         ChildOutcome))
+                and a.label in ("live", "changed")]
+        cap = self.spend.budget.max_cost_usd
+        if not paid or (not self.spend.enforce and cap is None):
+            return ex
+        agents = [a for a in paid if isinstance(a, AgentAnswer)
+                  or (isinstance(a, CallFailure) and a.kind == "agent")]
+        if cap is not None and any(self.prices.price(a.model or "") is None for a in agents):
+            return None  # alone, the call is refused as unpriced under the cost budget
+        if not self.spend.enforce:
+            return ex
+        return ex if self._admit_sibling(call, paid[0]) and len(paid) == 1 else None
+
+    def _admit_sibling(self, call: NodeCall, action: Any) -> bool:
+        """Whether this fork's budget admits the one call ``action`` stands for — the check
+        :meth:`Spend.before` would make at the head — and if so, hold it for :meth:`settle`."""
+        if isinstance(action, ChildOutcome) or self.graph is None:
+            return False
+        worst: float | None = 0.0
+        cost: float | None = 0.0
+        if isinstance(action, AgentAnswer) or (isinstance(action, CallFailure)
+                                               and action.kind == "agent"):
+            node = self.graph.node(call.node)
+            calls, worst = worst_case(self.graph, node, call, self.prices)
+            if calls != 1 or worst is None:
+                return False  # a multi-role node: its calls' worst cases are not known
+            if isinstance(action, AgentAnswer):
+                cost = self.prices.cost(action.model, action.input_tokens,
+                                        action.output_tokens)
+        if worst is None:
+            return False
+        limit, cap = self.spend.budget.max_live_calls, self.spend.budget.max_cost_usd
+        if limit is not None and self.spend.live_calls + 1 > limit:
+            return False
+        if cap is not None and self.spend.incurred_usd + worst > cap:
+            return False
+        self._from_siblings[id(call)] = (call, cost, worst)
+        return True
 
     def child(self, call: NodeCall, node: SubgraphNode) -> ForkOracle:
         """The oracle of a child run started in the tail: the guard, memo and budget of this
@@ -167,14 +244,32 @@ class ForkOracle:
         return "live"
 
     # -- actions ---------------------------------------------------------------------------
+    def adjust(self, call: NodeCall, key: str, request: ChatRequest) -> ChatRequest:
+        """The request with this call's per-call model / prompt / temperature changes."""
+        return self.calls.adjust(call.node, call.occurrence, key, request)
+
     def agent(self, call: NodeCall, request: ChatRequest, role: str | None,
               index: int | None, key: str | None = None) -> Served:
         key = key or turn_call(1, role, index)
-        recorded = self.recording.agent_call(call.node, call.occurrence, key)
+        node, occurrence = call.node, call.occurrence
+        reply = self.calls.reply(node, occurrence, key)
+        if reply is not None:
+            return Served(text=reply.text, input_tokens=0, output_tokens=0, latency_ms=0.0,
+                          label="simulated", tool_calls=reply.served_tool_calls(),
+                          finish_reason="tool_calls" if reply.tool_calls else "stop")
+        recorded = self.recording.agent_call(node, occurrence, key)
         recorded_hash = None if recorded is None else recorded.request_hash
-        if self.memoize and recorded is not None and recorded_hash == request.request_hash:
+        rerun = self.calls.reruns(node, occurrence, key)
+        if self.prefix.holds(node, occurrence, key) and not rerun:
+            self._check_prefix(call, key, recorded, recorded_hash == request.request_hash)
+            assert recorded is not None
             return self._reuse_agent(recorded)
-        label = self._label(call.node, role, index, recorded_hash, request.request_hash)
+        if (self.memoize and not rerun and recorded is not None
+                and recorded_hash == request.request_hash):
+            return self._reuse_agent(recorded)
+        label = self._label(node, role, index, recorded_hash, request.request_hash)
+        if self.calls.adjusts(node, occurrence, key):
+            label = "changed"
         self.spend.before(call, call.node, worst_case_usd(request, self.prices), request.model)
         try:
             served = self.live.agent(call, request, role, index, key)
@@ -185,6 +280,24 @@ class ForkOracle:
         self.spend.after(self.prices.cost(request.model, served.input_tokens,
                                           served.output_tokens), call)
         return replace(served, label=label)
+
+    @staticmethod
+    def _check_prefix(call: NodeCall, key: str, recorded: Any, same: bool) -> None:
+        """A call before a call-level fork point is the past: served as recorded. A change
+        of the fork may have altered its request (a prompt, a memory key the node read) —
+        the calls from the point on see the change, the ones before it happened as they
+        did. Only a call the recording does not hold cannot be served (``prefix_diverged``);
+        and a workflow node, whose requests its own code makes, must make the same ones."""
+        where = f"call {call.node}#{call.occurrence}/{key} comes before the fork point but "
+        if recorded is None:
+            raise NodeFailure("prefix_diverged", (
+                where + "the base recorded no such call; the code or graph no longer makes "
+                "the recorded calls — fork at the node instead"), label="reused")
+        if not same and call.kind == "workflow":
+            raise NodeFailure("prefix_diverged", (
+                where + "now sends a different request than the recording (its messages, "
+                "tools or settings differ): the code is not deterministic, or changed"),
+                label="reused")
 
     @staticmethod
     def _reuse_agent(action: AgentAnswer | CallFailure) -> Served:
@@ -198,6 +311,21 @@ class ForkOracle:
         """A tool the model chose: a write obeys the guard (served when the base's lineage
         made that call with these arguments, else blocked, unless allowed); with memoize a
         call whose arguments equal the base's same call is served; else it runs."""
+        node, occurrence = call.node, call.occurrence
+        supplied = self.calls.result(node, occurrence, use.call)
+        if supplied is not None:
+            return supplied.result, "simulated"
+        name, recorded_hash, outcome = self.recording.chosen_tool(node, occurrence, use.call)
+        same = name == use.name and recorded_hash == use.args_hash
+        rerun = self.calls.reruns(node, occurrence, use.call)
+        if self.prefix.holds(node, occurrence, use.call) and not rerun:
+            if outcome is None or not same:
+                raise NodeFailure("prefix_diverged", (
+                    f"call {node}#{occurrence}/{use.call} comes before the fork point but "
+                    + ("the base recorded no result for it" if outcome is None else
+                       f"now calls {use.name!r} with other arguments than the recording")
+                    + "; fork at the node instead"), label="reused")
+            return self._reuse_tool(outcome)
         if use.effect == "write" and not self.policy.allows(use.name):
             if self.policy.blocks_all:
                 raise Blocked(f"side effects are blocked by policy; tool {use.name!r} "
@@ -209,14 +337,8 @@ class ForkOracle:
                     f"arguments, so there is no recorded result to serve; allow it "
                     f"({{\"allow\": [\"{use.name}\"]}}) to call it for real", use.inputs)
             return served.result, "reused"
-        name, recorded_hash, outcome = self.recording.chosen_tool(
-            call.node, call.occurrence, use.call)
-        same = name == use.name and recorded_hash == use.args_hash
-        if self.memoize and outcome is not None and same:
-            if isinstance(outcome, CallFailure):
-                raise NodeFailure(str(outcome.error.get("type")),
-                                  str(outcome.error.get("message")), label="reused")
-            return outcome.result, "reused"
+        if self.memoize and not rerun and outcome is not None and same:
+            return self._reuse_tool(outcome)
         label: CallLabel = "changed" if outcome is not None and not same else "live"
         self.spend.before(call, call.node, 0.0)
         try:
@@ -230,8 +352,9 @@ class ForkOracle:
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
              ctx: ToolContext) -> tuple[Any, CallLabel]:
-        if node.id in self.tools:
-            return self.tools[node.id], "simulated"
+        substituted = last_applying(self.tools, node.id, call.occurrence)
+        if substituted is not None:
+            return substituted.result, "simulated"
         if node.effect == "write" and not self.policy.allows(node.id):
             ex = self._guard(call, args)
             return RecordedTool.of(ex, _reused_result(ex, ToolResult)), "reused"
@@ -255,6 +378,13 @@ class ForkOracle:
         self.spend.after(0.0, call)
         return result, label
 
+    @staticmethod
+    def _reuse_tool(outcome: ToolResult | CallFailure) -> tuple[Any, CallLabel]:
+        if isinstance(outcome, CallFailure):
+            raise NodeFailure(str(outcome.error.get("type")), str(outcome.error.get("message")),
+                              label="reused")
+        return outcome.result, "reused"
+
     def _guard(self, call: NodeCall, inputs: dict[str, Any]) -> Execution:
         """The base execution to serve for this side effect, or raise Blocked."""
         node = call.node
@@ -277,8 +407,8 @@ class ForkOracle:
         return forced.to
 
     def human(self, call: NodeCall, node: ApprovalNode) -> HumanAnswer | None:
-        if self.human_change is not None:
-            answer = self.human_change
+        answer = last_applying(self.humans, call.node, call.occurrence)
+        if answer is not None:
             return HumanAnswer(decision=answer.decision, data=answer.data,
                                memory_updates=answer.memory_updates, label="simulated",
                                answered_by="change")

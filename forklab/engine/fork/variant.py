@@ -34,6 +34,7 @@ from forklab.engine.fork.changes import parse_changes
 from forklab.engine.fork.effective import DELETE
 from forklab.engine.fork.lineage import forked_event
 from forklab.engine.fork.memo import Recording, SharedMemo
+from forklab.engine.fork.points import ForkPoint
 from forklab.engine.fork.spend import Spend
 from forklab.engine.fork.tail import ForkOracle, Policy
 from forklab.engine.fork.wire import Budget
@@ -150,7 +151,7 @@ def run_plan(
         targets=config_targets(plan.changes), policy=plan.policy,
         spend=Spend(plan.budget, enforce=not ignore_budget), prices=env.prices,
         memoize=plan.memoize, shared_memo=shared_memo, hitl=hitl,
-        routes_used=plan.routes_used)
+        routes_used=plan.routes_used, graph=plan.graph, point=plan.point)
 
     def observe(event: Event) -> None:
         if (shared_memo is not None and event.type in _COMPLETES
@@ -246,9 +247,20 @@ def fork_runner(
         LiveOracle(env), recording=_recording(base), changes=changes,
         targets=config_targets(changes[forked.inherited_changes:]),
         policy=Policy.parse(forked.policy), spend=spend, prices=env.prices,
-        memoize=forked.memoize, hitl=hitl, routes_used=sorted(used))
+        memoize=forked.memoize, hitl=hitl, routes_used=sorted(used),
+        point=_recorded_point(forked.point))
     runner = Runner(parse_stored_graph(forked.graph), store=store, run_id=run_id, env=env,
                     oracle=oracle, cancel=cancel, on_event=on_event,
                     graph_version=state.graph_version)
     runner.state = state
     return runner
+
+
+def _recorded_point(point: dict[str, Any]) -> ForkPoint | None:
+    """The call-level point a fork recorded (``run.forked``'s ``point``), when it is one:
+    a fork continued from its log serves the same calls from the recording."""
+    if not point or point.get("call") is None:
+        return None
+    return ForkPoint(seq=int(point["seq"]), node=point.get("node"),
+                     occurrence=point.get("occurrence"), iteration=point.get("iteration"),
+                     kind="before_call", run_id=point.get("run_id"), call=point["call"])

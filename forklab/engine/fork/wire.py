@@ -337,11 +337,15 @@ class OutModel(BaseModel):
 
 
 class EstimateWire(OutModel):
-    """What the tail is predicted to spend."""
+    """What the tail is predicted to spend — a prediction, not a bound: tokens and cost are
+    priced at the recorded token counts, and a change that makes answers longer makes the
+    nodes reading them (a join of parallel branches most) send longer requests. What bounds
+    spend is the budget, checked before every call against its worst case."""
 
     live_calls: int
     tokens: int
-    cost_usd: float
+    cost_usd: float = Field(description="predicted at the recorded token counts under the "
+                                        "fork's models; not an upper bound")
 
 
 class ForkPointWire(OutModel):
@@ -351,11 +355,14 @@ class ForkPointWire(OutModel):
     node: str | None
     occurrence: int | None
     iteration: int | None
-    kind: Literal["before_node", "end"]
+    kind: Literal["before_node", "before_call", "end"]
     label: str = Field(description="human text, e.g. before 'write' execution 1, iteration 1")
     run_id: str | None = Field(default=None, description=(
         "the run whose log holds this boundary (on a fork, an inherited one is held by an "
         "ancestor)"))
+    call: str | None = Field(default=None, description=(
+        "before_call: the call key (assist#1/turn:3); the node re-executes with the calls "
+        "recorded before it served from the log"))
 
 
 class SuppressedEffect(OutModel):

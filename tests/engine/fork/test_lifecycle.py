@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 
 from forklab.engine import Case, change, fork, promote, run_case, save_case
+from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import InvalidChange, PrefixDiverged, PromoteConflict
+from forklab.engine.fork.lifecycle import run_case_against
 from forklab.engine.graph import Condition
+from forklab.engine.recording import run_recorded
 from forklab.engine.reducers import fold
 from tests.engine.fork.helpers import graph_with, labels, record
 
@@ -193,3 +196,86 @@ def test_only_a_finished_fork_can_be_saved_as_a_case() -> None:
     with pytest.raises(InvalidChange):
         save_case(base.run_id, name="primary", store=base.store)
     assert fold(base.store.read(paused.run_id)).status == "paused"
+
+
+# -- promote carries exactly what the tail applied (issue 35, class 3) ------------------------
+
+
+def test_a_change_to_a_node_that_ran_only_before_the_point_is_not_promoted() -> None:
+    base = record("research-write")
+    result = fork(base, at={"before_node": "write"},
+                  change=[change.prompt("research", "Dig deeper."),
+                          change.prompt("write", "Be terse.")])
+    assert any("'research' does not run after the fork point" in w for w in result.warnings)
+
+    with pytest.raises(PromoteConflict) as raised:
+        promote(result.run_id, store=base.store)
+
+    assert raised.value.context["reason"] == "not_applied"
+    assert [c["target"] for c in raised.value.context["changes"]] == ["research"]
+    assert "'research' ran before the point" in raised.value.message
+    assert base.store.graph_versions("research-write") == [1]
+
+
+def test_only_applied_promotes_what_the_tail_applied_and_the_re_run_reproduces_the_fork() -> None:
+    base = record("research-write")
+    result = fork(base, at={"before_node": "write"},
+                  change=[change.prompt("research", "Dig deeper."),
+                          change.prompt("write", "Be terse.")])
+
+    promoted = promote(result.run_id, store=base.store, only_applied=True)
+
+    assert [c["target"] for c in promoted.promoted] == ["write"]
+    assert [s["change"]["target"] for s in promoted.skipped] == ["research"]
+    graph = base.store.load_graph("research-write", promoted.version)
+    rerun = run_recorded(graph, dict(result.state.input), env=base.env)
+    assert canonical_equals(rerun.state.memory, result.state.memory)
+
+
+# -- cases run against the graph's current version (issue 35, class 2) ------------------------
+
+
+def test_a_case_runs_against_the_graph_s_current_version_and_says_which() -> None:
+    base, result = _terse_fork()
+    case = save_case(result.run_id, name="draft-exists", store=base.store,
+                     criteria=[Condition(key="draft", op="exists")])
+    assert run_case_against(case, store=base.store).passed
+    base.store.save_graph(graph_with(base.graph, "write", writes=["article"]))
+
+    current = run_case_against(case, store=base.store)
+    named = run_case_against(case, store=base.store, version=1)
+
+    assert (current.passed, current.graph_id, current.graph_version) == (
+        False, "research-write", 2)
+    assert "draft exists" in current.failures[0]
+    assert (named.passed, named.graph_version) == (True, 1)
+    assert current.wire()["graph_version"] == 2
+
+
+def test_a_case_re_serves_no_recorded_node_whole_past_a_graph_edit() -> None:
+    base = record("research-write")
+    result = fork(base, at="start", change=change.prompt("write", "Terse."),
+                  policy={"memoize": True})
+    assert any(ex.memo for ex in result.state.executions)  # research was served whole
+    case = save_case(result.run_id, name="notes", store=base.store,
+                     criteria=[Condition(key="notes", op="exists")])
+    edited = graph_with(base.graph, "research", writes=["facts"])
+    edited = graph_with(edited, "write", reads=["goal", "facts"],
+                        prompt="Goal: {goal}\nNotes: {facts}\nWrite the piece.")
+    base.store.save_graph(edited)
+
+    outcome = run_case_against(case, store=base.store)
+
+    assert not outcome.passed, "research's recorded writes were re-served past the edit"
+    assert "notes exists" in outcome.failures[0]
+
+
+def test_a_case_whose_changes_no_longer_apply_fails_naming_the_version() -> None:
+    base, result = _terse_fork()
+    case = save_case(result.run_id, name="terse", store=base.store,
+                     criteria=[Condition(key="draft", op="exists")])
+
+    missing = run_case_against(case, store=base.store, version=7)
+
+    assert not missing.passed and missing.graph_version == 7
+    assert "version 7 of graph 'research-write'" in missing.failures[0]

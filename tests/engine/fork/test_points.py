@@ -26,7 +26,8 @@ def test_fork_points_list_every_boundary_of_the_review_loop_with_node_occurrence
     assert [p.kind for p in points] == ["before_node"] * 9 + ["end"]
     assert points[4].to_wire() == {
         "seq": 19, "node": "review", "occurrence": 2, "iteration": 2, "kind": "before_node",
-        "label": "before 'review' execution 2, iteration 2", "run_id": base.run_id}
+        "label": "before 'review' execution 2, iteration 2", "run_id": base.run_id,
+        "call": None}
 
 
 @pytest.mark.parametrize("name", NAMES)

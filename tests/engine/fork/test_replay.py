@@ -148,3 +148,47 @@ def test_strict_replay_of_a_fork_whose_tail_reflected_live_passes() -> None:
     assert counter.model_calls == [] and counter.tool_calls == []
     assert state.version == len(variant.event_log)
     assert state.discarded_reflections == variant.state.discarded_reflections
+
+
+# -- a fork's strict replay sees graph drift (issue 35, class 4) ------------------------------
+
+
+def test_strict_replay_of_a_fork_checks_against_the_graph_s_current_version() -> None:
+    base = record("research-write")
+    variant = fork(base, at={"before_node": "write"}, change=change.temperature("write", 0.0))
+    assert replay(variant.run_id, store=base.store).version == variant.state.version
+    base.store.save_graph(graph_with(base.graph, "write",
+                                     prompt="Goal: {goal}\nNotes: {notes}\nShorter."))
+
+    with pytest.raises(ReplayDivergence) as raised:
+        replay(variant.run_id, store=base.store)
+
+    assert raised.value.context["node"] == "write"
+    assert "fingerprint" in raised.value.context["fields"]
+
+
+def test_strict_replay_of_a_fork_ignores_drift_in_nodes_before_its_point() -> None:
+    base = record("research-write")
+    variant = fork(base, at={"before_node": "write"}, change=change.temperature("write", 0.0))
+    base.store.save_graph(graph_with(base.graph, "research", prompt="Dig into: {goal}"))
+
+    state = replay(variant.run_id, store=base.store)
+
+    assert state.memory == variant.state.memory
+
+
+def test_a_fork_whose_change_no_longer_applies_to_the_current_graph_diverges() -> None:
+    base = record("research-write")
+    variant = fork(base, at={"before_node": "write"}, change=change.temperature("write", 0.0))
+    data = base.graph.to_wire()
+    data["nodes"] = [{**n, "id": "writer"} if n["id"] == "write" else n for n in data["nodes"]]
+    data["edges"] = [{k: ("writer" if v == "write" else v) for k, v in e.items()}
+                     for e in data["edges"]]
+    from forklab.engine.graph import parse_graph
+
+    base.store.save_graph(parse_graph(data))
+
+    with pytest.raises(ReplayDivergence) as raised:
+        replay(variant.run_id, store=base.store)
+
+    assert "no longer apply" in raised.value.message

@@ -143,3 +143,80 @@ def test_an_unfinished_run_is_run_in_progress() -> None:
 
     assert raised.value.code == "run_in_progress"
     assert raised.value.context["status"] == "paused"
+
+
+# -- source="auto": events first, then a snapshot that covers the point (issue 35, class 6) --
+
+
+@pytest.mark.parametrize("at", [{"before_node": "review", "occurrence": 2},
+                                {"sequence": 19}, "seq:19"])
+def test_auto_forks_a_point_behind_the_boundary_from_the_snapshot_that_covers_it(at) -> None:
+    base = _compacted(21)  # the snapshot inside review#2 rewinds to the boundary before it
+    by_version = fork(base, at={"version": 21}, source="snapshot",
+                      change=change.prompt("review", "Approve everything."))
+
+    result = fork(base, at=at, source="auto", change=change.prompt("review",
+                                                                   "Approve everything."))
+
+    assert (result.point.node, result.point.occurrence) == ("review", 2)
+    assert result.fork_sequence_id == 21
+    assert canonical_equals(result.state.outcome(), by_version.state.outcome())
+
+
+def test_auto_prefers_events_where_they_are_kept() -> None:
+    base = _compacted(21)
+
+    result = fork(base, at={"before_node": "review", "occurrence": 3}, source="auto",
+                  policy={"memoize": True})
+
+    assert result.fork_sequence_id == 32
+    assert canonical_equals(result.state.outcome(), base.state.outcome())
+
+
+def test_auto_still_refuses_a_point_no_snapshot_covers_naming_one_that_works() -> None:
+    base = _compacted(21)
+
+    with pytest.raises(ForkPointNotFound) as raised:
+        fork(base, at="start", source="auto", dry_run=True)
+
+    assert raised.value.context["earliest_forkable"] == 24
+
+
+# -- what a compacted lineage suggests and lists (issue 35, class 7) ------------------------
+
+
+def test_a_fork_of_a_compacted_base_names_an_earliest_point_that_forks() -> None:
+    base = _compacted(21)
+    child = fork(base, at={"before_node": "review", "occurrence": 3},
+                 change=change.prompt("review", "Approve."))
+
+    with pytest.raises(ForkPointNotFound) as raised:
+        fork(child.run_id, store=base.store, env=base.env, at={"before_node": "revise"},
+             dry_run=True)
+
+    context = raised.value.context
+    assert (context["earliest_forkable"], context["earliest_forkable_run_id"]) == (
+        24, base.run_id)
+    assert f"seq:24@{base.run_id}" in raised.value.message
+    again = fork(child.run_id, store=base.store, env=base.env,
+                 at={"sequence": 24, "run_id": base.run_id}, dry_run=True)
+    assert again.fork_sequence_id == 24
+
+
+def test_fork_points_of_a_fork_of_a_compacted_base_list_only_points_that_fork() -> None:
+    base = _compacted(21)
+    child = fork(base, at={"before_node": "review", "occurrence": 3},
+                 change=change.prompt("review", "Approve."))
+
+    listed = fork_points(base.store.read(child.run_id), store=base.store)
+
+    assert [(p.seq, p.run_id) for p in listed][:2] == [(24, base.run_id), (27, base.run_id)]
+    for point in listed:
+        fork(child.run_id, store=base.store, env=base.env, at=point.address(), dry_run=True)
+
+
+def test_fork_points_of_an_archived_run_list_nothing_rather_than_fail() -> None:
+    base = record("review-loop")
+    base.store.archive(base.run_id)
+
+    assert fork_points(base.store.read(base.run_id), store=base.store) == []

@@ -5,10 +5,9 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from forklab.engine.fork.lifecycle import NO_CRITERIA, run_case
-from forklab.engine.fork.lifecycle import Case as EngineCase
+from forklab.engine.fork.lifecycle import NO_CRITERIA
 from forklab.runs import cli
-from forklab.runs.forking import save_run_as_case
+from forklab.runs.forking import run_case_rows, save_run_as_case
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.models import Case
 from forklab.runs.specs import CaseSpec, parse
@@ -24,8 +23,12 @@ class Command(ForklabCommand):
         save.add_argument("--name", required=True)
         save.add_argument("--criteria", help='JSON list, e.g. [{"key": "status", "op": "eq", '
                                              '"value": "ok"}]')
-        run = sub.add_parser("run", help="replay every case; exit 1 if one fails")
+        run = sub.add_parser("run", help="replay every case against its graph's current "
+                                         "version; exit 1 if one fails")
         run.add_argument("--project", help="only this project's cases")
+        run.add_argument("--graph-version", type=int, default=None, metavar="N",
+                         help="run every case against version N of its graph (default: the "
+                              "graph's current version)")
         for p in (save, run):
             p.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
@@ -45,12 +48,13 @@ class Command(ForklabCommand):
                  + ("" if criteria else f" ({NO_CRITERIA})"))
 
     def _run(self, options: dict[str, Any]) -> None:
-        rows = Case.objects.select_related("project").order_by("project__slug", "name")
+        rows = Case.objects.all()
         if options["project"]:
             rows = rows.filter(project__slug=options["project"])
-        results = [{"project": r.project.slug,
-                    **run_case(EngineCase.model_validate(r.recorded)).wire()} for r in rows]
+        results = [{"project": project, **result.wire()} for project, result
+                   in run_case_rows(rows, graph_version=options["graph_version"])]
         lines = [f"{'pass' if r['passed'] else 'FAIL'}  {r['project']}/{r['name']}"
+                 f"  (graph {r['graph_id']} version {r['graph_version']})"
                  + "".join(f"\n        {f}" for f in r["failures"])
                  + (f"\n        {r['note']}" if r["note"] else "") for r in results]
         failed = sum(1 for r in results if not r["passed"])
