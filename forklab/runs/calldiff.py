@@ -150,7 +150,7 @@ def summary(rows: list[CallRow]) -> list[str]:
             out.append(f"{what} is gone")
         elif row.op == "inserted":
             out.append(f"{what} is new")
-        elif row.op == "changed" and not tool and row.why == "request, reply":
+        elif row.op == "changed" and not tool and "reply" in row.why:
             out.append(f"the reply of {row.key} changed")
         elif row.op == "changed":
             out.append(f"{what} changed: {row.why}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from forklab.engine.fork import fork
 from forklab.engine.recording import run_recorded
 from forklab.engine.scenarios import SCENARIOS
 from forklab.runs.calldiff import CallFacts, align_calls, loop_calls, summary
@@ -42,6 +43,21 @@ def test_without_an_order_to_refund_the_refund_call_is_gone_and_the_answer_chang
     assert rows[1].why == "arguments, result"
     assert "the issue_refund call (assist#1/turn:2/tool:1) is gone" in summary(rows)
     assert "the reply of assist#1/turn:2 changed" in summary(rows)
+
+
+def test_a_fork_whose_second_turn_replies_instead_of_refunding_loses_the_refund_call() -> None:
+    scenario = SCENARIOS["support-agent"]
+    base = run_recorded(scenario.graph(), scenario.input, env=deterministic_env())
+    variant = fork(base, at={"before_call": "assist#1/turn:2"}, change=[
+        {"kind": "reply", "call": "assist#1/turn:2", "text": "No refund today."}])
+    rows = align_calls(loop_calls(base.state), loop_calls(variant.state))
+    assert ops(rows) == [
+        ("same", "assist#1/turn:1"), ("same", "assist#1/turn:1/tool:1"),
+        ("same", "assist#1/turn:1/tool:2"), ("changed", "assist#1/turn:2"),
+        ("skipped", "assist#1/turn:2/tool:1"), ("skipped", "assist#1/turn:3")]
+    assert rows[3].variant is not None and rows[3].variant.text == "No refund today."
+    assert summary(rows)[:2] == ["the reply of assist#1/turn:2 changed",
+                                 "the issue_refund call (assist#1/turn:2/tool:1) is gone"]
 
 
 def test_the_single_turn_closing_agent_is_no_loop_and_is_left_out() -> None:

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from forklab.runs.models import Event
+from forklab.runs.models import Event, Run
 from forklab.web.conversation import encode, read_link_changes
 from tests.web.conftest import World, htmx, page
 
@@ -135,3 +135,36 @@ def test_a_composer_link_with_a_call_that_is_no_call_key_is_refused(world: World
     point = start_seq(run, "assist") - 1
     response = world.client("bob").get(f"/runs/{run}/fork/?at={point}&call=assist")
     assert response.status_code == 400 and "is not a call key" in text(response)
+
+
+def reply_form(run: str, **fields: str) -> dict[str, str]:
+    """The composer as 'edit reply' of assist#1/turn:2 opens it, the reply text edited: the
+    agent answers without refunding."""
+    reply = [{"kind": "reply", "call": "assist#1/turn:2",
+              "text": "I cannot refund this order; a colleague will follow up."}]
+    data = {"at": str(start_seq(run, "assist") - 1), "at_call": "assist#1/turn:2",
+            "extra_changes": json.dumps(reply), "side_effects": "replay",
+            "max_live_calls": "50", "max_cost_usd": "1.00"}
+    data.update(fields)
+    return data
+
+
+def test_the_composer_preflights_a_fork_right_before_the_call(world: World) -> None:
+    run = world.runs["support-agent"]
+    html = page(world.client("bob").post(f"/runs/{run}/fork/preflight/", reply_form(run),
+                                         headers=htmx("preflight")))
+    assert "Not ready" not in html, html[:600]
+    assert "assist#1/turn:2" in htmllib.unescape(html)
+
+
+def test_a_fork_started_from_edit_reply_forks_before_that_call_with_the_reply(
+        world: World) -> None:
+    run = world.runs["support-agent"]
+    response = world.client("bob").post(f"/runs/{run}/fork/",
+                                        reply_form(run, label="no-refund"))
+    assert response.status_code == 302, page(response)[:600]
+    fork = world.run(Run.objects.get(label="no-refund").id)
+    assert fork.parent_run_id == run
+    assert fork.fork_mutations == [{"kind": "reply", "call": "assist#1/turn:2",
+                                    "text": "I cannot refund this order; a colleague will "
+                                            "follow up.", "tool_calls": None}]
