@@ -50,6 +50,7 @@ def test_a_fork_whose_second_turn_replies_instead_of_refunding_loses_the_refund_
     base = run_recorded(scenario.graph(), scenario.input, env=deterministic_env())
     variant = fork(base, at={"before_call": "assist#1/turn:2"}, change=[
         {"kind": "reply", "call": "assist#1/turn:2", "text": "No refund today."}])
+    assert variant.state is not None
     rows = align_calls(loop_calls(base.state), loop_calls(variant.state))
     assert ops(rows) == [
         ("same", "assist#1/turn:1"), ("same", "assist#1/turn:1/tool:1"),
