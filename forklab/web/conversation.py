@@ -4,15 +4,13 @@ drawer shows them, each turn and tool call with a fork marker (the composer at
 "rerun live" — as fork links whose changes prefill the composer.
 
 A fork link's ``changes`` are the composer's usual encoding (URL-safe base64 of a JSON
-list); ``call`` names the call the fork starts right before. Per-call change kinds the
-engine does not parse yet travel to the composer's free-form changes field as they are
-(:func:`read_link_changes`), so the links work the day the engine accepts them.
+list, read back by ``composer.decode_changes``); ``call`` names the call the fork starts
+right before (the composer posts it as ``at={"before_call": KEY}``).
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,13 +18,9 @@ from urllib.parse import urlencode
 
 from django.urls import reverse
 
-from forklab.engine.errors import ForklabError
-from forklab.engine.fork.changes import KINDS, Change, parse_change
 from forklab.runs.conversations import Thread, ToolUse, Turn
 from forklab.runs.models import Run
 from forklab.web.steps import Value, text_of
-
-CALL_KINDS = ("reply", "tool_result", "rerun", "tools")  # SPEC §6.3
 
 
 def encode(changes: list[dict[str, Any]]) -> str:
@@ -34,39 +28,6 @@ def encode(changes: list[dict[str, Any]]) -> str:
     ``composer.encode_changes``, for change objects in wire form)."""
     raw = json.dumps(changes, separators=(",", ":"), ensure_ascii=False).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def read_link_changes(text: str) -> tuple[list[Change], list[dict[str, Any]]]:
-    """(changes, pending): a fork link's changes parsed, and those of a per-call kind this
-    engine does not know yet kept as written (for the free-form field). Raises ValueError
-    when the link is damaged or a change is invalid."""
-    try:
-        value = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (binascii.Error, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"the link's changes cannot be read: {exc}") from None
-    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
-        raise ValueError("the link's changes are not a list of change objects")
-    changes: list[Change] = []
-    pending: list[dict[str, Any]] = []
-    for item in value:
-        if item.get("kind") in CALL_KINDS and item.get("kind") not in KINDS:
-            pending.append(item)
-            continue
-        try:
-            changes.append(parse_change(item))
-        except ForklabError as exc:
-            raise ValueError(f"the link's changes are not valid: {exc.message}") from None
-    return changes, pending
-
-
-def with_pending(values: dict[str, Any], pending: list[dict[str, Any]], call: str) -> None:
-    """Composer ``values`` with a link's ``pending`` changes added to the free-form field
-    and the call the fork starts before (``at_call``, empty for a point between nodes)."""
-    values["at_call"] = call
-    if pending:
-        listed = json.loads(values["extra_changes"]) if values.get("extra_changes") else []
-        values["extra_changes"] = json.dumps(listed + pending, indent=2, ensure_ascii=False,
-                                             sort_keys=True)
 
 
 @dataclass

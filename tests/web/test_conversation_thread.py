@@ -13,8 +13,10 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from forklab.engine.fork.changes import wire
 from forklab.runs.models import Event, Run
-from forklab.web.conversation import encode, read_link_changes
+from forklab.web.composer import decode_changes
+from forklab.web.conversation import encode
 from tests.web.conftest import World, htmx, page
 
 pytestmark = pytest.mark.django_db
@@ -123,11 +125,11 @@ def test_viewers_and_inherited_steps_get_the_thread_without_fork_links(world: Wo
     assert "forkmark" not in html and 'data-action="' not in html
 
 
-def test_a_damaged_call_or_change_in_a_link_is_refused() -> None:
-    with pytest.raises(ValueError, match="not valid"):
-        read_link_changes(encode([{"kind": "model", "target": "x"}]))
-    changes, pending = read_link_changes(encode([{"kind": "rerun", "call": "a#1/turn:1"}]))
-    assert changes == [] or pending == []  # parsed once the engine knows the kind
+def test_the_action_links_decode_as_the_composer_reads_fork_links() -> None:
+    changes = [{"kind": "tool_result", "call": "assist#1/turn:1/tool:1",
+                "result": {"found": False}},
+               {"kind": "rerun", "call": "assist#1/turn:2/tool:1"}]
+    assert wire(decode_changes(encode(changes))) == changes
 
 
 def test_a_composer_link_with_a_call_that_is_no_call_key_is_refused(world: World) -> None:

@@ -23,8 +23,7 @@ from forklab.runs.errors import NotFound
 from forklab.runs.models import Run
 from forklab.runs.positions import parse_seq
 from forklab.web import timeline
-from forklab.web.composer import Composer, build_composer, encode_changes
-from forklab.web.conversation import read_link_changes, with_pending
+from forklab.web.composer import Composer, build_composer, decode_changes, encode_changes
 from forklab.web.forkform import ForkForm, read_fork_form
 from forklab.web.inspector import inspector
 from forklab.web.views.common import (
@@ -96,10 +95,9 @@ def compose(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         return _refused(request, run, 400, "This fork link is damaged: its point "
                         f"at={request.GET['at'][:40]!r} is not a seq number.")
     changes: list[Change] = []
-    pending: list[dict[str, Any]] = []  # per-call kinds the engine does not parse yet
     if request.GET.get("changes"):
         try:
-            changes, pending = read_link_changes(request.GET["changes"])
+            changes = decode_changes(request.GET["changes"])
         except ValueError as exc:
             return _refused(request, run, 400, f"This fork link is damaged: {exc}. Ask for the "
                             "link again, or open the composer without its changes.", at=at)
@@ -114,8 +112,8 @@ def compose(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         return _refused(request, run, 404, exc.message)
     composer = context["composer"]
     point = tl.point(composer.seq)
-    with_pending(context["values"], pending, at_call)
-    context.update(run=run, from_link=bool(changes or pending), point=point,
+    context["values"]["at_call"] = at_call  # set: the fork starts right before this call
+    context.update(run=run, from_link=bool(changes), point=point,
                    inspector=inspector(run, composer.seq, point, composer.graph))
     template = "web/composer.html#composer" if htmx_target(request) else "web/fork_page.html"
     return render(request, template, context)
