@@ -126,9 +126,9 @@ def test_viewers_and_inherited_steps_get_the_thread_without_fork_links(world: Wo
 
 
 def test_the_action_links_decode_as_the_composer_reads_fork_links() -> None:
-    changes = [{"kind": "tool_result", "call": "assist#1/turn:1/tool:1",
-                "result": {"found": False}},
-               {"kind": "rerun", "call": "assist#1/turn:2/tool:1"}]
+    changes: list[dict[str, Any]] = [
+        {"kind": "tool_result", "call": "assist#1/turn:1/tool:1", "result": {"found": False}},
+        {"kind": "rerun", "call": "assist#1/turn:2/tool:1"}]
     assert wire(decode_changes(encode(changes))) == changes
 
 
