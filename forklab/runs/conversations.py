@@ -15,7 +15,9 @@ from typing import Any
 
 from forklab.engine.calls import call_key, turn_call
 from forklab.runs import steps
+from forklab.runs.errors import NotFound
 from forklab.runs.models import Run
+from forklab.runs.queries import graph_of
 
 TURN_EVENTS = frozenset({"agent.requested", "agent.responded", "tool.called", "tool.returned",
                          "call.failed"})
@@ -182,5 +184,21 @@ def conversation(run: Run, node: str, occurrence: int) -> Thread | None:
     where = steps.locate(run, node, occurrence)
     if where is None:
         return None
-    return build_thread(steps.events(where), run_id=where.run_id, node=node,
-                        occurrence=occurrence, inherited_from=where.inherited_from)
+    thread = build_thread(steps.events(where), run_id=where.run_id, node=node,
+                          occurrence=occurrence, inherited_from=where.inherited_from)
+    if thread is not None and thread.served:
+        effects_from_graph(thread, run)
+    return thread
+
+
+def effects_from_graph(thread: Thread, run: Run) -> None:
+    """A served tool call's event carries no effect (``reused_form``): take it from the
+    graph's tools registry, so a served write still reads as one."""
+    try:
+        registry = graph_of(run).tools or {}
+    except NotFound:
+        return
+    for turn in thread.turns:
+        for use in turn.tools:
+            if not use.effect and use.tool in registry:
+                use.effect = registry[use.tool].effect

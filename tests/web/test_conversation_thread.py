@@ -14,9 +14,11 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from forklab.engine.fork.changes import wire
+from forklab.runs.conversations import build_thread, effects_from_graph
 from forklab.runs.models import Event, Run
 from forklab.web.composer import decode_changes
 from forklab.web.conversation import encode
+from tests.engine.golden_tool import load_golden
 from tests.web.conftest import World, htmx, page
 
 pytestmark = pytest.mark.django_db
@@ -170,3 +172,16 @@ def test_a_fork_started_from_edit_reply_forks_before_that_call_with_the_reply(
     assert fork.fork_mutations == [{"kind": "reply", "call": "assist#1/turn:2",
                                     "text": "I cannot refund this order; a colleague will "
                                             "follow up.", "tool_calls": None}]
+
+
+def test_a_served_tool_call_takes_its_effect_from_the_graph(world: World) -> None:
+    run = world.run(world.runs["support-agent"])
+    events = [e for e in load_golden("support-agent")["events"] if e["node"] == "assist"]
+    for event in events:  # as a node.reused expansion writes it: no effect
+        if event["type"] == "tool.called":
+            event["payload"] = {**event["payload"], "effect": ""}
+    thread = build_thread([e for e in events if e["type"] != "agent.requested"],
+                          run_id=run.id, node="assist", occurrence=1)
+    assert thread is not None and thread.served
+    effects_from_graph(thread, run)
+    assert [u.effect for t in thread.turns for u in t.tools] == ["read", "read", "write"]
