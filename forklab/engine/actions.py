@@ -131,6 +131,7 @@ class HumanDecision(_Record):
     data: Any
     memory_updates: dict[str, Any]
     label: CallLabel
+    call: str | None = None  # the tool call a per-call gate answered
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

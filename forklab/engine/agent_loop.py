@@ -15,6 +15,9 @@ Invariants:
   log does not depend on timing;
 - a call to a tool the agent was not offered, arguments that fail the tool's schema and a
   tool that raises are answered to the model as an error result (recorded), never dropped;
+- a call of an ``approval: true`` tool waits for a human first (a gate per call: the run
+  pauses; approved, it runs; rejected, the model is told; edited, it runs with the edited
+  arguments);
 - ``tool_choice`` ``required`` / ``{name}`` binds the first turn only (then ``auto``), so a
   forced tool cannot loop until ``max_turns``;
 - what the node writes — and, with ``history``, the conversation written back — is tainted
@@ -23,6 +26,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,10 +37,18 @@ from forklab.engine.calls import tool_call, turn_call
 from forklab.engine.canonical import canonical_json, fingerprint
 from forklab.engine.context import NodeContext, write_memory
 from forklab.engine.errors import ForklabError
-from forklab.engine.events import CallFailed, ReflectionDiscarded, ToolCalled, ToolReturned
+from forklab.engine.events import (
+    CallFailed,
+    HumanAnswered,
+    HumanRequested,
+    ReflectionDiscarded,
+    ToolCalled,
+    ToolReturned,
+)
 from forklab.engine.graph import AgentNode, AgentSpec, ToolChoiceName, output_key
-from forklab.engine.oracle import NodeFailure, ToolUse
+from forklab.engine.oracle import NodeFailure, Paused, ToolUse
 from forklab.engine.status import CallLabel
+from forklab.engine.tool_asks import ToolAsks
 from forklab.engine.toolbox import OfferedTool, check_arguments, offered_tools
 from forklab.engine.tools import ToolContext
 
@@ -165,6 +177,8 @@ def _run_tools(ctx: NodeContext, turn: str, asked: Sequence[dict[str, Any]],
                  label=refusal_label, error={"type": code, "message": use[len("error: "):]},
                  request_hash=fingerprint(args), call=key)
     ctx.check_cancel()
+    uses = [_gate(ctx, use, tools[use.name]) if isinstance(use, ToolUse) and use.approval
+            else use for use in uses]
     ctx.before_call()  # what the tools are called with is stored before any runs
     runnable = [u for u in uses if isinstance(u, ToolUse)]
     concurrent = (len(runnable) > 1 and agent.parallel_tool_calls is not False
@@ -183,6 +197,26 @@ def _run_tools(ctx: NodeContext, turn: str, asked: Sequence[dict[str, Any]],
     return messages
 
 
+def _gate(ctx: NodeContext, use: ToolUse, tool: OfferedTool) -> ToolUse | str:
+    """An ``approval: true`` tool's gate: the run pauses until a human approves the call,
+    rejects it (the model is told) or edits its arguments (checked like the model's)."""
+    ctx.emit(HumanRequested, prompt=use.gate_prompt, context=use.inputs, call=use.call)
+    ctx.before_call()  # a viewer (or a crash) sees the request before anyone answers it
+    answer = ctx.oracle.human_call(ctx.call, use)
+    if answer is None:
+        raise Paused()
+    ctx.emit(HumanAnswered, decision=answer.decision, data=answer.data, memory_updates={},
+             label=answer.label, answered_by=answer.answered_by, call=use.call)
+    if answer.decision == "rejected":
+        return f"error: a human rejected this call of {use.name!r}; do not call it again"
+    if answer.decision != "edited" or answer.data is None:
+        return use
+    problem = check_arguments(tool, answer.data)
+    if problem is not None or not isinstance(answer.data, dict):
+        return f"error: the edited arguments cannot be used: {problem}"
+    return dataclasses.replace(use, args=answer.data, args_hash=fingerprint(answer.data))
+
+
 def _use(key: str, requested: dict[str, Any], tools: dict[str, OfferedTool]) -> ToolUse | str:
     """The call to make, or the error text answering a call that cannot be made."""
     name, arguments = str(requested.get("name", "")), requested.get("arguments")
@@ -195,16 +229,18 @@ def _use(key: str, requested: dict[str, Any], tools: dict[str, OfferedTool]) -> 
         return f"error: {problem}"
     return ToolUse(call=key, call_id=str(requested.get("id", "")), name=name,
                    fn=tool.spec.fn, effect=tool.spec.effect, trusted=tool.spec.trusted,
-                   args=arguments, args_hash=fingerprint(arguments), invoke=tool.invoke)
+                   args=arguments, args_hash=fingerprint(arguments), invoke=tool.invoke,
+                   approval=tool.spec.approval)
 
 
 _Outcome = tuple[Any, str, ToolContext] | tuple[NodeFailure, None, ToolContext]
 
 
 def _call_tool(ctx: NodeContext, use: ToolUse) -> _Outcome:
+    asks = ToolAsks(ctx, use.call)
     tool_ctx = ToolContext(run_id=ctx.run_id, node=ctx.call.node,
                            occurrence=ctx.call.occurrence, reflections=ctx.env.reflections,
-                           capture_reflections=ctx.oracle.captures_reflections)
+                           capture_reflections=ctx.oracle.captures_reflections, asker=asks)
     try:
         result, label = ctx.oracle.tool_call(ctx.call, use, tool_ctx)
     except NodeFailure as failure:
@@ -215,6 +251,8 @@ def _call_tool(ctx: NodeContext, use: ToolUse) -> _Outcome:
 def _record(ctx: NodeContext, use: ToolUse, outcome: _Outcome) -> str:
     """Record one tool call's outcome; the content of the ``tool`` message answering it."""
     result, label, tool_ctx = outcome
+    if isinstance(tool_ctx.asker, ToolAsks):
+        tool_ctx.asker.record()  # its asks, in order, before its result
     for captured in tool_ctx.captured:
         ctx.emit(ReflectionDiscarded, **captured)
     if isinstance(result, NodeFailure):

@@ -28,8 +28,8 @@ from forklab.engine.inputs import error_path
 
 def answer_keys(node: ApprovalNode) -> list[str]:
     """The memory keys an answer to ``node`` may set: its ``writes`` after the first (which
-    receives the decision)."""
-    return list(node.writes[1:])
+    receives the decision); none for a tool call's gate inside an agent node."""
+    return list(node.writes[1:]) if isinstance(node, ApprovalNode) else []
 
 
 def check_answer(node: ApprovalNode, memory_updates: Mapping[str, Any] | None, *,

@@ -2,8 +2,8 @@
 
 A key is ``NODE#OCCURRENCE/CALL`` where ``CALL`` names the call inside that node execution:
 ``turn:2`` (the second model turn), ``turn:2/tool:1`` (the first tool call the model asked
-for in that turn), ``turn:1/tool:1/ask:1`` (a model asked from inside that tool), and for a
-node with roles ``judge/turn:1`` or ``voters[2]/turn:1``. Events and action records store the
+for in that turn), ``turn:1/tool:1/ask:1`` (a model asked from inside that tool; a tool
+node's own asks are ``ask:1``, ``ask:2``…), and for a node with roles ``judge/turn:1`` or ``voters[2]/turn:1``. Events and action records store the
 ``CALL`` part (``call``); the envelope holds node and occurrence.
 
 Invariants:
@@ -83,7 +83,7 @@ def parse_call_key(text: str) -> CallAddress | None:
         return CallAddress(node=node, occurrence=occurrence, call="", tool_id=alias["id"])
     parts = call.split("/")
     if not all(_PART.match(part) for part in parts) or not any(
-            p.startswith("turn:") for p in parts):
+            p.startswith(("turn:", "ask:")) for p in parts):
         return None
     return CallAddress(node=node, occurrence=occurrence, call=call)
 

@@ -377,6 +377,7 @@ class HumanRequested(Event):
     TYPE: ClassVar[str] = "human.requested"
     prompt: str
     context: dict[str, Any]
+    call: str | None = None  # a tool call's gate: the key of the call waiting for it
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -387,6 +388,7 @@ class HumanAnswered(Event):
     memory_updates: dict[str, Any] = field(default_factory=dict)
     label: CallLabel = "live"
     answered_by: str = ""
+    call: str | None = None  # a tool call's gate (``turn:1/tool:2``, SPEC §6.3): its key
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

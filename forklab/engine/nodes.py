@@ -39,8 +39,9 @@ from forklab.engine.graph import (
     SubgraphNode,
     ToolNode,
 )
-from forklab.engine.oracle import HumanAnswer, NodeFailure, RecordedTool, tool_writes
+from forklab.engine.oracle import HumanAnswer, NodeFailure, Paused, RecordedTool, tool_writes
 from forklab.engine.subgraphs import run_subgraph_node
+from forklab.engine.tool_asks import ToolAsks
 from forklab.engine.tools import ToolContext
 
 
@@ -108,17 +109,20 @@ def _tool_node(ctx: NodeContext, node: ToolNode) -> str | None:
     args = {**node.params, **call.reads}
     ctx.emit(ToolCalled, tool=node.tool, effect=node.effect,
              args=ctx.env.redactor.redact(args), args_hash=fingerprint(args))
+    asks = ToolAsks(ctx, None)
     tool_ctx = ToolContext(run_id=ctx.run_id, node=node.id, occurrence=call.occurrence,
                            reflections=ctx.env.reflections,
-                           capture_reflections=ctx.oracle.captures_reflections)
+                           capture_reflections=ctx.oracle.captures_reflections, asker=asks)
     ctx.before_call()  # what the tool is called with is stored before it runs
     try:
         result, label = ctx.oracle.tool(call, node, args, tool_ctx)
     except NodeFailure as failure:  # the tool raised: the call is still recorded and counted
+        asks.record()
         _discard_reflections(ctx, tool_ctx)
         ctx.emit(CallFailed, kind="tool", role=None, index=None, model=None,
                  label=failure.label, error=failure.error, request_hash=fingerprint(args))
         raise
+    asks.record()  # the models it asked, in order, before its result
     _discard_reflections(ctx, tool_ctx)
     recorded = isinstance(result, RecordedTool)
     ctx.emit(ToolReturned, label=label, result=(
@@ -166,10 +170,6 @@ def _router_node(ctx: NodeContext, node: RouterNode) -> str | None:
 
 
 # -- approvals -------------------------------------------------------------------------------
-
-
-class Paused(Exception):
-    """Internal: the node is waiting for a human; the run stops with status ``paused``."""
 
 
 def _approval_node(ctx: NodeContext, node: ApprovalNode) -> str | None:

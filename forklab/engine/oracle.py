@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from forklab.engine.actions import AgentAnswer, ToolCall, ToolResult
+from forklab.engine.actions import AgentAnswer, HumanDecision, ToolCall, ToolResult
 from forklab.engine.canonical import canonical_json, fingerprint
 from forklab.engine.errors import ForklabError, InvalidInput, UnexpectedToolCalls
 from forklab.engine.graph import ApprovalNode, RouterNode, SubgraphNode, ToolNode
@@ -107,10 +107,17 @@ class ToolUse:
     args_hash: str
     invoke: Callable[[dict[str, Any], ToolContext], Any]
 
+    approval: bool = False
+
     @property
     def inputs(self) -> dict[str, Any]:
-        """What the side-effect guard lists for this call when it blocks it."""
+        """What the side-effect guard lists for this call when it blocks it (and what its
+        gate shows a human)."""
         return {"tool": self.name, "call": self.call, "args": self.args}
+
+    @property
+    def gate_prompt(self) -> str:
+        return f"Allow the call of tool {self.name!r} with these arguments?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +178,10 @@ def tool_writes(node: ToolNode, result: Any) -> dict[str, Any]:
     ))
 
 
+class Paused(Exception):
+    """Internal: the node is waiting for a human; the run stops with status ``paused``."""
+
+
 class Blocked(Exception):
     """The side-effect guard (or a budget) refused to run this action."""
 
@@ -210,6 +221,8 @@ class Oracle(Protocol):
                   ctx: ToolContext) -> tuple[Any, CallLabel]:
         """A tool the model chose: its result (JSON) and label; raises ``NodeFailure``
         when the tool raised (the loop answers the model with the error)."""
+    def human_call(self, call: NodeCall, use: ToolUse) -> HumanAnswer | None:
+        """The answer to an ``approval: true`` tool's gate for ``use`` (None: pause)."""
     def route(self, call: NodeCall, node: RouterNode) -> str | None: ...
     def human(self, call: NodeCall, node: ApprovalNode) -> HumanAnswer | None: ...
     def subgraph(self, call: NodeCall, node: SubgraphNode, child_input: dict[str, Any],
@@ -310,6 +323,12 @@ class LiveOracle:
             return None
         return self.hitl({"node": call.node, "prompt": node.prompt, "context": call.reads})
 
+    def human_call(self, call: NodeCall, use: ToolUse) -> HumanAnswer | None:
+        if self.hitl is None:
+            return None
+        return self.hitl({"node": call.node, "call": use.call, "prompt": use.gate_prompt,
+                          "context": use.inputs})
+
     def subgraph(self, call: NodeCall, node: SubgraphNode, child_input: dict[str, Any],
                  run_child: Callable[[], ChildResult]) -> ChildResult:
         return run_child()
@@ -329,9 +348,12 @@ class ResumeOracle:
     recorded answer each, and the calls the attempt never made go live.
     """
 
-    def __init__(self, inner: Any, interrupted: list[Execution]) -> None:
+    def __init__(self, inner: Any, interrupted: list[Execution],
+                 answers: dict[tuple[str, int, str], HumanAnswer] | None = None) -> None:
         self.inner = inner
         self.captures_reflections = inner.captures_reflections
+        # a tool call's gate answered while the run was paused there (``Runner.answer``)
+        self._answers = dict(answers or {})
         self._agents: dict[tuple[str, int, str], list[AgentAnswer]] = {}
         self._tools: dict[tuple[str, int, str], list[tuple[Any, dict[str, Any]]]] = {}
         self._chosen: dict[tuple[str, int, str], tuple[str, ToolResult]] = {}
@@ -348,6 +370,10 @@ class ResumeOracle:
                     pending_args = action.args_hash
                 elif isinstance(action, ToolResult) and action.call is not None:
                     self._chosen[(*key, action.call)] = (args_of.get(action.call, ""), action)
+                elif isinstance(action, HumanDecision) and action.call is not None:
+                    self._answers.setdefault((*key, action.call), HumanAnswer(
+                        decision=action.decision, data=action.data, label="reused",
+                        recorded=True))
                 elif isinstance(action, ToolResult) and pending_args is not None:
                     self._tools.setdefault((*key, pending_args), []).append(
                         (action.result, execution.writes))
@@ -371,6 +397,12 @@ class ResumeOracle:
         if found is not None and found[0] == use.args_hash:
             return found[1].result, "reused"
         return self.inner.tool_call(call, use, ctx)  # type: ignore[no-any-return]
+
+    def human_call(self, call: NodeCall, use: ToolUse) -> HumanAnswer | None:
+        answer = self._answers.pop((call.node, call.occurrence, use.call), None)
+        if answer is not None:
+            return answer
+        return self.inner.human_call(call, use)  # type: ignore[no-any-return]
 
     def tool(self, call: NodeCall, node: ToolNode, args: dict[str, Any],
              ctx: ToolContext) -> tuple[Any, CallLabel]:

@@ -237,7 +237,8 @@ def _change_applied(state: RunState, event: ChangeApplied) -> None:
 def _human_requested(state: RunState, event: HumanRequested) -> None:
     state.status = RunStatus.PAUSED
     state.pending_human = {"node": event.node, "prompt": event.prompt,
-                           "context": event.context, "seq": event.seq}
+                           "context": event.context, "seq": event.seq,
+                           **({"call": event.call} if event.call is not None else {})}
     _current(state, event).status = "paused"
 
 
@@ -248,7 +249,7 @@ def _human_answered(state: RunState, event: HumanAnswered) -> None:
     current.status = "running"
     _record_call(state, current, HumanDecision(
         seq=event.seq, decision=event.decision, data=event.data,
-        memory_updates=event.memory_updates, label=event.label))
+        memory_updates=event.memory_updates, label=event.label, call=event.call))
 
 
 def _effect_suppressed(state: RunState, event: EffectSuppressed) -> None:

@@ -88,7 +88,6 @@ from forklab.engine.events import (
 from forklab.engine.graph import END, GraphSpec
 from forklab.engine.inputs import check_json_value
 from forklab.engine.memoized import replay_memo, reused_event, served_route
-from forklab.engine.nodes import Paused
 from forklab.engine.oracle import (
     Blocked,
     BudgetExceeded,
@@ -97,6 +96,7 @@ from forklab.engine.oracle import (
     NodeCall,
     NodeFailure,
     Oracle,
+    Paused,
     ResumeOracle,
 )
 from forklab.engine.planner import (
@@ -375,6 +375,9 @@ class Runner:
             )
         node = self.graph.node(current.node)
         check_answer(node, answer.memory_updates)  # type: ignore[arg-type]
+        pending = self.state.pending_human or {}
+        if pending.get("call") is not None:
+            return self._answer_call(pending["call"], answer)
         call = NodeCall(node=current.node, kind=current.kind, occurrence=current.occurrence,
                         iteration=current.iteration, fingerprint=current.fingerprint,
                         reads=current.reads)
@@ -382,6 +385,20 @@ class Runner:
         route = nodes.finish_approval(ctx, node, answer)  # type: ignore[arg-type]
         self._settle(call)
         self._complete(current.node, route)
+        return self._loop()
+
+    def _answer_call(self, key: str, answer: HumanAnswer) -> RunState:
+        """Answer a tool call's gate inside an agent node (SPEC §6.3): the node is
+        re-executed with everything it recorded served back and this answer at its gate,
+        as a resumed node is (``node.interrupted``, then the node again)."""
+        current = self.state.current
+        assert current is not None
+        self.emit(NodeInterrupted, node=current.node, occurrence=current.occurrence,
+                  iteration=current.iteration,
+                  reason=f"answered at the gate of call {key!r}; re-executing the node with "
+                         "its recorded calls served")
+        self.oracle = ResumeOracle(self.oracle, [current],
+                                   answers={(current.node, current.occurrence, key): answer})
         return self._loop()
 
     def resume_loop(self) -> RunState:

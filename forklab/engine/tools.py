@@ -49,6 +49,18 @@ class ToolContext:
     reflections: ReflectionStore
     capture_reflections: bool = False
     captured: list[dict[str, Any]] = field(default_factory=list)
+    # how ``ask`` reaches the run: set by the engine (``engine.tool_asks``) for a tool it runs
+    asker: Callable[..., str] | None = None
+
+    def ask(self, agent: Any, messages: str | list[dict[str, Any]], **params: Any) -> str:
+        """Ask a model from inside the tool (SPEC §6.4): ``agent`` is an agent id of the
+        graph's registry, an agent spec (dict) or an ``AgentSpec``; ``messages`` a prompt or
+        a message list; ``params`` override agent settings (``model``, ``temperature``…).
+        The call is recorded under the tool's call key (``…/tool:1/ask:1``), priced,
+        counted in a fork's budget and served from the log in forks. Returns the text."""
+        if self.asker is None:
+            raise RuntimeError("ctx.ask is only available to a tool the engine runs")
+        return self.asker(agent, messages, **params)
 
     def reflect(self, store: str, key: str, value: Any) -> None:
         """Write to a cross-run store; inside a fork the write is captured and discarded."""

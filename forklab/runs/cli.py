@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from forklab.engine import inputs
+from forklab.engine.calls import looks_like_call_key
 from forklab.engine.errors import ForklabError, InvalidInput
 from forklab.engine.fork.changes import (
     AGENT_CHANGES,
@@ -31,7 +32,7 @@ from forklab.runs.models import Run
 from forklab.runs.store import DjangoStore
 
 CHANGE_FLAGS = (*AGENT_CHANGES, "set", "delete", "config", "route", "output", "tool", "human",
-                "input_patch", "changes")
+                "input_patch", "reply", "tool_result", "rerun", "tools", "changes")
 
 
 def agent_flag(kind: str) -> str:
@@ -45,12 +46,13 @@ def agent_change(kind: str, text: str) -> Change:
     cls = AGENT_CHANGES[kind]
     flag = agent_flag(kind)
     field = cls.agent_field.upper()
-    target, value = split_pair(text, flag[2:], f"T={field} (T: a node or role)",
+    target, value = split_pair(text, flag[2:], f"T={field} (T: a node, a role or a call key)",
                                f"write={field}")
     typed: Any = value
     if cls.model_fields[cls.agent_field].annotation is float:
         typed = finite(value, f"{flag} {target}")
-    return parse_change({"kind": kind, "target": target, cls.agent_field: typed})
+    aimed = "call" if looks_like_call_key(target) else "target"  # assist#1/turn:2: one call
+    return parse_change({"kind": kind, aimed: target, cls.agent_field: typed})
 
 
 def load_json(text: str, what: str) -> Any:
@@ -90,11 +92,16 @@ def changes_from_options(options: dict[str, Any]) -> list[Change]:
     memory = memory_change(options.get("set") or [], options.get("delete") or [])
     if memory is not None:
         changes.append(memory)
-    for flag, build in (("config", change.config), ("output", change.output),
-                        ("tool", change.tool)):
+    for text in options.get("config") or []:
+        node, value = split_pair(text, "config", "NODE=JSON", "write='{\"key\": \"value\"}'")
+        changes.append(change.config(node, load_json(value, f"--config {node}")))
+    for flag, build in (("output", change.output), ("tool", change.tool)):
         for text in options.get(flag) or []:
-            node, value = split_pair(text, flag, "NODE=JSON", "write='{\"key\": \"value\"}'")
-            changes.append(build(node, load_json(value, f"--{flag} {node}")))
+            target, value = split_pair(text, flag, "NODE[#N]=JSON",
+                                       "write#1='{\"key\": \"value\"}'")
+            node, occurrence = node_occurrence(target, flag)
+            changes.append(build(node, load_json(value, f"--{flag} {target}"), occurrence))
+    changes += per_call_changes(options)
     for text in options.get("route") or []:
         changes.append(change.route(*split_pair(text, "route", "FROM=TO", "route=escalate")))
     # repeated, each flag is a change of its own: the engine refuses two that write one thing
@@ -104,6 +111,42 @@ def changes_from_options(options: dict[str, Any]) -> list[Change]:
     if options.get("changes"):
         changes.extend(changes_file(options["changes"]))
     inputs.check_json_value(wire(changes), where="changes")  # --prompt, --model, names too
+    return changes
+
+
+def node_occurrence(target: str, flag: str) -> tuple[str, int | None]:
+    """``NODE`` or ``NODE#N`` (that execution only) of an ``--output`` / ``--tool`` flag."""
+    node, sep, occurrence = target.partition("#")
+    if not sep:
+        return node, None
+    if not occurrence.isdigit() or int(occurrence) < 1:
+        raise InvalidArgument(f"--{flag} {target}: the execution after '#' is a number from "
+                              f"1, e.g. --{flag} {node}#1=...")
+    return node, int(occurrence)
+
+
+def per_call_changes(options: dict[str, Any]) -> list[Change]:
+    """``--reply CALL=JSON`` (a JSON object ``{text?, tool_calls?}`` or a JSON string: the
+    text), ``--tool-result CALL=JSON``, ``--rerun CALL``, ``--tools AGENT=JSON`` (SPEC §6.3)."""
+    changes: list[Change] = []
+    for text in options.get("reply") or []:
+        call, value = split_pair(text, "reply", "CALL=JSON", "assist#1/turn:2='\"Done.\"'")
+        reply = load_json(value, f"--reply {call}")
+        fields = reply if isinstance(reply, dict) else {"text": reply}
+        changes.append(parse_change({"kind": "reply", "call": call, **fields}))
+    for text in options.get("tool_result") or []:
+        call, value = split_pair(text, "tool-result", "CALL=JSON",
+                                 "assist#1/turn:1/tool:1='{\"found\": false}'")
+        changes.append(change.tool_result(call, load_json(value, f"--tool-result {call}")))
+    changes += [change.rerun(call) for call in options.get("rerun") or []]
+    for text in options.get("tools") or []:
+        agent, value = split_pair(text, "tools", "AGENT=JSON",
+                                  "assist='{\"remove\": [\"issue_refund\"]}'")
+        spec = load_json(value, f"--tools {agent}")
+        if not isinstance(spec, dict):
+            raise InvalidArgument(f"--tools {agent} takes a JSON object with add, remove and "
+                                  "tool_choice")
+        changes.append(parse_change({"kind": "tools", "agent": agent, **spec}))
     return changes
 
 

@@ -560,7 +560,7 @@ def test_a_diff_across_projects_is_not_found(world: World) -> None:
     ({"before_node": "left", "run_id": "x"}, "at.run_id",
      "no other key with 'before_node' (optional: occurrence)"),
     ({"sequence": 6, "before_node": "left"}, "at", "exactly one of sequence, before_node, "
-     "after_node, before_iteration, before_human_input, before_first_write_of, "
+     "before_call, after_node, before_iteration, before_human_input, before_first_write_of, "
      "before_first_read_of, version; got sequence, before_node"),
     ({}, "at", "; got none"),
 ])

@@ -143,7 +143,7 @@ def test_fork_points_list_every_boundary(world: World) -> None:
         ("join", "before_node"), (None, "end")]
     assert points[1] == {"seq": 6, "node": "left", "occurrence": 1, "iteration": 1,
                          "kind": "before_node", "label": "before 'left' execution 1, iteration 1",
-                         "run_id": world.lab_diamond}
+                         "run_id": world.lab_diamond, "call": None}
 
 
 def test_forks_of_a_run_lists_its_counterfactual_children(world: World) -> None:

@@ -149,7 +149,7 @@ def test_fork_dry_run_estimates_and_records_nothing(capsys: pytest.CaptureFixtur
     (["--at", "start", "--temperature", "write=3"], "invalid_change",
      "temperature change, field 'temperature'"),
     (["--at", "start", "--model", "write"], "invalid_argument",
-     "--model takes T=MODEL (T: a node or role), e.g. --model write=MODEL"),
+     "--model takes T=MODEL (T: a node, a role or a call key), e.g. --model write=MODEL"),
     (["--at", "start", "--set", "draft"], "invalid_argument", "--set takes KEY=JSON"),
     (["--at", "start", "--tool", 'write={"a": 1}'], "invalid_change",
      "'write' is an agent node, not a tool"),

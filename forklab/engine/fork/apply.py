@@ -190,6 +190,8 @@ def _check_state_change(graph: GraphSpec, item: Change) -> None:
                     "never end; force it once (once=True)", kind="route", target=node.id)
         case ReplyChange() | ToolResultChange() | RerunChange():
             _check_call_change(graph, item)
+        case HumanResponseChange() if item.call is not None:
+            _check_call_change(graph, item)  # one tool call's gate
         case HumanResponseChange():
             if item.node is not None:
                 gate = _node_or_refuse(graph, item.node, item)

@@ -389,6 +389,14 @@ class HumanResponseChange(_Change):
     memory_updates: dict[str, Any] = Field(default_factory=dict)
     node: str | None = None  # with occurrence: the one gate execution this answers
     occurrence: int | None = Field(default=None, ge=1)
+    call: str | None = None  # the gate of one tool call (``assist#1/turn:2/tool:1``)
+
+    def model_post_init(self, __context: Any) -> None:
+        if self.call is not None:
+            _call_address(self.call, self.kind)
+
+    def call_address(self) -> CallAddress | None:
+        return None if self.call is None else _call_address(self.call, self.kind)
 
     def describe(self) -> str:
         where = "" if self.node is None else f" at {self.node!r}" + (
@@ -396,17 +404,19 @@ class HumanResponseChange(_Change):
         return f"human response {self.decision}{where}"
 
     def applies_to(self, node: str, occurrence: int) -> bool:
-        return self.node in (None, node) and self.occurrence in (None, occurrence)
+        return (self.call is None and self.node in (None, node)
+                and self.occurrence in (None, occurrence))
 
     def wire(self) -> dict[str, Any]:
         wired = super().wire()
-        for key in ("node", "occurrence"):
+        for key in ("node", "occurrence", "call"):
             if wired.get(key) is None:
                 wired.pop(key, None)
         return wired
 
     def written_paths(self) -> list[Path]:
-        return [("human",)]
+        address = self.call_address()
+        return [("human",)] if address is None else [("human", str(address))]
 
 
 class InputPatchChange(_Change):
@@ -436,8 +446,9 @@ CONFIG_KINDS = frozenset(k for k, cls in zip(KINDS, CHANGE_TYPES, strict=True) i
 """Kinds that change the graph (promotable); the rest change state."""
 AGENT_CHANGES: dict[str, type[AgentChange]] = {
     kind: cls for kind, cls in zip(KINDS, CHANGE_TYPES, strict=True)
-    if issubclass(cls, AgentChange)}
-"""The agent-setting kinds by ``kind`` (the CLI's ``--KIND TARGET=VALUE`` flags are these)."""
+    if issubclass(cls, AgentChange) and cls is not ToolsChange}
+"""The agent-setting kinds whose value is one setting, by ``kind`` (the CLI's
+``--KIND TARGET=VALUE`` flags are these; ``tools`` takes a JSON object: ``--tools``)."""
 
 
 ChangeBase = _Change
@@ -501,10 +512,11 @@ class change:
     @staticmethod
     def human_response(decision: str, data: Any = None,
                        memory_updates: dict[str, Any] | None = None, *,
-                       node: str | None = None,
-                       occurrence: int | None = None) -> HumanResponseChange:
+                       node: str | None = None, occurrence: int | None = None,
+                       call: str | None = None) -> HumanResponseChange:
         return _build(HumanResponseChange, decision=decision, data=data,
-                      memory_updates=memory_updates or {}, node=node, occurrence=occurrence)
+                      memory_updates=memory_updates or {}, node=node, occurrence=occurrence,
+                      call=call)
 
     @staticmethod
     def reply(call: str, text: str = "",

@@ -31,6 +31,7 @@ from forklab.engine.actions import (
     CallFailure,
     ChildOutcome,
     ChildStarted,
+    HumanDecision,
     ToolCall,
     ToolResult,
     call_of,
@@ -191,6 +192,12 @@ class Recording:
                     key: str) -> tuple[str | None, str | None, ToolResult | CallFailure | None]:
         """(tool, args hash, outcome) of the chosen tool call ``key`` in the base."""
         return _chosen_tool(self.by_occurrence.get((node, occurrence)), key)
+
+    def gate_answer(self, node: str, occurrence: int, key: str) -> HumanDecision | None:
+        """The answer the base recorded at the gate of tool call ``key``, if any."""
+        ex = self.by_occurrence.get((node, occurrence))
+        return next((a for a in (ex.actions if ex else ())
+                     if isinstance(a, HumanDecision) and a.call == key), None)
 
     def tool_effect(self, tool: str, args_hash: str) -> ToolResult | None:
         """A result the base's lineage recorded for ``tool`` called with these arguments

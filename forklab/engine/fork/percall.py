@@ -24,6 +24,7 @@ from forklab.engine.calls import CallAddress
 from forklab.engine.fork.changes import (
     AgentChange,
     Change,
+    HumanResponseChange,
     ModelChange,
     PromptChange,
     ReplyChange,
@@ -69,6 +70,7 @@ class CallChanges:
     results: dict[CallId, ToolResultChange] = field(default_factory=dict)
     rerun: set[CallId] = field(default_factory=set)
     settings: dict[CallId, list[AgentChange]] = field(default_factory=dict)
+    answers: dict[CallId, HumanResponseChange] = field(default_factory=dict)
 
     @classmethod
     def of(cls, changes: Sequence[Change], recording: Recording) -> CallChanges:
@@ -87,11 +89,23 @@ class CallChanges:
                     found.rerun.add(key)
                 case ModelChange() | PromptChange() | TemperatureChange():
                     found.settings.setdefault(key, []).append(item)
+                case HumanResponseChange():
+                    found.answers[key] = item
         return found
 
     def touch(self, node: str, occurrence: int) -> bool:
         """Whether any change addresses a call of that execution (it must then execute)."""
         return any(k[:2] == (node, occurrence) for k in (
+            *self.replies, *self.results, *self.rerun, *self.settings, *self.answers))
+
+    def answer(self, node: str, occurrence: int, call: str) -> HumanResponseChange | None:
+        return self.answers.get((node, occurrence, call))
+
+    def within(self, node: str, occurrence: int, call: str) -> bool:
+        """Whether a change addresses a call made inside call ``call`` (a tool's asks):
+        the tool must then run, so the change can apply."""
+        inside = call + "/"
+        return any(k[:2] == (node, occurrence) and k[2].startswith(inside) for k in (
             *self.replies, *self.results, *self.rerun, *self.settings))
 
     def reply(self, node: str, occurrence: int, call: str) -> ReplyChange | None:
@@ -141,7 +155,8 @@ class PrefixCalls:
         for recorded, _ in recorded_calls(ex) if ex else ():
             if recorded == part:
                 break
-            before.append(recorded)
+            if not part.startswith(recorded + "/ask:"):  # the tool a point's ask is in runs
+                before.append(recorded)
         return cls(node=point.node, occurrence=occurrence, calls=frozenset(before))
 
     def holds(self, node: str, occurrence: int, call: str) -> bool:

@@ -143,6 +143,13 @@ class RecordedOracle:
         raise NodeFailure("missing_context", f"no recorded answer for {call.node!r} call "
                           f"{wanted!r}")
 
+    def human_call(self, call: NodeCall, use: ToolUse) -> HumanAnswer | None:
+        for action in self._exec(call).actions:
+            if isinstance(action, HumanDecision) and action.call == use.call:
+                return HumanAnswer(decision=action.decision, data=action.data,
+                                   label=action.label, recorded=True)
+        return None  # never answered when recorded: it pauses there again
+
     def tool_call(self, call: NodeCall, use: ToolUse,
                   ctx: ToolContext) -> tuple[Any, CallLabel]:
         self._check_blocked(call)

@@ -317,7 +317,8 @@ class ForkOracle:
             return supplied.result, "simulated"
         name, recorded_hash, outcome = self.recording.chosen_tool(node, occurrence, use.call)
         same = name == use.name and recorded_hash == use.args_hash
-        rerun = self.calls.reruns(node, occurrence, use.call)
+        rerun = (self.calls.reruns(node, occurrence, use.call)
+                 or self.calls.within(node, occurrence, use.call))
         if self.prefix.holds(node, occurrence, use.call) and not rerun:
             if outcome is None or not same:
                 raise NodeFailure("prefix_diverged", (
@@ -360,7 +361,9 @@ class ForkOracle:
             return RecordedTool.of(ex, _reused_result(ex, ToolResult)), "reused"
         args_hash = fingerprint(args)
         recorded_hash, outcome = self.recording.tool_call(node.id, call.occurrence)
-        if self.memoize and outcome is not None and recorded_hash == args_hash:
+        asked_changed = self.calls.touch(node.id, call.occurrence)  # its asks: it must run
+        if (self.memoize and not asked_changed and outcome is not None
+                and recorded_hash == args_hash):
             if isinstance(outcome, CallFailure):
                 error = outcome.error
                 raise NodeFailure(str(error.get("type")), str(error.get("message")),
@@ -414,6 +417,27 @@ class ForkOracle:
                                answered_by="change")
         if self.hitl is not None:
             return self.hitl({"node": call.node, "prompt": node.prompt, "context": call.reads})
+        return None
+
+    def human_call(self, call: NodeCall, use: ToolUse) -> HumanAnswer | None:
+        """A tool call's gate: a change answering that call (or every gate), the answer the
+        base recorded there when the call is in the prefix or, memoized, has the recorded
+        arguments; else ``hitl``, else the fork pauses there."""
+        node, occurrence = call.node, call.occurrence
+        change = self.calls.answer(node, occurrence, use.call) or last_applying(
+            self.humans, node, occurrence)
+        if change is not None:
+            return HumanAnswer(decision=change.decision, data=change.data, label="simulated",
+                               answered_by="change")
+        name, recorded_hash, _ = self.recording.chosen_tool(node, occurrence, use.call)
+        recorded = self.recording.gate_answer(node, occurrence, use.call)
+        if recorded is not None and (self.prefix.holds(node, occurrence, use.call) or (
+                self.memoize and name == use.name and recorded_hash == use.args_hash)):
+            return HumanAnswer(decision=recorded.decision, data=recorded.data, label="reused",
+                               recorded=True)
+        if self.hitl is not None:
+            return self.hitl({"node": node, "call": use.call, "prompt": use.gate_prompt,
+                              "context": use.inputs})
         return None
 
     def subgraph(self, call: NodeCall, node: SubgraphNode, child_input: dict[str, Any],

@@ -220,6 +220,19 @@ address that does not resolve is ``fork_point_not_found``, naming what would).""
 # -- changes in a request (SPEC §3.3) ----------------------------------------------------------
 
 
+def _inlined(value: Any, defs: dict[str, Any]) -> Any:
+    """``value`` with every ``$ref`` into ``defs`` replaced by a copy of what it names (a
+    branch stands alone: a reply's ``tool_calls`` items, say)."""
+    if isinstance(value, dict):
+        ref = value.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inlined(defs[ref.rsplit("/", 1)[-1]], defs)
+        return {k: _inlined(v, defs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_inlined(v, defs) for v in value]
+    return deepcopy(value)
+
+
 def _change_schema() -> dict[str, Any]:
     """The change union as one self-contained ``oneOf`` (``kind`` required), derived from the
     change models themselves: a new kind is documented by being in the union."""
@@ -227,12 +240,13 @@ def _change_schema() -> dict[str, Any]:
     defs = schema.pop("$defs")
     branches = []
     for ref in schema["oneOf"]:
-        branch = deepcopy(defs[ref["$ref"].rsplit("/", 1)[-1]])
+        branch = _inlined(defs[ref["$ref"].rsplit("/", 1)[-1]], defs)
         branch["required"] = ["kind", *(k for k in branch.get("required", []) if k != "kind")]
         branch["properties"]["kind"].pop("default", None)
         branches.append(branch)
     return {"oneOf": branches,
-            "description": "One change (SPEC §3.3); `target` is a node id or a dotted role."}
+            "description": "One change (SPEC §3.3, §6.3); `target` is a node id or a dotted "
+                           "role, `call` a call key (assist#1/turn:2)."}
 
 
 CHANGE_SCHEMA = _change_schema()

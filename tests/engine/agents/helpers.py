@@ -137,3 +137,26 @@ def env_with(model: FollowingModel) -> Environment:
 
 def refunds() -> int:
     return demo_tools.WORLD.count("refund")
+
+
+def summarize_order(order_id: str, ctx: Any) -> dict[str, Any]:
+    """Summarize an order for the customer (asks a model itself, twice)."""
+    order = demo_tools.lookup_order(order_id)
+    first = ctx.ask({"model": "scripted-small", "system_prompt": "Summarize."},
+                    f"Order facts: {json.dumps(order, sort_keys=True)}")
+    second = ctx.ask("closer", f"Polish: {first}")
+    return {"order_id": order_id, "summary": second}
+
+
+def asking_graph() -> GraphSpec:
+    """The support agent with one tool that asks a model from inside (``ctx.ask``)."""
+    data = json.loads(json.dumps(SUPPORT))
+    data["tools"] = {"summarize_order": {"fn": "tests.engine.agents.helpers.summarize_order"}}
+    data["agents"]["support"]["tools"] = ["summarize_order"]
+    return parse_graph(data)
+
+
+def asking_env(model: FollowingModel) -> Environment:
+    env = env_with(model)
+    env.tools.register("tests.engine.agents.helpers.summarize_order", summarize_order)
+    return env

@@ -18,13 +18,25 @@ def add_change_flags(parser: CommandParser) -> None:
     for kind, cls in AGENT_CHANGES.items():  # one flag per agent-setting kind of the engine
         add(cli.agent_flag(kind), action="append", dest=kind,
             metavar=f"T={cls.agent_field.upper()}",
-            help=f"{(cls.__doc__ or kind).splitlines()[0].rstrip('.')} (T: node or role)")
+            help=f"{(cls.__doc__ or kind).splitlines()[0].rstrip('.')} (T: node, role or call "
+                 "key)")
     add("--set", action="append", metavar="KEY=JSON", help="set a memory key before the tail")
     add("--delete", action="append", metavar="KEY", help="delete a memory key before the tail")
     add("--config", action="append", metavar="NODE=JSON", help="patch a node's config")
     add("--route", action="append", metavar="FROM=TO", help="force a router's decision")
-    add("--output", action="append", metavar="NODE=JSON", help="substitute a node's output")
-    add("--tool", action="append", metavar="NODE=JSON", help="substitute a tool result")
+    add("--output", action="append", metavar="NODE[#N]=JSON",
+        help="substitute a node's output (#N: that execution only)")
+    add("--tool", action="append", metavar="NODE[#N]=JSON",
+        help="substitute a tool node's result (#N: that execution only)")
+    add("--reply", action="append", metavar="CALL=JSON",
+        help="replace the model's reply at a call, e.g. assist#1/turn:2='\"Done.\"' or "
+             "'{\"tool_calls\": [...]}'")
+    add("--tool-result", action="append", dest="tool_result", metavar="CALL=JSON",
+        help="replace one tool call's result, e.g. assist#1/turn:1/tool:1='{...}'")
+    add("--rerun", action="append", metavar="CALL", help="run a call live instead of reusing it")
+    add("--tools", action="append", metavar="AGENT=JSON",
+        help='change the tools an agent is offered: {"add": [...], "remove": [...], '
+             '"tool_choice": ...}')
     # repeatable like every change flag, so a repeat is refused as conflicting, not lost
     add("--human", action="append", choices=("approved", "rejected", "edited"),
         help="answer approval gates")
