@@ -25,7 +25,7 @@ class CallFacts:
     """What identifies one call and what came of it."""
 
     key: str  # assist#1/turn:2 or assist#1/turn:2/tool:1
-    kind: Literal["turn", "tool"]
+    kind: Literal["turn", "tool", "ask"]  # ask: a model asked from inside a tool
     tool: str | None = None
     sent: str = ""  # a turn's request hash, a tool call's args hash
     outcome: Any = None  # a turn's {text, tool_calls}; a tool call's result or {error}
@@ -39,7 +39,7 @@ class CallFacts:
     def text(self) -> str:
         """A turn's reply text ('' for a tool call)."""
         return str(self.outcome.get("text") or "") if isinstance(self.outcome, dict) \
-            and self.kind == "turn" else ""
+            and self.kind != "tool" else ""
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,11 @@ class CallRow:
         return found
 
 
+def _kind(key: str) -> Literal["turn", "tool", "ask"]:
+    last = key.rsplit("/", 1)[-1]
+    return "tool" if last.startswith("tool:") else "ask" if last.startswith("ask:") else "turn"
+
+
 def _facts(execution: Execution) -> list[CallFacts]:
     """The loop calls of one execution, in recorded order (tool-node calls have no key)."""
     found: dict[str, dict[str, Any]] = {}
@@ -69,8 +74,7 @@ def _facts(execution: Execution) -> list[CallFacts]:
         key = call_key(execution.node, execution.occurrence, local) if local else None
         if key is None:
             continue
-        entry = found.setdefault(key, {"key": key, "kind": "tool" if "/tool:" in key
-                                       else "turn"})
+        entry = found.setdefault(key, {"key": key, "kind": _kind(key)})
         match record:
             case AgentAnswer():
                 entry.update(sent=record.request_hash, label=record.label, outcome={
@@ -145,7 +149,8 @@ def summary(rows: list[CallRow]) -> list[str]:
     out = []
     for row in rows:
         tool = row.facts.kind == "tool"
-        what = f"the {row.facts.tool} call ({row.key})" if tool else f"turn {row.key}"
+        what = (f"the {row.facts.tool} call ({row.key})" if tool else
+                f"{'turn' if row.facts.kind == 'turn' else 'the ask'} {row.key}")
         if row.op == "skipped":
             out.append(f"{what} is gone")
         elif row.op == "inserted":

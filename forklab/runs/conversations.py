@@ -20,7 +20,7 @@ from forklab.runs.models import Run
 from forklab.runs.queries import graph_of
 
 TURN_EVENTS = frozenset({"agent.requested", "agent.responded", "tool.called", "tool.returned",
-                         "call.failed"})
+                         "call.failed", "human.requested", "human.answered"})
 
 
 @dataclass
@@ -38,6 +38,8 @@ class ToolUse:
     label: str = ""
     seq: int = 0
     done: bool = False  # a result or an error was recorded
+    asks: list[Turn] = field(default_factory=list)  # models the tool asked (``…/ask:1``)
+    approval: dict[str, Any] | None = None  # a gated tool's {decision, answered_by, label}
 
 
 @dataclass
@@ -101,6 +103,13 @@ def _turn_of(tool_call: str) -> str:
     return tool_call.rsplit("/tool:", 1)[0]
 
 
+def _tool_of(ask: str) -> str | None:
+    """The tool call a model was asked from (``turn:1/tool:1`` of ``turn:1/tool:1/ask:1``);
+    None for a model turn."""
+    head, _, last = ask.rpartition("/")
+    return head if last.startswith("ask:") and "/tool:" in head else None
+
+
 class _Builder:
     def __init__(self, node: str, occurrence: int) -> None:
         self.node, self.occurrence = node, occurrence
@@ -113,13 +122,23 @@ class _Builder:
         return call_key(self.node, self.occurrence, call) or call
 
     def turn(self, call: str, seq: int) -> Turn:
+        """The model call ``call``: a turn of the loop, or an ask of one of its tools."""
         if call not in self.turns:
-            self.turns[call] = Turn(key=self.key(call), call=call, seq=seq)
+            made = Turn(key=self.key(call), call=call, seq=seq)
+            self.turns[call] = made
+            tool = _tool_of(call)
+            if tool is not None and tool in self.tools:
+                self.tools[tool].asks.append(made)
         return self.turns[call]
+
+    def loop_turns(self) -> list[Turn]:
+        return sorted((t for c, t in self.turns.items() if _tool_of(c) is None),
+                      key=lambda t: t.seq)
 
     def tool(self, call: str, tool: str, seq: int) -> ToolUse:
         if call not in self.tools:
             use = ToolUse(key=self.key(call), call=call, tool=tool, seq=seq)
+            use.asks = [t for c, t in self.turns.items() if _tool_of(c) == call]
             self.tools[call] = use
             self.turn(_turn_of(call), seq).tools.append(use)
         return self.tools[call]
@@ -144,6 +163,7 @@ class _Builder:
                     setattr(turn, name, p[name])
         elif kind == "tool.called" and p.get("call"):
             use = self.tool(str(p["call"]), str(p.get("tool") or ""), seq)
+            use.tool = use.tool or str(p.get("tool") or "")
             use.call_id, use.effect, use.arguments = p.get("call_id"), str(
                 p.get("effect") or ""), p.get("args")
         elif kind == "tool.returned" and p.get("call") in self.tools:
@@ -151,6 +171,21 @@ class _Builder:
             use.result, use.label, use.done = p.get("result"), str(p.get("label") or ""), True
         elif kind == "call.failed":
             self.failed(seq, p, agent_call)
+        elif kind in ("human.requested", "human.answered") and p.get("call"):
+            self.gate(seq, kind, p)
+
+    def gate(self, seq: int, kind: str, p: dict[str, Any]) -> None:
+        """A gated tool call's approval (asked before the tool runs, so it makes the call
+        from the question's context when the tool has not been called yet)."""
+        context = p.get("context") or {}
+        use = self.tool(str(p["call"]), str(context.get("tool") or ""), seq)
+        if kind == "human.requested":
+            use.arguments = use.arguments if use.arguments is not None else context.get("args")
+            use.approval = {"decision": None, "answered_by": "", "label": ""}
+        else:
+            use.approval = {"decision": p.get("decision"),
+                            "answered_by": p.get("answered_by") or "",
+                            "label": p.get("label") or ""}
 
     def failed(self, seq: int, p: dict[str, Any], agent_call: str) -> None:
         if p.get("kind") == "tool" and p.get("call") in self.tools:
@@ -170,10 +205,10 @@ def build_thread(events: list[dict[str, Any]], *, run_id: str, node: str, occurr
     for event in events:
         if event.get("type") in TURN_EVENTS and event.get("node") == node:
             builder.add(int(event["seq"]), str(event["type"]), event.get("payload") or {})
-    if not builder.turns:
+    turns = builder.loop_turns()
+    if not turns:
         return None
-    return Thread(run_id=run_id, node=node, occurrence=occurrence,
-                  turns=sorted(builder.turns.values(), key=lambda t: t.seq),
+    return Thread(run_id=run_id, node=node, occurrence=occurrence, turns=turns,
                   system_prompt=builder.system_prompt, inherited_from=inherited_from,
                   served=not builder.requested)
 

@@ -56,6 +56,7 @@ class ToolView(CallView):
     use: ToolUse | None = None
     arguments: Value | None = None
     result: Value | None = None
+    asks: list[TurnView] = field(default_factory=list)  # models the tool asked
 
 
 @dataclass
@@ -117,7 +118,8 @@ def _tool_view(use: ToolUse, links: Links | None) -> ToolView:
     view = ToolView(key=use.key, use=use, arguments=_value("arguments", use.arguments),
                     result=_value("error" if use.error else "result",
                                   use.error if use.error else use.result)
-                    if use.done else None)
+                    if use.done else None,
+                    asks=[_turn_view(a, links) for a in use.asks])
     if links is not None:
         view.fork_url = links.fork(use.key)
         view.actions = [

@@ -81,3 +81,19 @@ def test_calls_only_one_side_made_keep_their_place_between_the_common_ones() -> 
         ("inserted", "a#1/turn:1/tool:2", ""), ("changed", "a#1/turn:2", "reply")]
     assert align_calls(base, [])[-1].op == "skipped" and align_calls([], base)[0].op == \
         "inserted"
+
+
+def test_a_model_asked_from_inside_a_tool_aligns_as_an_ask_of_that_call() -> None:
+    from tests.engine.agents.test_tool_asks import record as record_asks
+
+    base, _ = record_asks()
+    calls = loop_calls(base.state)
+    assert [(f.key, f.kind) for f in calls][:4] == [
+        ("assist#1/turn:1", "turn"), ("assist#1/turn:1/tool:1", "tool"),
+        ("assist#1/turn:1/tool:1/ask:1", "ask"), ("assist#1/turn:1/tool:1/ask:2", "ask")]
+    assert calls[2].text  # an ask's reply reads like a turn's
+    changed = [CallFacts(key=f.key, kind=f.kind, tool=f.tool, sent=f.sent,
+                         outcome={"text": "other"} if f.kind == "ask" else f.outcome)
+               for f in calls]
+    assert "the reply of assist#1/turn:1/tool:1/ask:1 changed" in summary(
+        align_calls(calls, changed))

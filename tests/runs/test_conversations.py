@@ -49,3 +49,35 @@ def test_a_served_execution_reads_as_its_recorded_turns_without_requests() -> No
     assert {t.label for t in thread.turns} == {"reused"}
     assert all(u.done and u.label == "reused" for t in thread.turns for u in t.tools)
     assert all(not t.new and not t.earlier for t in thread.turns)
+
+
+def test_a_model_asked_from_inside_a_tool_shows_under_that_tool_call() -> None:
+    from tests.engine.agents.test_tool_asks import record as record_asks
+
+    base, _ = record_asks()
+    events = [e.to_wire() for e in base.event_log]
+    thread = build_thread(events, run_id="r", node="assist", occurrence=1)
+    assert thread is not None
+    assert [t.key for t in thread.turns] == ["assist#1/turn:1", "assist#1/turn:2"]
+    (tool,) = thread.turns[0].tools
+    assert [a.key for a in tool.asks] == ["assist#1/turn:1/tool:1/ask:1",
+                                          "assist#1/turn:1/tool:1/ask:2"]
+    assert all(a.answered and a.text and a.cost_usd for a in tool.asks)
+
+
+def test_a_gated_tool_call_carries_its_approval() -> None:
+    from forklab.engine.oracle import HumanAnswer
+    from forklab.engine.recording import run_recorded
+    from tests.engine.agents.helpers import TICKET, FollowingModel, env_with
+    from tests.engine.agents.test_tool_gates import gated_graph
+
+    base = run_recorded(gated_graph(), dict(TICKET), env=env_with(FollowingModel()),
+                        hitl=lambda request: HumanAnswer(decision="approved",
+                                                         answered_by="ada"))
+    events = [e.to_wire() for e in base.event_log]
+    thread = build_thread(events, run_id="r", node="assist", occurrence=1)
+    assert thread is not None
+    refund = next(u for t in thread.turns for u in t.tools if u.tool == "issue_refund")
+    assert refund.approval is not None
+    assert (refund.approval["decision"], refund.approval["answered_by"]) == ("approved", "ada")
+    assert refund.done and refund.arguments == {"order_id": "A-1001", "amount": 39.98}

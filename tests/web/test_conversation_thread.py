@@ -185,3 +185,34 @@ def test_a_served_tool_call_takes_its_effect_from_the_graph(world: World) -> Non
     assert thread is not None and thread.served
     effects_from_graph(thread, run)
     assert [u.effect for t in thread.turns for u in t.tools] == ["read", "read", "write"]
+
+
+def test_a_tools_asks_and_approval_show_under_the_tool_call_with_their_own_actions() -> None:
+    from django.template.loader import render_to_string
+
+    from forklab.engine.oracle import HumanAnswer
+    from forklab.engine.recording import run_recorded
+    from forklab.web.conversation import thread_view
+    from tests.engine.agents.helpers import TICKET, FollowingModel, env_with
+    from tests.engine.agents.test_tool_asks import record as record_asks
+    from tests.engine.agents.test_tool_gates import gated_graph
+
+    asking, _ = record_asks()
+    gated = run_recorded(gated_graph(), dict(TICKET), env=env_with(FollowingModel()),
+                         hitl=lambda request: HumanAnswer(decision="approved",
+                                                          answered_by="ada"))
+    run = Run(id="r1")
+    html = {}
+    for name, recorded in (("asks", asking), ("gated", gated)):
+        thread = build_thread([e.to_wire() for e in recorded.event_log], run_id="r1",
+                              node="assist", occurrence=1)
+        assert thread is not None
+        html[name] = render_to_string("web/_conversation.html", {
+            "conversation": thread_view(thread, run, point=1, forkable=True)})
+    asks = re.findall(r'<div class="ask" data-call="([^"]+)">', html["asks"])
+    assert asks == ["assist#1/turn:1/tool:1/ask:1", "assist#1/turn:1/tool:1/ask:2"]
+    edits = [c[0]["call"] for _, c in links(html["asks"], "edit_reply")]
+    assert "assist#1/turn:1/tool:1/ask:2" in edits
+    assert 'data-before-call="assist#1/turn:1/tool:1/ask:1"' in html["asks"]
+    assert '<p class="approval" data-decision="approved">' in html["gated"]
+    assert "by ada" in html["gated"]

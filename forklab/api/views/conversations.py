@@ -38,6 +38,8 @@ class ToolUseWire(BaseModel):
     label: str
     seq: int
     done: bool
+    asks: list[dict[str, Any]]  # models the tool asked (``…/tool:1/ask:1``), turn-shaped
+    approval: dict[str, Any] | None  # a gated tool's decision, answered_by, label
 
 
 class TurnWire(BaseModel):
