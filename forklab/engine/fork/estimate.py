@@ -93,11 +93,20 @@ class _Walk:
             elif isinstance(action, ToolCall) and isinstance(node, ToolNode) and (
                     node.effect == "read" or self.policy.allows(node.id)):
                 self.est.live_calls += 1
+            elif isinstance(action, ToolCall) and action.call is not None and (
+                    self._chosen_effect(graph, action.tool) == "read"
+                    or self.policy.allows(action.tool)):
+                self.est.live_calls += 1  # a tool the model chose (a write: when allowed)
             elif (isinstance(action, ChildOutcome) and action.label != "simulated"
                   and self.policy.allows(ex.node)):
                 child = self.base.load_run(action.child_run_id)
                 if child is not None:
                     self._child(child)
+
+    @staticmethod
+    def _chosen_effect(graph: GraphSpec | None, tool: str) -> str:
+        spec = (graph.tools or {}).get(tool) if graph is not None else None
+        return spec.effect if spec is not None else "write"  # unknown: not counted as free
 
     def _agent(self, graph: GraphSpec | None, node: Any, action: AgentAnswer) -> None:
         model = (action.model if graph is None or node is None

@@ -69,7 +69,8 @@ def worst_case(graph: GraphSpec, node: Any, call: NodeCall | None,
     (known once its read slice is, ``call``); a read tool: one free call; a rules router: none;
     a multi-role node: one call per instance, its cost unknown up front (later roles see
     earlier answers); approvals, write tools and subgraphs: unbounded."""
-    from forklab.engine.nodes import chat_request, render
+    from forklab.engine.agent_loop import uses_loop
+    from forklab.engine.asking import chat_request, render
 
     if isinstance(node, ToolNode):
         return (1, 0.0) if node.effect == "read" else (None, None)
@@ -79,6 +80,8 @@ def worst_case(graph: GraphSpec, node: Any, call: NodeCall | None,
         return sum(role.count for role in node.roles.values()), None
     if not isinstance(node, (AgentNode, RouterNode)) or node.agent is None:
         return None, None
+    if isinstance(node, AgentNode) and uses_loop(node, graph.resolve_agent(node.agent)):
+        return None, None  # a tool loop: its turns and tool calls are known as they come
     if call is None:
         return 1, None
     user = {"role": "user", "content": render(node.prompt, call.reads)}

@@ -66,11 +66,11 @@ def test_a_null_fork_serves_the_asks_from_the_log_and_a_changed_ask_reruns_its_t
 
 
 def test_a_budget_counts_every_ask_before_anything_is_spent() -> None:
-    """The preflight estimate counts the asks inside the tool: a fork that would need five
-    live calls is refused under a budget of two, with no request sent."""
+    """The preflight estimate counts the tool call and the asks inside it: a fork that
+    would need six live calls is refused under a budget of two, with no request sent."""
     base, model = record()
     model.requests.clear()
-    with pytest.raises(LiveBudgetExceeded, match="5 live calls"):
+    with pytest.raises(LiveBudgetExceeded, match="6 live calls"):
         fork(base, at="start", change=change.prompt("assist", "Be brief."),
              budget={"max_live_calls": 2})
     assert model.requests == []
