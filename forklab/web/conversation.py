@@ -32,7 +32,7 @@ def encode(changes: list[dict[str, Any]]) -> str:
 
 @dataclass
 class Action:
-    name: str  # edit_reply | replace_result | rerun
+    name: str  # edit_reply | replace_result | rerun | answer_gate
     text: str
     url: str
     changes: list[dict[str, Any]]
@@ -126,6 +126,11 @@ def _tool_view(use: ToolUse, links: Links | None) -> ToolView:
             links.action("replace_result", "replace result",
                          [{"kind": "tool_result", "call": use.key, "result": use.result}]),
             links.action("rerun", "rerun live", [{"kind": "rerun", "call": use.key}])]
+        if use.approval is not None:  # a gated call: answer its gate the other way
+            other = "rejected" if use.approval.get("decision") == "approved" else "approved"
+            view.actions.append(links.action(
+                "answer_gate", f"answer {other}",
+                [{"kind": "human_response", "call": use.key, "decision": other}]))
     return view
 
 

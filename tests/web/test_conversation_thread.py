@@ -216,3 +216,7 @@ def test_a_tools_asks_and_approval_show_under_the_tool_call_with_their_own_actio
     assert 'data-before-call="assist#1/turn:1/tool:1/ask:1"' in html["asks"]
     assert '<p class="approval" data-decision="approved">' in html["gated"]
     assert "by ada" in html["gated"]
+    (answer,) = links(html["gated"], "answer_gate")
+    assert answer[1] == [{"kind": "human_response", "call": "assist#1/turn:2/tool:1",
+                          "decision": "rejected"}]
+    assert links(html["asks"], "answer_gate") == []  # an ungated call has no gate to answer
