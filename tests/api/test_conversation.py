@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from forklab.runs.task_backends import drain
 from tests.api.conftest import API, World
 
 pytestmark = pytest.mark.django_db
@@ -77,3 +78,26 @@ def test_the_events_api_carries_call_keys_and_tool_calls(world: World) -> None:
     called = world.client("demo").get(f"{API}/runs/{run}/events/?type=tool.called").json()
     assert [e["payload"]["call"] for e in called["results"]] == [
         "turn:1/tool:1", "turn:1/tool:2", "turn:2/tool:1"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fork_with_an_edited_reply_lists_its_calls_by_key_and_its_new_conversation(
+        fresh_world: World) -> None:
+    client = fresh_world.client("demo")
+    base = fresh_world.demo_runs["support-agent"]
+    reply = {"kind": "reply", "call": "assist#1/turn:2", "text": "No refund is due."}
+    started = client.post(f"{API}/forks/", {"base_run": base, "changes": [reply]},
+                          content_type="application/json")
+    assert started.status_code == 202, started.json()
+    assert drain(timeout=60), "the fork did not finish"
+    fork_id = started.json()["id"]
+    fork = client.get(f"{API}/forks/{fork_id}/").json()
+    assert fork["state"] == "complete", fork
+    assert [(c["call"], c["label"]) for c in fork["calls"]][:4] == [
+        ("assist#1/turn:1", "reused"), ("assist#1/turn:1/tool:1", "reused"),
+        ("assist#1/turn:1/tool:2", "reused"), ("assist#1/turn:2", "simulated")]
+    thread = client.get(f"{API}/runs/{fork_id}/conversation/?node=assist").json()
+    assert [(t["key"], t["label"]) for t in thread["turns"]] == [
+        ("assist#1/turn:1", "reused"), ("assist#1/turn:2", "simulated")]
+    assert thread["turns"][1]["text"] == "No refund is due."
+    assert thread["turns"][1]["tools"] == []  # the refund call is gone
