@@ -220,3 +220,13 @@ def test_a_tools_asks_and_approval_show_under_the_tool_call_with_their_own_actio
     assert answer[1] == [{"kind": "human_response", "call": "assist#1/turn:2/tool:1",
                           "decision": "rejected"}]
     assert links(html["asks"], "answer_gate") == []  # an ungated call has no gate to answer
+
+
+def test_the_run_page_timeline_marks_the_tool_loop_that_has_a_conversation(
+        world: World) -> None:
+    run = world.runs["support-agent"]
+    html = page(world.client("bob").get(f"/runs/{run}/"))
+    assist, close = re.split(r'<li id="exec-', html)[1:3]
+    assert 'data-node="assist"' in assist and 'data-node="close"' in close
+    assert "3 turns · 3 tool calls" in assist
+    assert 'class="loop"' not in close  # one model call, no tools: no loop
