@@ -32,24 +32,8 @@ from tests.engine.fork.helpers import NAMES, make_env, record
 
 CHECKS = {"point_independence", "memoize", "fork_of_fork"}
 
-# A known gap in deep_check that the tool-loop scenarios expose (strict: passes once it is
-# closed). A before_call point inside an execution has that execution's position, so
-# fidelity._point_independence lists the calls inside the first execution the change
-# affects as points "before the change bites". They are not: forked there, the calls before
-# the point are served as recorded (docs/forking.md: a change does not rewrite the past), so
-# an input patch of a key the loop node read applies only from the call on, and the fork
-# differs from one at 'start' by design.
-CALL_POINT_GAP = pytest.mark.xfail(strict=True, reason=(
-    "point independence compares before_call points inside the execution the change "
-    "affects first"))
 
-
-def names(*gap: str) -> list[Any]:
-    return [pytest.param(n, marks=CALL_POINT_GAP) if n in gap else n for n in NAMES]
-
-
-
-@pytest.mark.parametrize("name", names("support-agent", "supervisor"))
+@pytest.mark.parametrize("name", NAMES)
 def test_every_metamorphic_check_holds_on_every_demo_scenario(name: str) -> None:
     base = record(name)
 
@@ -227,7 +211,7 @@ def test_memoize_off_replays_a_gate_as_recorded_instead_of_pausing() -> None:
     assert memo and all(r.ok for r in memo), [r.detail for r in memo]
 
 
-@pytest.mark.parametrize("name", names("supervisor"))
+@pytest.mark.parametrize("name", NAMES)
 def test_every_metamorphic_check_holds_on_a_fork_of_every_demo_scenario(name: str) -> None:
     """A fork's inherited executions sit in its base's log, and forking it at 'start' applies
     its own changes earlier: each check addresses points in the log holding them and compares
