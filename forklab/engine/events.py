@@ -133,6 +133,9 @@ class RunForked(Event):
     inherited_changes: int = 0
     # routers whose inherited once-only route change was already used before the point
     routes_used: list[str] = field(default_factory=list)
+    # a call-level point (``assist#1/turn:3``) whose node's earlier calls the tail serves
+    # from the log (None: a node point, or a call point an input patch moved to its node)
+    prefix_call: str | None = None
     # {"run_id": R, "seq": S} when ``prefix_state`` is exactly run R's state at seq S (its
     # log folded to S); empty otherwise (a snapshot fork's rewound state). A durable store
     # may then keep the prefix by reference to R's log instead of a copy (SqliteStore).
