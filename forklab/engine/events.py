@@ -445,12 +445,26 @@ class ReflectionDiscarded(Event):
     value: Any
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TraceImported(Event):
+    """Second event of a run imported from an OpenTelemetry trace (SPEC §8): the trace it
+    came from, how many spans it had, each call's import info (``{call, kind, span_id,
+    replayable, missing, capture_hint?}``: inspect-only calls say what was not captured and
+    how to turn capture on) and the spans that could not be mapped, with reasons."""
+
+    TYPE: ClassVar[str] = "trace.imported"
+    trace_id: str
+    spans: int
+    calls: list[dict[str, Any]]
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+
+
 AnyEvent = (
     RunStarted | RunForked | ChangeApplied | RunCompleted | RunFailed | RunBlocked
     | RunCancelled | NodeStarted | NodeCompleted | NodeReused | NodeFailed | NodeInterrupted
     | AgentRequested | AgentResponded | ToolCalled | ToolReturned | CallFailed
     | HumanRequested | HumanAnswered | RouteDecided | MemoryWritten | EffectSuppressed
-    | SubgraphStarted | SubgraphCompleted | ReflectionDiscarded
+    | SubgraphStarted | SubgraphCompleted | ReflectionDiscarded | TraceImported
 )
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -460,7 +474,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunCancelled, NodeStarted, NodeCompleted, NodeReused, NodeFailed, NodeInterrupted,
         AgentRequested, AgentResponded, ToolCalled, ToolReturned, CallFailed,
         HumanRequested, HumanAnswered, RouteDecided, MemoryWritten, EffectSuppressed,
-        SubgraphStarted, SubgraphCompleted, ReflectionDiscarded,
+        SubgraphStarted, SubgraphCompleted, ReflectionDiscarded, TraceImported,
     )
 }
 TERMINAL_TYPES = frozenset(
