@@ -91,3 +91,39 @@ GENAI_NO_CONTENT = {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental
                     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "NO_CONTENT"}
 OPENINFERENCE_HIDDEN = {"OPENINFERENCE_HIDE_INPUTS": "true",
                         "OPENINFERENCE_HIDE_OUTPUTS": "true"}
+
+
+def handmade(*, reply: str = "It is sunny.", unmappable: bool = False,
+             late: bool = False) -> tuple[ExportTraceServiceRequest, ExportTraceServiceRequest]:
+    """One trace made with the SDK's tracer (no client): an agent span with a GenAI chat
+    span (content captured) — and, with ``unmappable``, a chat span without a model. The
+    second request holds a span that arrives late (a second turn) when ``late``."""
+    import json as _json
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("app")
+    content = {
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
+        "gen_ai.provider.name": "openai", "gen_ai.usage.input_tokens": 20,
+        "gen_ai.usage.output_tokens": 5,
+        "gen_ai.input.messages": _json.dumps(
+            [{"role": "user", "parts": [{"type": "text", "content": QUESTION}]}]),
+        "gen_ai.output.messages": _json.dumps(
+            [{"role": "assistant", "parts": [{"type": "text", "content": reply}],
+              "finish_reason": "stop"}])}
+    with tracer.start_as_current_span("weather agent"):
+        with tracer.start_as_current_span("chat gpt-4o-mini", attributes=content):
+            pass
+        if unmappable:
+            with tracer.start_as_current_span("chat", attributes={
+                    "gen_ai.operation.name": "chat"}):
+                pass
+        if late:
+            with tracer.start_as_current_span("chat gpt-4o-mini", attributes=content):
+                pass
+    finished = list(exporter.get_finished_spans())
+    late_spans = [finished[-2]] if late else []
+    early = [s for s in finished if s not in late_spans]
+    return encode_spans(early), encode_spans(late_spans)

@@ -1,0 +1,83 @@
+"""``POST /v1/traces``: the OTLP/HTTP trace receiver (SPEC §8 "In").
+
+An app points ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` at ``https://forklab…/v1/traces`` with
+``OTEL_EXPORTER_OTLP_HEADERS=Authorization=Token <key>``. Bodies: protobuf
+(``application/x-protobuf``) or JSON (``application/json``), optionally gzipped; the answer
+is an ``ExportTraceServiceResponse`` in the body's encoding, whose ``partial_success``
+counts the spans that could not be mapped. A body that cannot be parsed is a 400; nothing
+is stored then.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+from django.conf import settings
+from django.http import HttpResponse
+from drf_spectacular.utils import extend_schema
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceResponse,
+)
+from rest_framework.decorators import api_view
+from rest_framework.request import Request
+
+from forklab.engine.errors import ForklabError
+from forklab.engine.traces import OtlpDecodeError, decode_protobuf, read_otlp_json
+from forklab.runs.traces import import_spans, receiving_project
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+
+
+class UnsupportedMediaType(ForklabError):
+    code = "unsupported_media_type"
+
+
+@extend_schema(exclude=True)  # OTLP/HTTP, not the REST API: its schema is OpenTelemetry's
+@api_view(["POST"])
+def traces(request: Request) -> HttpResponse:
+    project = receiving_project(request.user, request.headers.get("X-Forklab-Project"))
+    kind = (request.content_type or "").split(";")[0].strip().lower()
+    if kind not in (PROTOBUF, JSON):
+        raise UnsupportedMediaType(
+            f"Content-Type {kind or 'none'!r} is not OTLP/HTTP: send {PROTOBUF} or {JSON}")
+    raw = _decoded(request.body, request.headers.get("Content-Encoding", ""))
+    if kind == PROTOBUF:
+        data = decode_protobuf(raw)
+    else:
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise OtlpDecodeError(f"the body is not JSON: {exc}") from None
+    spans, unreadable = read_otlp_json(data)
+    result = import_spans(user=request.user, project=project, spans=spans,
+                          unreadable=unreadable)
+    answer = ExportTraceServiceResponse()
+    if result.rejected:
+        answer.partial_success.CopyFrom(ExportTracePartialSuccess(
+            rejected_spans=len(result.rejected), error_message=result.error_message))
+    if kind == PROTOBUF:
+        return HttpResponse(answer.SerializeToString(), content_type=PROTOBUF)
+    from google.protobuf.json_format import MessageToDict
+
+    return HttpResponse(json.dumps(MessageToDict(answer)), content_type=JSON)
+
+
+def _decoded(body: bytes, encoding: str) -> bytes:
+    """The body without its ``Content-Encoding`` (gzip or none), at most the body limit."""
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding != "gzip":
+        raise UnsupportedMediaType(f"Content-Encoding {encoding!r}: send gzip or none")
+    limit = int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 0) or 64 * 1024 * 1024
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise OtlpDecodeError(f"the body is not valid gzip: {exc}") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise OtlpDecodeError(f"the body inflates past the {limit}-byte limit")
+    return out

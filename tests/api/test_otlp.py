@@ -1,0 +1,127 @@
+"""``POST /v1/traces``: the OTLP/HTTP receiver (SPEC §8 "In") — protobuf and JSON bodies,
+gzip, token auth, project header, roles, idempotent re-sends, late spans, partial success."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from typing import Any
+
+import pytest
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+from forklab.runs.models import Event, Run, TraceSpan
+from tests.api.conftest import API, World
+from tests.traces.spans import handmade
+
+pytestmark = pytest.mark.django_db
+
+URL = "/v1/traces"
+PROTOBUF = "application/x-protobuf"
+
+
+def _post(world: World, who: str | None, body: bytes, content_type: str = PROTOBUF,
+          **headers: str) -> Any:
+    return world.client(who).post(URL, data=body, content_type=content_type,
+                                  headers={"X-Forklab-Project": "lab", **headers})
+
+
+def _trace_id(request: Any) -> str:
+    return request.resource_spans[0].scope_spans[0].spans[0].trace_id.hex()
+
+
+def test_a_protobuf_export_becomes_a_run_found_by_its_trace_id(world: World) -> None:
+    request, _ = handmade()
+    response = _post(world, "member", request.SerializeToString())
+    assert response.status_code == 200 and response["Content-Type"] == PROTOBUF
+    answer = ExportTraceServiceResponse.FromString(response.content)
+    assert not answer.HasField("partial_success")
+    found = world.client("viewer").get(f"{API}/runs/?trace_id={_trace_id(request)}").json()
+    (run,) = found["results"]
+    assert (run["status"], run["label"], run["project"]) == ("completed", "weather agent", "lab")
+    assert run["memory"] == {"weather_agent": "It is sunny."}
+    assert run["cost"]["input_tokens"] == 20 and run["cost"]["usd"] > 0
+    events = world.client("viewer").get(f"{API}/runs/{run['id']}/events/").json()["results"]
+    imported = next(e for e in events if e["type"] == "trace.imported")
+    assert imported["payload"]["trace_id"] == _trace_id(request)
+    assert imported["payload"]["calls"][0]["replayable"] is True
+
+
+def test_a_gzipped_json_export_is_read_the_same(world: World) -> None:
+    request, _ = handmade(reply="Rain.")
+    body = gzip.compress(json.dumps(MessageToDict(request)).encode())
+    response = _post(world, "member", body, "application/json", **{"Content-Encoding": "gzip"})
+    assert response.status_code == 200 and response.json() == {}
+    run = Run.objects.get(trace_id=_trace_id(request))
+    assert run.memory == {"weather_agent": "Rain."}
+
+
+def test_re_sending_a_trace_changes_nothing(world: World) -> None:
+    request, _ = handmade()
+    body = request.SerializeToString()
+    assert _post(world, "member", body).status_code == 200
+    run = Run.objects.get(trace_id=_trace_id(request))
+    before = list(Event.objects.filter(run=run).values_list("id", "seq", "type"))
+    assert _post(world, "member", body).status_code == 200
+    assert list(Event.objects.filter(run=run).values_list("id", "seq", "type")) == before
+    assert TraceSpan.objects.filter(trace_id=_trace_id(request)).count() == 2
+
+
+def test_late_spans_extend_the_run(world: World) -> None:
+    early, late = handmade(late=True)
+    assert _post(world, "member", early.SerializeToString()).status_code == 200
+    run = Run.objects.get(trace_id=_trace_id(early))
+    assert _post(world, "member", late.SerializeToString()).status_code == 200
+    again = Run.objects.get(pk=run.pk)
+    assert again.created_at == run.created_at
+    calls = [e.payload.get("call") for e in Event.objects.filter(run=again, type="agent.requested")]
+    assert calls == [None, "turn:2"]
+    assert again.input_tokens == 40 and again.status == "completed"
+
+
+def test_unmappable_spans_are_counted_in_partial_success(world: World) -> None:
+    request, _ = handmade(unmappable=True)
+    response = _post(world, "member", json.dumps(MessageToDict(request)).encode(),
+                     "application/json")
+    assert response.status_code == 200
+    assert response.json() == {"partialSuccess": {
+        "rejectedSpans": "1",
+        "errorMessage": "a chat span without gen_ai.request.model"}}
+    assert Run.objects.filter(trace_id=_trace_id(request)).exists()
+
+
+@pytest.mark.parametrize(("body", "content_type", "headers"), [
+    (b"\xff\x00not protobuf", PROTOBUF, {}),
+    (b"{not json", "application/json", {}),
+    (b'{"resourceSpans": 3}', "application/json", {}),
+    (b"not gzip", PROTOBUF, {"Content-Encoding": "gzip"}),
+])
+def test_a_body_that_cannot_be_parsed_is_a_400_and_stores_nothing(
+        world: World, body: bytes, content_type: str, headers: dict[str, str]) -> None:
+    spans = TraceSpan.objects.count()
+    response = _post(world, "member", body, content_type, **headers)
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_otlp"
+    assert TraceSpan.objects.count() == spans
+
+
+def test_a_viewer_cannot_import_and_a_stranger_must_authenticate(world: World) -> None:
+    body = handmade()[0].SerializeToString()
+    response = _post(world, "viewer", body)
+    assert response.status_code == 403 and response.json()["code"] == "permission_denied"
+    assert _post(world, None, body).status_code == 401
+    assert not TraceSpan.objects.exists()
+
+
+def test_without_the_project_header_the_users_default_project_is_used(world: World) -> None:
+    request, _ = handmade()
+    response = world.client("member").post(URL, data=request.SerializeToString(),
+                                           content_type=PROTOBUF)
+    assert response.status_code == 200
+    assert Run.objects.get(trace_id=_trace_id(request)).project.slug == "lab"
+
+
+def test_another_content_type_is_refused(world: World) -> None:
+    response = _post(world, "member", b"x", "text/plain")
+    assert response.status_code == 415
