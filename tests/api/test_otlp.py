@@ -125,3 +125,24 @@ def test_without_the_project_header_the_users_default_project_is_used(world: Wor
 def test_another_content_type_is_refused(world: World) -> None:
     response = _post(world, "member", b"x", "text/plain")
     assert response.status_code == 415
+
+
+def test_the_run_page_shows_an_imported_run_and_its_inspect_only_calls(world: World) -> None:
+    from django.test import Client
+
+    request, _ = handmade()
+    for span in request.resource_spans[0].scope_spans[0].spans:  # content not captured
+        kept = [a for a in span.attributes if a.key not in (
+            "gen_ai.input.messages", "gen_ai.output.messages")]
+        del span.attributes[:]
+        span.attributes.extend(kept)
+    assert _post(world, "member", request.SerializeToString()).status_code == 200
+    run = Run.objects.get(trace_id=_trace_id(request))
+    browser = Client()
+    browser.force_login(world.users["member"])
+    response = browser.get(f"/runs/{run.pk}/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert f"imported from trace <code>{_trace_id(request)}</code>" in html
+    assert "inspect-only" in html and "request messages, reply not captured" in html
+    assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in html
