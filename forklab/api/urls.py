@@ -13,7 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from forklab.api.errors import error_body
-from forklab.api.views import cases, forks, graphs, runs, sweeps
+from forklab.api.views import cases, forks, graphs, otlp, runs, sweeps
 
 app_name = "api"
 
@@ -39,6 +39,7 @@ v1 = [
     path("diff/", sweeps.diff, name="diff"),
     path("cases/", cases.cases, name="cases"),
     path("cases/run/", cases.cases_run, name="cases-run"),
+    path("imports/", otlp.imports, name="imports"),
 ]
 
 

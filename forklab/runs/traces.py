@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -28,7 +29,7 @@ from django.db import transaction
 from forklab.engine.canonical import fingerprint
 from forklab.engine.events import RunStarted
 from forklab.engine.providers.pricing import PriceTable
-from forklab.engine.traces import ImportedRun, Rejected, SpanRecord, map_trace
+from forklab.engine.traces import ImportedRun, Rejected, SpanRecord, map_trace, read_otlp_json
 from forklab.engine.traces.otlp import span_from_wire
 from forklab.runs import queries
 from forklab.runs.access import User, account, require_role, signed_in
@@ -49,6 +50,11 @@ class TraceImport:
     def error_message(self) -> str:
         reasons = sorted({r.reason for r in self.rejected})
         return "; ".join(reasons)[:1000]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{runs, rejected_spans, error_message}`` (CLI ``--json``, the imports API)."""
+        return {"runs": list(self.runs), "rejected_spans": len(self.rejected),
+                "error_message": self.error_message}
 
 
 def run_id_for(project: Project, trace_id: str) -> str:
@@ -73,7 +79,14 @@ def receiving_project(user: User, slug: str | None) -> Project:
     return project
 
 
-def import_spans(*, user: User, project: Project, spans: list[SpanRecord],
+def import_otlp_json(*, user: User | None, project: Project, data: Any) -> TraceImport:
+    """An OTLP JSON export (a file, ``POST /api/v1/imports/``) imported as
+    :func:`import_spans` does; ``invalid_otlp`` when it is not one."""
+    spans, unreadable = read_otlp_json(data)
+    return import_spans(user=user, project=project, spans=spans, unreadable=unreadable)
+
+
+def import_spans(*, user: User | None, project: Project, spans: list[SpanRecord],
                  unreadable: list[Rejected]) -> TraceImport:
     """Store ``spans`` and (re)write the runs of the traces they belong to, atomically."""
     by_trace: dict[str, list[SpanRecord]] = defaultdict(list)
@@ -97,7 +110,7 @@ def import_spans(*, user: User, project: Project, spans: list[SpanRecord],
     return TraceImport(runs=runs, rejected=rejected)
 
 
-def _write(project: Project, user: User, imported: ImportedRun) -> str:
+def _write(project: Project, user: User | None, imported: ImportedRun) -> str:
     store = DjangoStore(project, created_by=account(user))
     version = store.save_graph(imported.graph)
     first = imported.events[0]
@@ -120,4 +133,4 @@ def _write(project: Project, user: User, imported: ImportedRun) -> str:
     return run_id
 
 
-__all__ = ["TraceImport", "import_spans", "receiving_project", "run_id_for"]
+__all__ = ["TraceImport", "import_otlp_json", "import_spans", "receiving_project", "run_id_for"]

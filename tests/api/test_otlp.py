@@ -146,3 +146,20 @@ def test_the_run_page_shows_an_imported_run_and_its_inspect_only_calls(world: Wo
     assert f"imported from trace <code>{_trace_id(request)}</code>" in html
     assert "inspect-only" in html and "request messages, reply not captured" in html
     assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in html
+
+
+def test_the_imports_endpoint_takes_an_otlp_json_export(world: World) -> None:
+    request, _ = handmade(unmappable=True)
+    response = world.client("member").post(
+        f"{API}/imports/", data=MessageToDict(request), content_type="application/json",
+        headers={"X-Forklab-Project": "lab"})
+    assert response.status_code == 201
+    body = response.json()
+    assert (body["rejected_spans"], body["error_message"]) == (
+        1, "a chat span without gen_ai.request.model")
+    (run,) = body["runs"]
+    assert (run["status"], run["project"], run["label"]) == ("completed", "lab", "weather agent")
+    refused = world.client("viewer").post(
+        f"{API}/imports/", data=MessageToDict(request), content_type="application/json",
+        headers={"X-Forklab-Project": "lab"})
+    assert refused.status_code == 403

@@ -1,4 +1,5 @@
-"""``POST /v1/traces``: the OTLP/HTTP trace receiver (SPEC §8 "In").
+"""``POST /v1/traces``: the OTLP/HTTP trace receiver, and ``POST /api/v1/imports/``: an
+OTLP JSON file imported through the REST API (SPEC §8 "In").
 
 An app points ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` at ``https://forklab…/v1/traces`` with
 ``OTEL_EXPORTER_OTLP_HEADERS=Authorization=Token <key>``. Bodies: protobuf
@@ -20,12 +21,17 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceResponse,
 )
+from rest_framework import status
 from rest_framework.decorators import api_view
 from rest_framework.request import Request
+from rest_framework.response import Response
 
+from forklab.api.schema import WRITE, responses
 from forklab.engine.errors import ForklabError
 from forklab.engine.traces import OtlpDecodeError, decode_protobuf, read_otlp_json
-from forklab.runs.traces import import_spans, receiving_project
+from forklab.runs.models import Run
+from forklab.runs.serializers_json import run_to_json
+from forklab.runs.traces import import_otlp_json, import_spans, receiving_project
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -81,3 +87,20 @@ def _decoded(body: bytes, encoding: str) -> bytes:
     if len(out) > limit or inflater.unconsumed_tail:
         raise OtlpDecodeError(f"the body inflates past the {limit}-byte limit")
     return out
+
+
+@extend_schema(
+    operation_id="imports_create", request=dict, summary="Import an OTLP JSON trace export",
+    description="The body is an OTLP `ExportTraceServiceRequest` in JSON (what an "
+                "OpenTelemetry file exporter writes); each trace becomes (or updates) a run, "
+                "as `POST /v1/traces` does. The project is the `X-Forklab-Project` header, "
+                "else your first project. Answers `{runs: [Run], rejected_spans, "
+                "error_message}`. Needs the member role.",
+    responses=responses({201: dict}, *WRITE))
+@api_view(["POST"])
+def imports(request: Request) -> Response:
+    project = receiving_project(request.user, request.headers.get("X-Forklab-Project"))
+    result = import_otlp_json(user=request.user, project=project, data=request.data)
+    runs = {r.pk: r for r in Run.objects.filter(pk__in=result.runs).select_related("project")}
+    body = {**result.to_json(), "runs": [run_to_json(runs[r]) for r in result.runs]}
+    return Response(body, status=status.HTTP_201_CREATED)
