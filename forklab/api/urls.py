@@ -24,6 +24,7 @@ v1 = [
     path("runs/<str:run_id>/", runs.run_detail, name="run"),
     path("runs/<str:run_id>/events/", runs.run_events, name="run-events"),
     path("runs/<str:run_id>/fork-points/", runs.run_fork_points, name="run-fork-points"),
+    path("runs/<str:run_id>/otlp/", runs.run_otlp, name="run-otlp"),
     path("runs/<str:run_id>/forks/", runs.run_forks, name="run-forks"),
     path("runs/<str:run_id>/answer/", runs.run_answer, name="run-answer"),
     path("forks/", forks.forks, name="forks"),

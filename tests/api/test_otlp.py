@@ -163,3 +163,21 @@ def test_the_imports_endpoint_takes_an_otlp_json_export(world: World) -> None:
         f"{API}/imports/", data=MessageToDict(request), content_type="application/json",
         headers={"X-Forklab-Project": "lab"})
     assert refused.status_code == 403
+
+
+def test_a_run_exported_as_otlp_imports_back_into_a_run_with_the_same_calls(
+        world: World) -> None:
+    exported = world.client("viewer").get(f"{API}/runs/{world.lab_diamond}/otlp/")
+    assert exported.status_code == 200
+    document = exported.json()
+    spans = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    assert {s["name"] for s in spans} >= {"plan", "join"}
+    imported = world.client("member").post(f"{API}/imports/", data=document,
+                                           content_type="application/json",
+                                           headers={"X-Forklab-Project": "lab"})
+    assert imported.status_code == 201
+    (run,) = imported.json()["runs"]
+    original = world.client("viewer").get(f"{API}/runs/{world.lab_diamond}/").json()
+    assert [(p["node"], p["status"]) for p in run["path"]] == [
+        (p["node"], p["status"]) for p in original["path"]]
+    assert run["cost"]["input_tokens"] == original["cost"]["input_tokens"]

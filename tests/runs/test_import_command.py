@@ -56,3 +56,20 @@ def test_a_file_that_is_not_otlp_is_one_error_line(tmp_path: Path,
         command.run_from_argv(["manage.py", "import", str(path)])
     assert exit_.value.code == 1
     assert capsys.readouterr().err.startswith("error: invalid_otlp: expected an OTLP trace")
+
+
+def test_export_writes_what_import_reads_back(tmp_path: Path) -> None:
+    request, _ = handmade()
+    source = tmp_path / "in.json"
+    source.write_text(json.dumps(MessageToDict(request)))
+    (run_id,) = _import(str(source))["runs"]  # type: ignore[misc]
+    out = tmp_path / "out.json"
+    call_command("export", run_id, "--output", str(out), stdout=StringIO())
+    document = json.loads(out.read_text())
+    spans = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    assert [s["name"] for s in spans] == ["weather agent", "weather_agent", "chat gpt-4o-mini"]
+    (again,) = _import(str(out))["runs"]  # type: ignore[misc]
+    assert again != run_id  # forklab's rendition is a trace of its own
+    original, copy = Run.objects.get(pk=run_id), Run.objects.get(pk=again)
+    assert (copy.memory, copy.input_tokens, copy.status) == (
+        original.memory, original.input_tokens, original.status)

@@ -123,7 +123,8 @@ def _from_parts(raw: Any) -> list[Message]:
                  if isinstance(p, dict) and p.get("type") == "tool_call_response"]
     if responses:
         return [{"role": "tool", "tool_call_id": str(p.get("id") or ""),
-                 "content": _text(p.get("response"))} for p in responses]
+                 "content": _text(p.get("response")),
+                 **{k: p[k] for k in ("name", "is_error") if k in p}} for p in responses]
     message: Message = {"role": role, "content": "".join(texts)}
     if calls:
         message["tool_calls"] = calls
@@ -189,8 +190,7 @@ def _tool(span: SpanRecord) -> ToolExec | str:
     return ToolExec(span_id=span.span_id, dialect="genai", name=str(name),
                     call_id=None if call_id is None else str(call_id),
                     arguments=loads_maybe(attrs.get(ga.GEN_AI_TOOL_CALL_ARGUMENTS)),
-                    result=_text(attrs[ga.GEN_AI_TOOL_CALL_RESULT])
-                    if ga.GEN_AI_TOOL_CALL_RESULT in attrs else None,
+                    result=attrs.get(ga.GEN_AI_TOOL_CALL_RESULT),
                     captured_arguments=ga.GEN_AI_TOOL_CALL_ARGUMENTS in attrs,
                     captured_result=ga.GEN_AI_TOOL_CALL_RESULT in attrs)
 
