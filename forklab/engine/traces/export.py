@@ -78,7 +78,7 @@ def attributes(values: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"key": k, "value": value(v)} for k, v in values.items() if v is not None]
 
 
-def _parts(message: dict[str, Any]) -> dict[str, Any]:
+def genai_message(message: dict[str, Any]) -> dict[str, Any]:
     """A neutral message in the GenAI ``{"role", "parts"}`` form."""
     if message.get("role") == "tool":
         part = {"type": "tool_call_response", "id": message.get("tool_call_id", ""),
@@ -196,7 +196,7 @@ class _Exporter:
             ga.GEN_AI_OPERATION_NAME: "chat", ga.GEN_AI_PROVIDER_NAME: event.provider,
             ga.GEN_AI_REQUEST_MODEL: event.model,
             ga.GEN_AI_REQUEST_TEMPERATURE: float(event.temperature),
-            ga.GEN_AI_INPUT_MESSAGES: json.dumps([_parts(m) for m in event.messages]),
+            ga.GEN_AI_INPUT_MESSAGES: json.dumps([genai_message(m) for m in event.messages]),
             CALL_KEY: self.key(event, event.call)}
         if event.system_prompt:
             attrs[ga.GEN_AI_SYSTEM_INSTRUCTIONS] = json.dumps(
@@ -211,7 +211,7 @@ class _Exporter:
 
     @staticmethod
     def reply(event: AgentResponded) -> dict[str, Any]:
-        message = _parts({"role": "assistant", "content": event.text,
+        message = genai_message({"role": "assistant", "content": event.text,
                           "tool_calls": event.tool_calls})
         if event.finish_reason is not None:
             message["finish_reason"] = event.finish_reason
@@ -224,4 +224,4 @@ class _Exporter:
                 CALL_LABEL: event.label}
 
 
-__all__ = ["CALL_KEY", "CALL_LABEL", "export_run"]
+__all__ = ["CALL_KEY", "CALL_LABEL", "export_run", "genai_message"]
