@@ -97,6 +97,10 @@ def import_spans(*, user: User | None, project: Project, spans: list[SpanRecord]
     runs: list[str] = []
     prices = PriceTable(settings.FORKLAB_PRICES)
     with transaction.atomic():
+        # one import at a time per project: two requests carrying spans of one trace would
+        # otherwise both map it and both try to create its run (PostgreSQL; SQLite's
+        # IMMEDIATE transactions serialize them anyway)
+        Project.objects.select_for_update().filter(pk=project.pk).first()
         for trace_id in sorted(by_trace):
             TraceSpan.objects.bulk_create(
                 [TraceSpan(project=project, trace_id=trace_id, span_id=s.span_id,
