@@ -68,7 +68,12 @@ def receiving_project(user: User, slug: str | None) -> Project:
     member role (a viewer cannot import)."""
     signed_in(user, action="importing traces")
     if slug:
-        project = queries.get_project(slug)
+        # only the user's projects: another project's name is neither confirmed nor listed
+        named = queries.visible_projects(user).filter(slug=slug).first()
+        if named is None:
+            raise NotFound(f"no project {slug!r} among yours (X-Forklab-Project)",
+                           project=slug)
+        project = named
     else:
         project_or_none = queries.visible_projects(user).order_by("slug").first()
         if project_or_none is None:

@@ -181,3 +181,10 @@ def test_a_run_exported_as_otlp_imports_back_into_a_run_with_the_same_calls(
     assert [(p["node"], p["status"]) for p in run["path"]] == [
         (p["node"], p["status"]) for p in original["path"]]
     assert run["cost"]["input_tokens"] == original["cost"]["input_tokens"]
+
+
+def test_a_project_you_are_not_in_is_not_found_and_not_named(world: World) -> None:
+    body = handmade()[0].SerializeToString()
+    response = _post(world, "member", body, **{"X-Forklab-Project": "demo"})
+    assert response.status_code == 404
+    assert response.json()["detail"] == "no project 'demo' among yours (X-Forklab-Project)"
