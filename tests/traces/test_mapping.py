@@ -151,3 +151,39 @@ def test_mapping_is_deterministic_whatever_the_order_and_repeats(
     again = map_trace(shuffled, run_id="r")
     assert [e.to_wire() for e in again.events] == [e.to_wire() for e in expected.events]
     assert again.graph.to_wire() == expected.graph.to_wire()
+
+
+def test_calls_belong_to_their_agent_span_through_a_frameworks_chains() -> None:
+    spans = [
+        span(1, "agent", **{"openinference.span.kind": "AGENT", "agent.name": "planner"}),
+        span(2, "RunnableSequence", 1, **{"openinference.span.kind": "CHAIN"}),
+        span(3, "ChatOpenAI", 2, **{"openinference.span.kind": "LLM",
+                                     "llm.model_name": "gpt-4o",
+                                     "llm.input_messages.0.message.role": "user",
+                                     "llm.input_messages.0.message.content": "plan",
+                                     "llm.output_messages.0.message.role": "assistant",
+                                     "llm.output_messages.0.message.content": "ok"}),
+        span(4, "RunnableSequence", 1, **{"openinference.span.kind": "CHAIN"}),
+        span(5, "ChatOpenAI", 4, **{"openinference.span.kind": "LLM",
+                                     "llm.model_name": "gpt-4o"}),
+    ]
+    state = fold(map_trace(spans, run_id="r").events)
+    assert [c.call for c in state.calls] == ["planner#1/turn:1", "planner#1/turn:2"]
+    assert [x.node for x in state.executions] == ["planner"]
+
+
+def test_plain_spans_become_steps_under_their_root() -> None:
+    spans = [span(1, "job"), span(2, "fetch", 1), span(3, "parse", 1)]
+    state = fold(map_trace(spans, run_id="r").events)
+    assert [x.node for x in state.executions] == ["fetch", "parse"]
+    assert state.label == "job" and state.status == RunStatus.COMPLETED
+
+
+def test_a_model_call_inside_a_tool_belongs_to_the_tools_node() -> None:
+    spans = [span(1, "agent", **{"gen_ai.operation.name": "invoke_agent",
+                                 "gen_ai.agent.name": "a"}),
+             span(2, "execute_tool t", 1, **{"gen_ai.operation.name": "execute_tool",
+                                              "gen_ai.tool.name": "t"}),
+             chat(3, 2, [text("user", "inner")], None)]
+    state = fold(map_trace(spans, run_id="r").events)
+    assert {x.node for x in state.executions} == {"a"}

@@ -56,7 +56,8 @@ def read(span: SpanRecord) -> Observed | str:
         return _model(span)
     if operation in AGENT_OPERATIONS:
         name = attrs.get(ga.GEN_AI_AGENT_NAME) or attrs.get(ga.GEN_AI_WORKFLOW_NAME)
-        return Step(span_id=span.span_id, name=str(name or span.name))
+        return Step(span_id=span.span_id, name=str(name or span.name),
+                    agent=operation != "invoke_workflow")
     return Step(span_id=span.span_id, name=span.name)
 
 

@@ -8,13 +8,14 @@ imported run like any other.
 
 Rules:
 - spans are ordered by (start time, span id); duplicates of a span id count once;
-- a model or tool span belongs to its nearest ancestor *step* (agent, chain or any other
-  span): that step is the node (its name sanitized; occurrences count repeats); a call with
-  no step above it belongs to the node ``agent``;
-- a step becomes a node when it owns calls, or when it has no node below it and no
-  call-owning step above it; a step with nodes below it and no calls of its own is
-  structure (its name labels the run when it is the root); other spans inside a node or a
-  call are part of it;
+- a model or tool span belongs to its nearest ancestor *agent* span (GenAI
+  ``invoke_agent``, OpenInference ``AGENT``), else its nearest ancestor *step* (chain or
+  any other span): that step is the node (its name sanitized; occurrences count repeats);
+  a call with no step above it belongs to the node ``agent``;
+- a step becomes a node when it owns calls, or when it is a leaf (no mapped span below
+  it) with no call-owning step above it; a step with spans below it and no calls of its
+  own is structure (its name labels the run when it is the root); other spans inside a
+  node or a call are part of it;
 - turns number in start order within a node; a tool call of a turn is matched to an
   execute_tool/TOOL span by call id, else by name in order; its result comes from that
   span, else from the next turn's ``tool`` message answering it; never guessed;
@@ -123,27 +124,39 @@ def _ordered(spans: Iterable[SpanRecord]) -> list[SpanRecord]:
 def _nodes(ordered: Sequence[SpanRecord], seen: dict[str, Observed]
            ) -> tuple[list[_Node], str]:
     by_id = {s.span_id: s for s in ordered}
+    chains: dict[str, list[str]] = {}
 
     def ancestors(span: SpanRecord) -> list[str]:
-        chain, parent, hops = [], span.parent_id, 0
-        while parent is not None and parent in by_id and hops < len(by_id):
-            chain.append(parent)
-            parent, hops = by_id[parent].parent_id, hops + 1
-        return chain
+        """The span's ancestors present in the trace, nearest first (a parent cycle, which
+        only a broken exporter makes, ends the walk)."""
+        if span.span_id not in chains:
+            chain, parent = [], span.parent_id
+            while parent is not None and parent in by_id and parent not in chain \
+                    and parent != span.span_id:
+                chain.append(parent)
+                parent = by_id[parent].parent_id
+            chains[span.span_id] = chain
+        return chains[span.span_id]
 
     def nearest_step(span: SpanRecord) -> str | None:
+        """The call's owner: its nearest agent span above, else its nearest step (a
+        framework's chains nest inside the agent; a call inside a call — a tool that asks
+        a model — belongs to the outer call's node)."""
+        first = None
         for parent in ancestors(span):
-            if isinstance(seen.get(parent), ModelCall | ToolExec):
-                return None  # a call inside a call: counted with the outer call's node
-            if isinstance(seen.get(parent), Step):
-                return parent
-        return None
+            found = seen.get(parent)
+            if isinstance(found, Step):
+                if found.agent:
+                    return parent
+                first = first or parent
+        return first
 
     owners: dict[str | None, list[SpanRecord]] = {}
     for span in ordered:
         if isinstance(seen.get(span.span_id), ModelCall | ToolExec):
             owners.setdefault(nearest_step(span), []).append(span)
     owning = {k for k in owners if k is not None}
+    above = {a for s in ordered if s.span_id in seen for a in ancestors(s)}
     nodes: list[_Node] = []
     root_label = ""
     for span in ordered:
@@ -153,9 +166,7 @@ def _nodes(ordered: Sequence[SpanRecord], seen: dict[str, Observed]
         chain = ancestors(span)
         inside = any(a in owning or isinstance(seen.get(a), ModelCall | ToolExec)
                      for a in chain)
-        has_below = any(span.span_id in ancestors(o) for o in ordered
-                        if o.span_id in owning or isinstance(seen.get(o.span_id), ModelCall))
-        if span.span_id in owning or (not inside and not has_below):
+        if span.span_id in owning or (not inside and span.span_id not in above):
             nodes.append(_Node(node_id(step.name), span, step))
         elif not chain and not root_label:
             root_label = step.name

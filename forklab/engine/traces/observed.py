@@ -52,6 +52,7 @@ class ToolExec:
 class Step:
     span_id: str
     name: str  # the agent's or workflow's name when the span gives one, else the span's
+    agent: bool = False  # an agent span: it owns the calls below it before any other step
     input: Any = None
     output: Any = None
 

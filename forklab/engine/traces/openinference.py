@@ -51,6 +51,7 @@ def read(span: SpanRecord) -> Observed | str:
     attrs = span.attributes
     name = attrs.get(SpanAttributes.AGENT_NAME) or attrs.get(SpanAttributes.GRAPH_NODE_NAME)
     return Step(span_id=span.span_id, name=str(name or span.name),
+                agent=kind == OpenInferenceSpanKindValues.AGENT.value,
                 input=attrs.get(SpanAttributes.INPUT_VALUE),
                 output=attrs.get(SpanAttributes.OUTPUT_VALUE))
 
