@@ -135,7 +135,8 @@ def _write(project: Project, user: User | None, imported: ImportedRun) -> str:
     else:
         created_at, created_by = None, account(user)
     store.append(run_id, events, expected_seq=0)
-    fields: dict[str, object] = {"trace_id": imported.trace_id, "created_by": created_by}
+    fields: dict[str, object] = {"trace_id": imported.trace_id, "created_by": created_by,
+                                 "conversation_id": imported.conversation or ""}
     if created_at is not None:
         fields["created_at"] = created_at
     Run.objects.filter(pk=run_id).update(**fields)

@@ -188,3 +188,17 @@ def test_a_project_you_are_not_in_is_not_found_and_not_named(world: World) -> No
     response = _post(world, "member", body, **{"X-Forklab-Project": "demo"})
     assert response.status_code == 404
     assert response.json()["detail"] == "no project 'demo' among yours (X-Forklab-Project)"
+
+
+def test_runs_of_one_conversation_are_found_together(world: World) -> None:
+    ids = []
+    for reply in ("one", "two"):
+        request, _ = handmade(reply=reply)
+        span = request.resource_spans[0].scope_spans[0].spans[0]
+        attribute = span.attributes.add()
+        attribute.key = "gen_ai.conversation.id"
+        attribute.value.string_value = "conv-7"
+        assert _post(world, "member", request.SerializeToString()).status_code == 200
+        ids.append(Run.objects.get(trace_id=_trace_id(request)).pk)
+    found = world.client("viewer").get(f"{API}/runs/?conversation=conv-7").json()
+    assert sorted(r["id"] for r in found["results"]) == sorted(ids)

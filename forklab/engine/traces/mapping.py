@@ -34,6 +34,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from openinference.semconv.trace import SpanAttributes
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_CONVERSATION_ID,
+)
+
 from forklab.engine.canonical import fingerprint
 from forklab.engine.events import (
     AnyEvent,
@@ -55,6 +60,7 @@ from forklab.engine.traces.otlp import Rejected, SpanRecord
 from forklab.engine.traces.turns import Plan, plan_calls
 
 DEFAULT_NODE = "agent"
+SESSION_ID = SpanAttributes.SESSION_ID
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-]+")
 
 
@@ -67,6 +73,7 @@ class ImportedRun:
     graph: GraphSpec
     calls: list[dict[str, Any]]  # {call, kind, span_id, replayable, missing, capture_hint}
     rejected: list[Rejected] = field(default_factory=list)
+    conversation: str | None = None
 
 
 @dataclass
@@ -112,6 +119,17 @@ def map_trace(spans: Iterable[SpanRecord], *, run_id: str,
     nodes, label = _nodes(ordered, seen)
     builder = _Builder(run_id, prices or PriceTable())
     return builder.build(ordered[0].trace_id, ordered, nodes, label, rejected)
+
+
+def conversation(ordered: Sequence[SpanRecord]) -> str | None:
+    """The conversation a trace belongs to: the first span naming one (GenAI
+    ``gen_ai.conversation.id``, OpenInference ``session.id``)."""
+    for span in ordered:
+        for key in (GEN_AI_CONVERSATION_ID, SESSION_ID):
+            found = span.attributes.get(key)
+            if isinstance(found, str | int) and str(found):
+                return str(found)[:200]
+    return None
 
 
 def _ordered(spans: Iterable[SpanRecord]) -> list[SpanRecord]:
@@ -230,7 +248,7 @@ class _Builder:
                   graph_hash=graph.content_hash, input={}, start=nodes[0].id if nodes
                   else DEFAULT_NODE, label=(label or root.name)[:200])
         self.emit(TraceImported, root.start_ns, trace_id=trace_id,
-                  spans=len(ordered), calls=self.calls,
+                  spans=len(ordered), calls=self.calls, conversation=conversation(ordered),
                   rejected=[{"span_id": r.span_id, "name": r.name, "reason": r.reason}
                             for r in rejected])
         failed = False
@@ -243,7 +261,8 @@ class _Builder:
                                              "message": root.status_message or "error"})
         else:
             self.emit(RunCompleted, end)
-        return ImportedRun(trace_id, self.events, graph, self.calls, rejected)
+        return ImportedRun(trace_id, self.events, graph, self.calls, rejected,
+                           conversation(ordered))
 
     def node(self, node: _Node, plan: Plan, following: list[str]) -> bool:
         span = node.span
