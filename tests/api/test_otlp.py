@@ -202,3 +202,18 @@ def test_runs_of_one_conversation_are_found_together(world: World) -> None:
         ids.append(Run.objects.get(trace_id=_trace_id(request)).pk)
     found = world.client("viewer").get(f"{API}/runs/?conversation=conv-7").json()
     assert sorted(r["id"] for r in found["results"]) == sorted(ids)
+
+
+def test_imported_runs_have_fork_points_and_diff_like_any_run(world: World) -> None:
+    ids = []
+    for reply in ("sunny", "rain"):
+        request, _ = handmade(reply=reply)
+        assert _post(world, "member", request.SerializeToString()).status_code == 200
+        ids.append(Run.objects.get(trace_id=_trace_id(request)).pk)
+    points = world.client("viewer").get(f"{API}/runs/{ids[0]}/fork-points/")
+    assert points.status_code == 200
+    assert [p["node"] for p in points.json()][:1] == ["weather_agent"]
+    diff = world.client("viewer").get(f"{API}/diff/?base={ids[0]}&variant={ids[1]}")
+    assert diff.status_code == 200
+    memory = diff.json()["memory"]["weather_agent"]
+    assert (memory["op"], memory["base"], memory["variant"]) == ("changed", "sunny", "rain")
