@@ -10,8 +10,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import openai
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -53,17 +57,27 @@ def tool_conversation(stub: VendorStub, dialect: str, env: dict[str, str],
     """An agent span around a tool-calling conversation (two turns and the tool between
     them, in an app span), traced by ``dialect``'s instrumentor with ``env`` set; the
     spans as the OTLP export request the SDK's exporter would send."""
+    return traced(stub, dialect, env, tools=tools)[0]
+
+
+def traced(stub: VendorStub, dialect: str, env: dict[str, str], *, tools: bool = True
+           ) -> tuple[ExportTraceServiceRequest, ExportLogsServiceRequest]:
+    """:func:`tool_conversation`'s spans, and the log records the instrumentor emitted
+    (the GenAI content in ``EVENT_ONLY`` mode), as the OTLP requests an app sends."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    logs = InMemoryLogRecordExporter()
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
     instrumentor = _instrumentor(dialect)
     with _env(env):
-        instrumentor.instrument(tracer_provider=provider)
+        instrumentor.instrument(tracer_provider=provider, logger_provider=logger_provider)
         try:
             _converse(stub, provider, tools)
         finally:
             instrumentor.uninstrument()
-    return encode_spans(exporter.get_finished_spans())
+    return encode_spans(exporter.get_finished_spans()), encode_logs(logs.get_finished_logs())
 
 
 def _converse(stub: VendorStub, provider: TracerProvider, tools: bool) -> None:
@@ -87,6 +101,8 @@ def _converse(stub: VendorStub, provider: TracerProvider, tools: bool) -> None:
 
 GENAI_CONTENT = {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
                  "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"}
+GENAI_EVENTS = {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
+                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "EVENT_ONLY"}
 GENAI_NO_CONTENT = {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
                     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "NO_CONTENT"}
 OPENINFERENCE_HIDDEN = {"OPENINFERENCE_HIDE_INPUTS": "true",

@@ -14,11 +14,13 @@ from forklab.engine.status import RunStatus
 from forklab.engine.traces import ImportedRun, decode_protobuf, map_trace, read_otlp_json
 from tests.traces.spans import (
     GENAI_CONTENT,
+    GENAI_EVENTS,
     GENAI_NO_CONTENT,
     OPENINFERENCE_HIDDEN,
     QUESTION,
     SYSTEM,
     tool_conversation,
+    traced,
 )
 from tests.vendor_stub import VendorStub
 
@@ -140,3 +142,21 @@ def test_the_json_and_protobuf_bodies_of_one_export_map_to_equal_runs(
                         import base64
                         span[key] = base64.b64decode(span[key]).hex()
     assert read_otlp_json(hexed)[0] == from_json
+
+
+def test_genai_content_sent_as_log_events_is_put_on_its_spans(stub: VendorStub) -> None:
+    from forklab.engine.traces.logs import attach, decode_logs_protobuf, read_otlp_logs_json
+
+    spans_request, logs_request = traced(stub, "genai", GENAI_EVENTS, tools=False)
+    spans, _ = read_otlp_json(decode_protobuf(spans_request.SerializeToString()))
+    events, rejected = read_otlp_logs_json(decode_logs_protobuf(
+        logs_request.SerializeToString()))
+    assert events and not rejected
+    assert not map_trace(spans, run_id="r").calls[0]["replayable"]  # the spans alone
+    run = map_trace(attach(spans, reversed(events)), run_id="r")
+    (info,) = run.calls
+    assert info["replayable"] is True
+    (asked,) = _of(run, AgentRequested)
+    assert (asked.system_prompt, asked.messages) == (SYSTEM, [{"role": "user",
+                                                               "content": QUESTION}])
+    assert _of(run, AgentResponded)[0].text

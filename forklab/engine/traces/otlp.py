@@ -121,7 +121,7 @@ def read_otlp_json(data: Any) -> tuple[list[SpanRecord], list[Rejected]]:
     for resource_spans in data.get("resourceSpans", data.get("resource_spans")) or ():
         if not isinstance(resource_spans, dict):
             raise OtlpDecodeError("resourceSpans: each item must be an object")
-        resource = _attributes((resource_spans.get("resource") or {}).get("attributes"))
+        resource = attributes_of((resource_spans.get("resource") or {}).get("attributes"))
         for scope_spans in resource_spans.get("scopeSpans") or ():
             scope = str(((scope_spans or {}).get("scope") or {}).get("name", ""))
             for raw in (scope_spans or {}).get("spans") or ():
@@ -140,20 +140,20 @@ def _span(raw: dict[str, Any], scope: str, resource: dict[str, Any]) -> SpanReco
     if isinstance(code, str):
         code = {"STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}.get(code, 0)
     return SpanRecord(
-        trace_id=_hex_id(raw["traceId"], 16), span_id=_hex_id(raw["spanId"], 8),
-        parent_id=_hex_id(parent, 8) if parent else None, name=str(raw.get("name", "")),
+        trace_id=hex_id(raw["traceId"], 16), span_id=hex_id(raw["spanId"], 8),
+        parent_id=hex_id(parent, 8) if parent else None, name=str(raw.get("name", "")),
         start_ns=int(raw.get("startTimeUnixNano", 0)),
         end_ns=int(raw.get("endTimeUnixNano", 0)),
-        attributes=_attributes(raw.get("attributes")),
+        attributes=attributes_of(raw.get("attributes")),
         events=tuple(SpanEvent(name=str(e.get("name", "")),
                                time_ns=int(e.get("timeUnixNano", 0)),
-                               attributes=_attributes(e.get("attributes")))
+                               attributes=attributes_of(e.get("attributes")))
                      for e in raw.get("events") or ()),
         status_code=int(code), status_message=str(status.get("message", "")), scope=scope,
         resource=resource)
 
 
-def _hex_id(value: Any, size: int) -> str:
+def hex_id(value: Any, size: int) -> str:
     """An id as lower-case hex: OTLP JSON writes hex, the protobuf JSON mapping base64."""
     text = str(value)
     if len(text) == size * 2:
@@ -165,11 +165,11 @@ def _hex_id(value: Any, size: int) -> str:
     return decoded.hex()
 
 
-def _attributes(items: Any) -> dict[str, Any]:
-    return {str(item["key"]): _value(item.get("value") or {}) for item in items or ()}
+def attributes_of(items: Any) -> dict[str, Any]:
+    return {str(item["key"]): value_of(item.get("value") or {}) for item in items or ()}
 
 
-def _value(value: dict[str, Any]) -> Any:
+def value_of(value: dict[str, Any]) -> Any:
     if "stringValue" in value:
         return value["stringValue"]
     if "boolValue" in value:
@@ -179,13 +179,13 @@ def _value(value: dict[str, Any]) -> Any:
     if "doubleValue" in value:
         return float(value["doubleValue"])
     if "arrayValue" in value:
-        return [_value(v) for v in (value["arrayValue"] or {}).get("values") or ()]
+        return [value_of(v) for v in (value["arrayValue"] or {}).get("values") or ()]
     if "kvlistValue" in value:
-        return _attributes((value["kvlistValue"] or {}).get("values"))
+        return attributes_of((value["kvlistValue"] or {}).get("values"))
     if "bytesValue" in value:
         return value["bytesValue"]
     return None
 
 
-__all__ = ["OtlpDecodeError", "Rejected", "SpanEvent", "SpanRecord", "decode_protobuf",
-           "read_otlp_json", "span_from_wire"]
+__all__ = ["OtlpDecodeError", "Rejected", "SpanEvent", "SpanRecord", "attributes_of",
+           "decode_protobuf", "hex_id", "read_otlp_json", "span_from_wire", "value_of"]
