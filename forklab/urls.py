@@ -15,6 +15,7 @@ urlpatterns = [
     path("metrics", metrics.metrics, name="metrics"),
     # OTLP/HTTP's fixed path (no trailing slash): exporters append it to their endpoint
     path("v1/traces", otlp.traces, name="otlp-traces"),
+    path("v1/logs", otlp.logs, name="otlp-logs"),
 ]
 
 handler400 = "forklab.web.views.errors.bad_request"

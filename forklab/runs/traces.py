@@ -12,6 +12,8 @@ transaction. Nothing is ever half-stored.
   log is derived data — the spans are its truth — so rewriting it is sound as long as
   nothing was derived from the old log: forking an imported run (not yet offered) must wait
   until its trace is complete, or fork from a copy.
+- GenAI content sent as log events (``POST /v1/logs``) is kept per trace too and put on
+  its spans whenever the trace is mapped, whichever of spans and records came first.
 - The run id is a function of the project and the trace id, so each project has one run per
   trace and ``GET /api/v1/runs/?trace_id=ID`` finds it.
 """
@@ -30,11 +32,12 @@ from forklab.engine.canonical import fingerprint
 from forklab.engine.events import RunStarted
 from forklab.engine.providers.pricing import PriceTable
 from forklab.engine.traces import ImportedRun, Rejected, SpanRecord, map_trace, read_otlp_json
+from forklab.engine.traces.logs import LogEvent, attach, log_from_wire
 from forklab.engine.traces.otlp import span_from_wire
 from forklab.runs import queries
 from forklab.runs.access import User, account, require_role, signed_in
 from forklab.runs.errors import NotFound
-from forklab.runs.models import Project, Run, TraceSpan
+from forklab.runs.models import Project, Run, TraceLogEvent, TraceSpan
 from forklab.runs.store import DjangoStore
 
 
@@ -100,23 +103,60 @@ def import_spans(*, user: User | None, project: Project, spans: list[SpanRecord]
     sent = {s.span_id for s in spans}
     rejected = list(unreadable)
     runs: list[str] = []
-    prices = PriceTable(settings.FORKLAB_PRICES)
     with transaction.atomic():
-        # one import at a time per project: two requests carrying spans of one trace would
-        # otherwise both map it and both try to create its run (PostgreSQL; SQLite's
-        # IMMEDIATE transactions serialize them anyway)
-        Project.objects.select_for_update().filter(pk=project.pk).first()
+        _lock(project)
         for trace_id in sorted(by_trace):
             TraceSpan.objects.bulk_create(
                 [TraceSpan(project=project, trace_id=trace_id, span_id=s.span_id,
                            record=s.to_wire()) for s in by_trace[trace_id]],
                 ignore_conflicts=True)
-            stored = [span_from_wire(r) for r in TraceSpan.objects.filter(
-                project=project, trace_id=trace_id).values_list("record", flat=True)]
-            imported = map_trace(stored, run_id=run_id_for(project, trace_id), prices=prices)
-            rejected.extend(r for r in imported.rejected if r.span_id in sent)
-            runs.append(_write(project, user, imported))
+            imported = _remap(project, trace_id)
+            if imported is not None:
+                rejected.extend(r for r in imported.rejected if r.span_id in sent)
+                runs.append(_write(project, user, imported))
     return TraceImport(runs=runs, rejected=rejected)
+
+
+def import_log_events(*, user: User | None, project: Project, events: list[LogEvent],
+                      unreadable: list[Rejected]) -> TraceImport:
+    """Store GenAI log records (content sent as log events) and re-map the runs of the
+    traces they belong to, atomically; a trace none of whose spans arrived yet just keeps
+    them until its spans do."""
+    by_trace: dict[str, list[LogEvent]] = defaultdict(list)
+    for event in events:
+        by_trace[event.trace_id].append(event)
+    runs: list[str] = []
+    with transaction.atomic():
+        _lock(project)
+        for trace_id in sorted(by_trace):
+            TraceLogEvent.objects.bulk_create(
+                [TraceLogEvent(project=project, trace_id=trace_id, span_id=e.span_id,
+                               key=e.key, record=e.to_wire()) for e in by_trace[trace_id]],
+                ignore_conflicts=True)
+            imported = _remap(project, trace_id)
+            if imported is not None:
+                runs.append(_write(project, user, imported))
+    return TraceImport(runs=runs, rejected=list(unreadable))
+
+
+def _lock(project: Project) -> None:
+    """One import at a time per project: two requests carrying spans of one trace would
+    otherwise both map it and both try to create its run (PostgreSQL; SQLite's IMMEDIATE
+    transactions serialize them anyway)."""
+    Project.objects.select_for_update().filter(pk=project.pk).first()
+
+
+def _remap(project: Project, trace_id: str) -> ImportedRun | None:
+    """The trace's run mapped from every span and log record stored for it (None: no span
+    yet)."""
+    spans = [span_from_wire(r) for r in TraceSpan.objects.filter(
+        project=project, trace_id=trace_id).values_list("record", flat=True)]
+    if not spans:
+        return None
+    events = [log_from_wire(r) for r in TraceLogEvent.objects.filter(
+        project=project, trace_id=trace_id).values_list("record", flat=True)]
+    return map_trace(attach(spans, events), run_id=run_id_for(project, trace_id),
+                     prices=PriceTable(settings.FORKLAB_PRICES))
 
 
 def _write(project: Project, user: User | None, imported: ImportedRun) -> str:
@@ -143,4 +183,4 @@ def _write(project: Project, user: User | None, imported: ImportedRun) -> str:
     return run_id
 
 
-__all__ = ["TraceImport", "import_otlp_json", "import_spans", "receiving_project", "run_id_for"]
+__all__ = ["TraceImport", "import_log_events", "import_otlp_json", "import_spans", "receiving_project", "run_id_for"]

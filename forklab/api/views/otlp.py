@@ -1,5 +1,6 @@
-"""``POST /v1/traces``: the OTLP/HTTP trace receiver, and ``POST /api/v1/imports/``: an
-OTLP JSON file imported through the REST API (SPEC §8 "In").
+"""``POST /v1/traces``: the OTLP/HTTP trace receiver (and ``POST /v1/logs`` for GenAI
+content sent as log events), and ``POST /api/v1/imports/``: an OTLP JSON file imported
+through the REST API (SPEC §8 "In").
 
 An app points ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` at ``https://forklab…/v1/traces`` with
 ``OTEL_EXPORTER_OTLP_HEADERS=Authorization=Token <key>``. Bodies: protobuf
@@ -13,10 +14,18 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceResponse,
@@ -29,9 +38,15 @@ from rest_framework.response import Response
 from forklab.api.schema import WRITE, responses
 from forklab.engine.errors import ForklabError
 from forklab.engine.traces import OtlpDecodeError, decode_protobuf, read_otlp_json
+from forklab.engine.traces.logs import decode_logs_protobuf, read_otlp_logs_json
 from forklab.runs.models import Run
 from forklab.runs.serializers_json import run_to_json
-from forklab.runs.traces import import_otlp_json, import_spans, receiving_project
+from forklab.runs.traces import (
+    import_log_events,
+    import_otlp_json,
+    import_spans,
+    receiving_project,
+)
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -45,18 +60,7 @@ class UnsupportedMediaType(ForklabError):
 @api_view(["POST"])
 def traces(request: Request) -> HttpResponse:
     project = receiving_project(request.user, request.headers.get("X-Forklab-Project"))
-    kind = (request.content_type or "").split(";")[0].strip().lower()
-    if kind not in (PROTOBUF, JSON):
-        raise UnsupportedMediaType(
-            f"Content-Type {kind or 'none'!r} is not OTLP/HTTP: send {PROTOBUF} or {JSON}")
-    raw = _decoded(request.body, request.headers.get("Content-Encoding", ""))
-    if kind == PROTOBUF:
-        data = decode_protobuf(raw)
-    else:
-        try:
-            data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise OtlpDecodeError(f"the body is not JSON: {exc}") from None
+    kind, data = _body(request, decode_protobuf)
     spans, unreadable = read_otlp_json(data)
     result = import_spans(user=request.user, project=project, spans=spans,
                           unreadable=unreadable)
@@ -64,10 +68,46 @@ def traces(request: Request) -> HttpResponse:
     if result.rejected:
         answer.partial_success.CopyFrom(ExportTracePartialSuccess(
             rejected_spans=len(result.rejected), error_message=result.error_message))
+    return _answer(kind, answer)
+
+
+@extend_schema(exclude=True)
+@api_view(["POST"])
+def logs(request: Request) -> HttpResponse:
+    """``POST /v1/logs``: GenAI content sent as log events (EVENT_ONLY), put on its spans;
+    an app's other log records are accepted and dropped."""
+    project = receiving_project(request.user, request.headers.get("X-Forklab-Project"))
+    kind, data = _body(request, decode_logs_protobuf)
+    events, unreadable = read_otlp_logs_json(data)
+    result = import_log_events(user=request.user, project=project, events=events,
+                               unreadable=unreadable)
+    answer = ExportLogsServiceResponse()
+    if result.rejected:
+        answer.partial_success.CopyFrom(ExportLogsPartialSuccess(
+            rejected_log_records=len(result.rejected), error_message=result.error_message))
+    return _answer(kind, answer)
+
+
+def _body(request: Request, decode: Callable[[bytes], dict[str, Any]]) -> tuple[str, Any]:
+    """The body's kind (protobuf or JSON) and its JSON-form content; 415 for another
+    content type, 400 ``invalid_otlp`` when it cannot be parsed."""
+    kind = (request.content_type or "").split(";")[0].strip().lower()
+    if kind not in (PROTOBUF, JSON):
+        raise UnsupportedMediaType(
+            f"Content-Type {kind or 'none'!r} is not OTLP/HTTP: send {PROTOBUF} or {JSON}")
+    raw = _decoded(request.body, request.headers.get("Content-Encoding", ""))
+    if kind == PROTOBUF:
+        return kind, decode(raw)
+    try:
+        return kind, json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise OtlpDecodeError(f"the body is not JSON: {exc}") from None
+
+
+def _answer(kind: str, answer: Message) -> HttpResponse:
+    """The OTLP response in the request's encoding."""
     if kind == PROTOBUF:
         return HttpResponse(answer.SerializeToString(), content_type=PROTOBUF)
-    from google.protobuf.json_format import MessageToDict
-
     return HttpResponse(json.dumps(MessageToDict(answer)), content_type=JSON)
 
 

@@ -28,3 +28,26 @@ class TraceSpan(models.Model):
 
     def __str__(self) -> str:
         return f"{self.trace_id}/{self.span_id}"
+
+
+class TraceLogEvent(models.Model):
+    """A GenAI log record correlated to a span (content sent as log events): kept so the
+    trace's run is re-mapped with it whenever the trace's spans or records change."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    trace_id = models.CharField(max_length=32)  # hex
+    span_id = models.CharField(max_length=16)  # hex
+    key = models.CharField(max_length=64)  # LogEvent.key: a re-sent record is the same
+    # forklab.engine.traces.logs.LogEvent.to_wire()
+    record = models.JSONField()
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "trace_id", "key"],
+                                    name="tracelogevent_unique"),
+        ]
+        indexes = [models.Index(fields=["project", "trace_id"], name="tracelogevent_trace")]
+
+    def __str__(self) -> str:
+        return f"{self.trace_id}/{self.span_id} {self.record.get('name')}"
