@@ -187,3 +187,24 @@ def test_a_model_call_inside_a_tool_belongs_to_the_tools_node() -> None:
              chat(3, 2, [text("user", "inner")], None)]
     state = fold(map_trace(spans, run_id="r").events)
     assert {x.node for x in state.executions} == {"a"}
+
+
+def test_openinference_tool_choice_and_response_format_are_the_requests() -> None:
+    invocation = {"model": "gpt-4o", "temperature": 0,
+                  "tool_choice": {"type": "function", "function": {"name": "lookup"}},
+                  "parallel_tool_calls": False,
+                  "response_format": {"type": "json_schema", "json_schema": {
+                      "name": "out", "schema": {"type": "object"}}}}
+    spans = [span(1, "app"), span(2, "llm", 1, **{
+        "openinference.span.kind": "LLM", "llm.model_name": "gpt-4o",
+        "llm.invocation_parameters": json.dumps(invocation),
+        "llm.tools.0.tool.json_schema": json.dumps(json.loads(TOOLS)[0]),
+        "llm.input_messages.0.message.role": "user",
+        "llm.input_messages.0.message.content": "go",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.content": "{}"})]
+    asked = next(e for e in map_trace(spans, run_id="r").events if e.type == "agent.requested")
+    payload = asked.payload()
+    assert (payload["tool_choice"], payload["parallel_tool_calls"],
+            payload["response_format"]) == ({"name": "lookup"}, False, {"type": "object"})
+    assert payload["temperature"] == 0.0 and payload["tools"][0]["name"] == "lookup"

@@ -31,6 +31,9 @@ class ModelCall:
     temperature: float | None = None
     params: dict[str, Any] = field(default_factory=dict)
     tools: list[ToolDefinition] | None = None  # None: the offered tools were not captured
+    tool_choice: str | dict[str, Any] | None = None  # forklab's form: "auto" | {"name": T}
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None  # the JSON Schema the answer follows
     input_tokens: int = 0
     output_tokens: int = 0
     capture_hint: str = ""  # how to switch content capture on in this dialect

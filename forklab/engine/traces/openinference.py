@@ -35,7 +35,7 @@ _KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
 _LLM = OpenInferenceSpanKindValues.LLM.value
 _TOOL = OpenInferenceSpanKindValues.TOOL.value
 _PARAM_NAMES = ("max_tokens", "max_completion_tokens", "top_p", "seed", "stop",
-                "frequency_penalty", "presence_penalty", "response_format")
+                "frequency_penalty", "presence_penalty")
 
 
 def claims(span: SpanRecord) -> bool:
@@ -77,9 +77,35 @@ def _model(span: SpanRecord) -> ModelCall | str:
         finish_reason=_optional(attrs.get("llm.finish_reason")),
         temperature=None if temperature is None else float(temperature),
         params={k: invocation[k] for k in _PARAM_NAMES if k in invocation},
-        tools=tools, input_tokens=int(attrs.get(SpanAttributes.LLM_TOKEN_COUNT_PROMPT, 0)),
+        tools=tools, tool_choice=_tool_choice(invocation.get("tool_choice")),
+        parallel_tool_calls=invocation.get("parallel_tool_calls")
+        if isinstance(invocation.get("parallel_tool_calls"), bool) else None,
+        response_format=_schema(invocation.get("response_format")),
+        input_tokens=int(attrs.get(SpanAttributes.LLM_TOKEN_COUNT_PROMPT, 0)),
         output_tokens=int(attrs.get(SpanAttributes.LLM_TOKEN_COUNT_COMPLETION, 0)),
         capture_hint=CAPTURE_HINT)
+
+
+def _tool_choice(value: Any) -> str | dict[str, Any] | None:
+    """OpenAI's ``tool_choice`` in forklab's form (``{"name": tool}`` for a forced one)."""
+    if isinstance(value, str) and value in ("auto", "required", "none"):
+        return value
+    if isinstance(value, dict):
+        function = value.get("function")
+        name = function.get("name") if isinstance(function, dict) else value.get("name")
+        if isinstance(name, str) and name:
+            return {"name": name}
+    return None
+
+
+def _schema(value: Any) -> dict[str, Any] | None:
+    """OpenAI's ``response_format`` ``{"type": "json_schema", "json_schema": {"schema"}}``
+    as the JSON Schema forklab records (other formats: None)."""
+    if isinstance(value, dict) and value.get("type") == "json_schema":
+        schema = (value.get("json_schema") or {}).get("schema")
+        if isinstance(schema, dict):
+            return schema
+    return None
 
 
 def _optional(value: Any) -> str | None:

@@ -99,7 +99,9 @@ def _request(call: ModelCall) -> ChatRequest:
                        temperature=API_DEFAULT_TEMPERATURE if call.temperature is None
                        else call.temperature,
                        messages=tuple(call.messages or ()), params=dict(call.params),
-                       tools=tuple(call.tools or ()))
+                       tools=tuple(call.tools or ()), tool_choice=call.tool_choice,
+                       parallel_tool_calls=call.parallel_tool_calls,
+                       response_format=call.response_format)
 
 
 def _missing(call: ModelCall) -> list[str]:
@@ -122,6 +124,9 @@ def _model_turn(plan: Plan, prefix: str, turn: _Turn, prices: PriceTable) -> Non
     offered: dict[str, Any] = {}
     if request.tools:
         offered["tools"] = [t.to_wire() for t in request.tools]
+    for name in ("tool_choice", "parallel_tool_calls", "response_format"):
+        if getattr(request, name) is not None:  # as asking.ask records them
+            offered[name] = getattr(request, name)
     plan.steps.append((AgentRequested, span.start_ns, dict(
         role=None, index=None, provider=call.provider, model=call.model,
         system_prompt=request.system_prompt, temperature=request.temperature,
