@@ -32,6 +32,7 @@ from forklab.engine.canonical import fingerprint
 from forklab.engine.events import RunStarted
 from forklab.engine.providers.pricing import PriceTable
 from forklab.engine.traces import ImportedRun, Rejected, SpanRecord, map_trace, read_otlp_json
+from forklab.engine.traces.langfuse import is_langfuse, read_langfuse
 from forklab.engine.traces.logs import LogEvent, attach, log_from_wire
 from forklab.engine.traces.otlp import span_from_wire
 from forklab.runs import queries
@@ -87,10 +88,10 @@ def receiving_project(user: User, slug: str | None) -> Project:
     return project
 
 
-def import_otlp_json(*, user: User | None, project: Project, data: Any) -> TraceImport:
-    """An OTLP JSON export (a file, ``POST /api/v1/imports/``) imported as
-    :func:`import_spans` does; ``invalid_otlp`` when it is not one."""
-    spans, unreadable = read_otlp_json(data)
+def import_document(*, user: User | None, project: Project, data: Any) -> TraceImport:
+    """An OTLP JSON export or a Langfuse trace export (a file, ``POST /api/v1/imports/``)
+    imported as :func:`import_spans` does; ``invalid_otlp`` when it is neither."""
+    spans, unreadable = read_langfuse(data) if is_langfuse(data) else read_otlp_json(data)
     return import_spans(user=user, project=project, spans=spans, unreadable=unreadable)
 
 
@@ -183,4 +184,4 @@ def _write(project: Project, user: User | None, imported: ImportedRun) -> str:
     return run_id
 
 
-__all__ = ["TraceImport", "import_log_events", "import_otlp_json", "import_spans", "receiving_project", "run_id_for"]
+__all__ = ["TraceImport", "import_log_events", "import_document", "import_spans", "receiving_project", "run_id_for"]

@@ -73,3 +73,15 @@ def test_export_writes_what_import_reads_back(tmp_path: Path) -> None:
     original, copy = Run.objects.get(pk=run_id), Run.objects.get(pk=again)
     assert (copy.memory, copy.input_tokens, copy.status) == (
         original.memory, original.input_tokens, original.status)
+
+
+def test_import_reads_a_langfuse_trace_export(tmp_path: Path) -> None:
+    from tests.traces.test_langfuse import export
+
+    path = tmp_path / "langfuse.json"
+    path.write_text(json.dumps({"data": [export()]}))
+    data = _import(str(path))
+    assert data["rejected_spans"] == 1  # its EVENT observation
+    (run_id,) = data["runs"]  # type: ignore[misc]
+    run = Run.objects.get(pk=run_id)
+    assert (run.label, run.conversation_id, run.input_tokens) == ("support", "s-1", 80)

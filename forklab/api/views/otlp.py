@@ -42,8 +42,8 @@ from forklab.engine.traces.logs import decode_logs_protobuf, read_otlp_logs_json
 from forklab.runs.models import Run
 from forklab.runs.serializers_json import run_to_json
 from forklab.runs.traces import (
+    import_document,
     import_log_events,
-    import_otlp_json,
     import_spans,
     receiving_project,
 )
@@ -132,7 +132,9 @@ def _decoded(body: bytes, encoding: str) -> bytes:
 @extend_schema(
     operation_id="imports_create", request=dict, summary="Import an OTLP JSON trace export",
     description="The body is an OTLP `ExportTraceServiceRequest` in JSON (what an "
-                "OpenTelemetry file exporter writes); each trace becomes (or updates) a run, "
+                "OpenTelemetry file exporter writes) or a Langfuse trace export (a trace "
+                "with its `observations`, a list of them, or `{data: [...]}`); each trace "
+                "becomes (or updates) a run, "
                 "as `POST /v1/traces` does. The project is the `X-Forklab-Project` header, "
                 "else your first project. Answers `{runs: [Run], rejected_spans, "
                 "error_message}`. Needs the member role.",
@@ -140,7 +142,7 @@ def _decoded(body: bytes, encoding: str) -> bytes:
 @api_view(["POST"])
 def imports(request: Request) -> Response:
     project = receiving_project(request.user, request.headers.get("X-Forklab-Project"))
-    result = import_otlp_json(user=request.user, project=project, data=request.data)
+    result = import_document(user=request.user, project=project, data=request.data)
     runs = {r.pk: r for r in Run.objects.filter(pk__in=result.runs).select_related("project")}
     body = {**result.to_json(), "runs": [run_to_json(runs[r]) for r in result.runs]}
     return Response(body, status=status.HTTP_201_CREATED)

@@ -12,16 +12,16 @@ from forklab.runs.errors import NotFound
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.services import project_for_recording
 from forklab.runs.store import DEFAULT_PROJECT_SLUG
-from forklab.runs.traces import import_otlp_json
+from forklab.runs.traces import import_document
 
 
 class Command(ForklabCommand):
     help = ("Import an OTLP JSON trace export (what an OpenTelemetry file exporter writes) "
-            "as runs, one per trace; prints the run ids (SPEC §8).")
+            "or a Langfuse trace export as runs, one per trace; prints the run ids (SPEC §8).")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", help="path/to/traces.json (an ExportTraceServiceRequest, "
-                                         "or one per line)")
+                                         "or one per line; or a Langfuse trace export)")
         parser.add_argument("--project", default=DEFAULT_PROJECT_SLUG,
                             help="project slug (default: %(default)s)")
 
@@ -35,7 +35,7 @@ class Command(ForklabCommand):
         runs: list[str] = []
         rejected, messages = 0, []
         for document in _documents(text.decode("utf-8")):
-            result = import_otlp_json(user=None, project=project, data=document)
+            result = import_document(user=None, project=project, data=document)
             runs += [r for r in result.runs if r not in runs]
             rejected += len(result.rejected)
             if result.error_message:
