@@ -217,3 +217,13 @@ def test_imported_runs_have_fork_points_and_diff_like_any_run(world: World) -> N
     assert diff.status_code == 200
     memory = diff.json()["memory"]["weather_agent"]
     assert (memory["op"], memory["base"], memory["variant"]) == ("changed", "sunny", "rain")
+
+
+def test_traces_of_one_app_share_a_graph_and_its_version(
+        world: World) -> None:
+    runs = []
+    for reply in ("a", "b"):
+        request, _ = handmade(reply=reply)
+        assert _post(world, "member", request.SerializeToString()).status_code == 200
+        runs.append(Run.objects.get(trace_id=_trace_id(request)))
+    assert {(r.graph_slug, r.graph_version_number) for r in runs} == {("otel-weather-agent", 1)}

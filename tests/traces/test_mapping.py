@@ -208,3 +208,13 @@ def test_openinference_tool_choice_and_response_format_are_the_requests() -> Non
     assert (payload["tool_choice"], payload["parallel_tool_calls"],
             payload["response_format"]) == ({"name": "lookup"}, False, {"type": "object"})
     assert payload["temperature"] == 0.0 and payload["tools"][0]["name"] == "lookup"
+
+
+def test_a_tool_span_before_any_turn_is_recorded_before_it() -> None:
+    spans = [span(1, "app"),
+             span(2, "execute_tool warmup", 1, **{"gen_ai.operation.name": "execute_tool",
+                                                  "gen_ai.tool.name": "warmup"}),
+             chat(3, 1, [text("user", "go")],
+                  [{"role": "assistant", "parts": [{"type": "text", "content": "ok"}]}])]
+    types = [e.type for e in map_trace(spans, run_id="r").events]
+    assert types.index("tool.called") < types.index("agent.requested")

@@ -4,10 +4,10 @@ the order they ran (descriptive only: an imported run is never executed from it)
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from forklab.engine.canonical import fingerprint
 from forklab.engine.graph import GraphSpec, parse_graph
 
 
@@ -19,7 +19,15 @@ class GraphNode:
     model: tuple[str, str] | None  # (provider, model) of its first model call
 
 
-def synthetic_graph(trace_id: str, executions: list[GraphNode]) -> GraphSpec:
+def graph_id(name: str) -> str:
+    """The graph an imported trace's run is filed under: ``otel-`` and the trace's
+    workflow (root) name, so the traces of one app share a graph (a new version whenever
+    their structure differs)."""
+    slug = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")
+    return f"otel-{slug or 'trace'}"[:100]
+
+
+def synthetic_graph(executions: list[GraphNode], name: str) -> GraphSpec:
     """A valid graph spec naming each node once, with an edge for each hand-over in the
     executions' order (a repeat makes a loop, bounded by the number of executions)."""
     nodes: dict[str, dict[str, Any]] = {}
@@ -42,13 +50,13 @@ def synthetic_graph(trace_id: str, executions: list[GraphNode]) -> GraphSpec:
     if not nodes:
         nodes["agent"] = {"id": "agent", "kind": "tool", "tool": "forklab.imported.span"}
     spec: dict[str, Any] = {
-        "id": f"trace-{trace_id[:16]}", "name": f"imported trace {trace_id}",
+        "id": graph_id(name), "name": name,
         "start": executions[0].id if executions else "agent",
         "nodes": list(nodes.values()), "edges": edges,
-        "description": f"synthetic graph of trace {trace_id} ({fingerprint(edges)[:8]})"}
+        "description": "the nodes and hand-overs of imported traces (descriptive only)"}
     if len(executions) > len(nodes):
         spec["max_iterations"] = max(1, len(executions))
     return parse_graph(spec)
 
 
-__all__ = ["GraphNode", "synthetic_graph"]
+__all__ = ["GraphNode", "graph_id", "synthetic_graph"]

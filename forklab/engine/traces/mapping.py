@@ -235,11 +235,11 @@ class _Builder:
 
     def build(self, trace_id: str, ordered: Sequence[SpanRecord], nodes: list[_Node],
               label: str, rejected: list[Rejected]) -> ImportedRun:
-        graph = synthetic_graph(trace_id, [
+        root = ordered[0]
+        graph = synthetic_graph([
             GraphNode(node.id, "agent" if node.calls else "step",
                       node.step.name if node.step else node.calls[0][0].name,
-                      _first_model(node)) for node in nodes])
-        root = ordered[0]
+                      _first_model(node)) for node in nodes], label or root.name)
         plans = [plan_calls(node.id, node.occurrence, node.calls, self.prices)
                  for node in nodes]
         for plan in plans:

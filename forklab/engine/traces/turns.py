@@ -66,6 +66,9 @@ def plan_calls(node: str, occurrence: int,
             orphans.append((len(turns), span, found))
     plan = Plan()
     prefix = f"{node}#{occurrence}/"
+    for index, span, found in orphans:  # before any turn
+        if index == 0:
+            _orphan(plan, prefix, span, found)
     for n, turn in enumerate(turns):
         _model_turn(plan, prefix, turn, prices)
         later = turns[n + 1].call.messages if n + 1 < len(turns) else None
@@ -75,9 +78,6 @@ def plan_calls(node: str, occurrence: int,
         for index, span, found in orphans:
             if index == n + 1:
                 _orphan(plan, prefix, span, found)
-    for index, span, found in orphans:
-        if index == 0:
-            _orphan(plan, prefix, span, found)
     return plan
 
 
