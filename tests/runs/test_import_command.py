@@ -37,6 +37,9 @@ def test_import_reads_a_file_into_one_run_per_trace_and_again_changes_nothing(
     assert run.trace_id == request.resource_spans[0].scope_spans[0].spans[0].trace_id.hex()
     assert _import(str(path))["runs"] == [run_id]
     assert Run.objects.filter(trace_id=run.trace_id).count() == 1
+    out = StringIO()
+    call_command("runs", "--trace-id", run.trace_id, "--json", stdout=out)
+    assert [r["id"] for r in json.loads(out.getvalue())] == [run_id]
 
 
 def test_a_file_per_line_export_is_read_too(tmp_path: Path) -> None:
