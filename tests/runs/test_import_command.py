@@ -88,3 +88,28 @@ def test_import_reads_a_langfuse_trace_export(tmp_path: Path) -> None:
     (run_id,) = data["runs"]  # type: ignore[misc]
     run = Run.objects.get(pk=run_id)
     assert (run.label, run.conversation_id, run.input_tokens) == ("support", "s-1", 80)
+
+
+@pytest.mark.parametrize("verb", [("fork", "--at", "before:weather_agent"), ("replay",),
+                                  ("forkcheck",),
+                                  ("sweep", "--at", "before:weather_agent", "--variant",
+                                   'a={"kind": "model", "target": "weather_agent", '
+                                   '"model": "gpt-4o"}')])
+def test_commands_that_execute_a_run_refuse_an_imported_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: tuple[str, ...]) -> None:
+    path = tmp_path / "traces.json"
+    path.write_text(json.dumps(MessageToDict(handmade()[0])))
+    (run_id,) = _import(str(path))["runs"]  # type: ignore[misc]
+    command = load_command_class("forklab.runs", verb[0])
+    with pytest.raises(SystemExit):
+        command.run_from_argv(["manage.py", verb[0], run_id, *verb[1:]])
+    assert capsys.readouterr().err.startswith("error: imported_run: ")
+
+
+def test_forkcheck_leaves_imported_runs_out(tmp_path: Path) -> None:
+    path = tmp_path / "traces.json"
+    path.write_text(json.dumps(MessageToDict(handmade()[0])))
+    _import(str(path))
+    out = StringIO()
+    call_command("forkcheck", "--json", stdout=out)
+    assert json.loads(out.getvalue())["results"] == []
