@@ -136,6 +136,11 @@ class RunFilters(Query):
     parent = s.CharField(required=False, allow_blank=True, max_length=64,  # type: ignore[assignment]
                          help_text="parent run id")
     project = s.CharField(required=False, allow_blank=True, max_length=100, help_text="project slug")
+    trace_id = s.RegexField(r"^[0-9a-fA-F]{32}$", required=False, allow_blank=True,
+                            help_text="an imported run's OpenTelemetry trace id (32 hex digits)")
+    conversation = s.CharField(required=False, allow_blank=True, max_length=200,
+                               help_text="imported runs of one conversation "
+                                         "(gen_ai.conversation.id / session.id)")
 
 
 class EventFilters(Query):

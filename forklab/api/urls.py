@@ -13,7 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from forklab.api.errors import error_body
-from forklab.api.views import cases, forks, graphs, runs, sweeps
+from forklab.api.views import cases, conversations, forks, graphs, otlp, runs, sweeps
 
 app_name = "api"
 
@@ -24,7 +24,10 @@ v1 = [
     path("runs/<str:run_id>/", runs.run_detail, name="run"),
     path("runs/<str:run_id>/events/", runs.run_events, name="run-events"),
     path("runs/<str:run_id>/fork-points/", runs.run_fork_points, name="run-fork-points"),
+    path("runs/<str:run_id>/otlp/", runs.run_otlp, name="run-otlp"),
     path("runs/<str:run_id>/forks/", runs.run_forks, name="run-forks"),
+    path("runs/<str:run_id>/conversation/", conversations.run_conversation,
+         name="run-conversation"),
     path("runs/<str:run_id>/answer/", runs.run_answer, name="run-answer"),
     path("forks/", forks.forks, name="forks"),
     path("forks/preflight/", forks.preflight, name="fork-preflight"),
@@ -39,6 +42,7 @@ v1 = [
     path("diff/", sweeps.diff, name="diff"),
     path("cases/", cases.cases, name="cases"),
     path("cases/run/", cases.cases_run, name="cases-run"),
+    path("imports/", otlp.imports, name="imports"),
 ]
 
 

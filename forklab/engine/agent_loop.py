@@ -28,10 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
+
+from forklab.engine import telemetry
 from forklab.engine.asking import ask, chat_request, render, render_system
 from forklab.engine.calls import tool_call, turn_call
 from forklab.engine.canonical import canonical_json, fingerprint
@@ -183,15 +187,28 @@ def _run_tools(ctx: NodeContext, turn: str, asked: Sequence[dict[str, Any]],
     runnable = [u for u in uses if isinstance(u, ToolUse)]
     concurrent = (len(runnable) > 1 and agent.parallel_tool_calls is not False
                   and ctx.oracle.overlaps_calls)
+    times: dict[str, tuple[int, int]] = {}  # each call's span times (telemetry)
+
+    def timed(use: ToolUse) -> _Outcome:
+        started = time.time_ns()
+        try:
+            return _call_tool(ctx, use)
+        finally:
+            times[use.call] = (started, time.time_ns())
+
     if concurrent:
         with ThreadPoolExecutor(max_workers=min(8, len(runnable))) as pool:
-            outcomes = dict(zip((u.call for u in runnable),
-                                pool.map(lambda u: _call_tool(ctx, u), runnable), strict=True))
+            outcomes = dict(zip((u.call for u in runnable), pool.map(timed, runnable),
+                                strict=True))
     else:
-        outcomes = {u.call: _call_tool(ctx, u) for u in runnable}
+        outcomes = {u.call: timed(u) for u in runnable}
     messages = []
     for requested, use in zip(asked, uses, strict=True):
-        content = use if isinstance(use, str) else _record(ctx, use, outcomes[use.call])
+        if isinstance(use, str):
+            content = use
+        else:
+            content = _record(ctx, use, outcomes[use.call])
+            _tool_span(ctx, use, outcomes[use.call], times[use.call])
         messages.append({"role": "tool", "tool_call_id": str(requested.get("id", "")),
                          "name": str(requested.get("name", "")), "content": content})
     return messages
@@ -246,6 +263,27 @@ def _call_tool(ctx: NodeContext, use: ToolUse) -> _Outcome:
     except NodeFailure as failure:
         return failure, None, tool_ctx
     return result, label, tool_ctx
+
+
+def _tool_span(ctx: NodeContext, use: ToolUse, outcome: _Outcome,
+               times: tuple[int, int]) -> None:
+    """The call's ``execute_tool {tool}`` span (arguments and result only with capture)."""
+    if not telemetry.tracing():
+        return
+    result, label, _ = outcome
+    failed = isinstance(result, NodeFailure)
+    telemetry.call_span(
+        f"execute_tool {use.name}", times[0], times[1],
+        telemetry.tool_attributes(run_id=ctx.run_id,
+                                  key=f"{ctx.call.node}#{ctx.call.occurrence}/{use.call}",
+                                  tool=use.name, call_id=use.call_id,
+                                  label=result.label if isinstance(result, NodeFailure)
+                                  else label),
+        lambda: {ga.GEN_AI_TOOL_CALL_ARGUMENTS: telemetry.as_text(
+                     ctx.env.redactor.redact(use.args)),
+                 ga.GEN_AI_TOOL_CALL_RESULT: None if failed else telemetry.as_text(
+                     ctx.env.redactor.redact(result))},
+        error=str(result.error.get("message")) if isinstance(result, NodeFailure) else None)
 
 
 def _record(ctx: NodeContext, use: ToolUse, outcome: _Outcome) -> str:

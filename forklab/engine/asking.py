@@ -10,9 +10,14 @@ routers and the tool loop (:mod:`forklab.engine.agent_loop`) all go through it.
 from __future__ import annotations
 
 import functools
+import json
 import re
+import time
 from typing import Any
 
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
+
+from forklab.engine import telemetry
 from forklab.engine.calls import turn_call
 from forklab.engine.canonical import canonical_json
 from forklab.engine.context import NodeContext
@@ -20,6 +25,7 @@ from forklab.engine.events import AgentRequested, AgentResponded, CallFailed
 from forklab.engine.graph import AgentSpec
 from forklab.engine.oracle import NodeFailure, Served
 from forklab.engine.providers import ChatRequest, ToolDefinition
+from forklab.engine.traces.export import genai_message
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # one group: its split alternates text, key
 
@@ -111,12 +117,15 @@ def ask(ctx: NodeContext, agent: AgentSpec, messages: list[dict[str, Any]],
                  params=params))
     ctx.before_call(model=True)  # the request is stored before the call (unless both it
     # and the run's calls are fast: Runner._before_model_call)
+    started = time.time_ns()
     try:
         served = ctx.oracle.agent(ctx.call, request, role, index, key)
     except NodeFailure as failure:  # the call was made and failed: it is still a call
         ctx.emit(CallFailed, kind="agent", role=role, index=index, model=request.model,
                  label=failure.label, error=failure.error, request_hash=request_hash,
                  call=stored_key)
+        _span(ctx, request, key, started, failure.label, None, None,
+              error=str(failure.error.get("message", failure.error)))
         raise
     if served.recorded:
         cost = served.cost_usd  # what the recording paid (prices may have changed since)
@@ -135,7 +144,43 @@ def ask(ctx: NodeContext, agent: AgentSpec, messages: list[dict[str, Any]],
              input_tokens=served.input_tokens, output_tokens=served.output_tokens,
              cost_usd=cost, latency_ms=served.latency_ms, label=served.label,
              request_hash=request_hash, call=stored_key, **extra)
+    _span(ctx, request, key, started, served.label, served, cost)
     return served
+
+
+def _span(ctx: NodeContext, request: ChatRequest, key: str, started: int, label: str,
+          served: Served | None, cost: float | None, error: str | None = None) -> None:
+    """The call's ``chat {model}`` span (telemetry; content only when capture is on)."""
+    if not telemetry.tracing():
+        return
+
+    def content() -> dict[str, Any]:
+        shown = ctx.env.redactor.redact_fields(system_prompt=request.system_prompt,
+                                               messages=list(request.messages))
+        found: dict[str, Any] = {
+            ga.GEN_AI_INPUT_MESSAGES: json.dumps(
+                [genai_message(m) for m in shown["messages"]], default=str)}
+        if shown["system_prompt"]:
+            found[ga.GEN_AI_SYSTEM_INSTRUCTIONS] = json.dumps(
+                [{"type": "text", "content": shown["system_prompt"]}])
+        if request.tools:
+            found[ga.GEN_AI_TOOL_DEFINITIONS] = json.dumps(
+                [{"type": "function", **t.to_wire()} for t in request.tools])
+        if served is not None:
+            reply = ctx.env.redactor.redact({"role": "assistant", "content": served.text,
+                                             "tool_calls": list(served.tool_calls)})
+            found[ga.GEN_AI_OUTPUT_MESSAGES] = json.dumps([genai_message(reply)], default=str)
+        return found
+
+    telemetry.call_span(
+        f"chat {request.model}", started, time.time_ns(),
+        telemetry.chat_attributes(
+            run_id=ctx.run_id, key=f"{ctx.call.node}#{ctx.call.occurrence}/{key}",
+            provider=request.provider, model=request.model, temperature=request.temperature,
+            label=label, input_tokens=served.input_tokens if served else 0,
+            output_tokens=served.output_tokens if served else 0,
+            finish_reason=served.finish_reason if served else None, cost_usd=cost),
+        content, error=error)
 
 
 __all__ = ["ask", "chat_request", "render", "render_system"]

@@ -133,6 +133,9 @@ class RunForked(Event):
     inherited_changes: int = 0
     # routers whose inherited once-only route change was already used before the point
     routes_used: list[str] = field(default_factory=list)
+    # a call-level point (``assist#1/turn:3``) whose node's earlier calls the tail serves
+    # from the log (None: a node point, or a call point an input patch moved to its node)
+    prefix_call: str | None = None
     # {"run_id": R, "seq": S} when ``prefix_state`` is exactly run R's state at seq S (its
     # log folded to S); empty otherwise (a snapshot fork's rewound state). A durable store
     # may then keep the prefix by reference to R's log instead of a copy (SqliteStore).
@@ -445,12 +448,29 @@ class ReflectionDiscarded(Event):
     value: Any
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TraceImported(Event):
+    """Second event of a run imported from an OpenTelemetry trace (SPEC §8): the trace it
+    came from, how many spans it had, each call's import info (``{call, kind, span_id,
+    replayable, missing, capture_hint?}``: inspect-only calls say what was not captured and
+    how to turn capture on), the spans that could not be mapped, with reasons, and the
+    conversation the trace belongs to when a span names one."""
+
+    TYPE: ClassVar[str] = "trace.imported"
+    trace_id: str
+    spans: int
+    calls: list[dict[str, Any]]
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    # gen_ai.conversation.id / OpenInference session.id: runs of one conversation
+    conversation: str | None = None
+
+
 AnyEvent = (
     RunStarted | RunForked | ChangeApplied | RunCompleted | RunFailed | RunBlocked
     | RunCancelled | NodeStarted | NodeCompleted | NodeReused | NodeFailed | NodeInterrupted
     | AgentRequested | AgentResponded | ToolCalled | ToolReturned | CallFailed
     | HumanRequested | HumanAnswered | RouteDecided | MemoryWritten | EffectSuppressed
-    | SubgraphStarted | SubgraphCompleted | ReflectionDiscarded
+    | SubgraphStarted | SubgraphCompleted | ReflectionDiscarded | TraceImported
 )
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -460,7 +480,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunCancelled, NodeStarted, NodeCompleted, NodeReused, NodeFailed, NodeInterrupted,
         AgentRequested, AgentResponded, ToolCalled, ToolReturned, CallFailed,
         HumanRequested, HumanAnswered, RouteDecided, MemoryWritten, EffectSuppressed,
-        SubgraphStarted, SubgraphCompleted, ReflectionDiscarded,
+        SubgraphStarted, SubgraphCompleted, ReflectionDiscarded, TraceImported,
     )
 }
 TERMINAL_TYPES = frozenset(

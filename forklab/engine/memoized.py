@@ -53,17 +53,21 @@ def _emit_action(ctx: NodeContext, record: Action) -> None:
             ctx.emit(AgentResponded, role=record.role, index=record.index, model=record.model,
                      text=record.text, input_tokens=record.input_tokens,
                      output_tokens=record.output_tokens, cost_usd=record.cost_usd,
-                     latency_ms=0.0, label="reused", request_hash=record.request_hash)
+                     latency_ms=0.0, label="reused", request_hash=record.request_hash,
+                     call=record.call,
+                     tool_calls=None if record.tool_calls is None else [
+                         dict(c) for c in record.tool_calls],
+                     finish_reason=record.finish_reason)
         case ToolCall():  # what the tool was called with
-            ctx.emit(ToolCalled, tool=record.tool,
-                     effect=getattr(ctx.graph.node(ctx.call.node), "effect", "read"),
-                     args=record.args, args_hash=record.args_hash)
+            ctx.emit(ToolCalled, tool=record.tool, effect=_tool_effect(ctx, record),
+                     args=record.args, args_hash=record.args_hash, call=record.call,
+                     call_id=record.call_id)
         case ToolResult():
-            ctx.emit(ToolReturned, result=record.result, label="reused")
+            ctx.emit(ToolReturned, result=record.result, label="reused", call=record.call)
         case CallFailure():
             ctx.emit(CallFailed, kind=record.kind, role=record.role, index=record.index,
                      model=record.model, label="reused", error=record.error,
-                     request_hash=record.request_hash)
+                     request_hash=record.request_hash, call=record.call)
         case HumanDecision():
             ctx.emit(HumanAnswered, decision=record.decision, data=record.data,
                      memory_updates=record.memory_updates, label="reused")
@@ -76,6 +80,15 @@ def _emit_action(ctx: NodeContext, record: Action) -> None:
             pass
         case _:
             assert_never(record)
+
+
+def _tool_effect(ctx: NodeContext, record: ToolCall) -> str:
+    """The effect a served tool call is recorded with: a tool the model chose has its
+    registry entry's (graph ``tools:``); a tool node its node's."""
+    spec = (ctx.graph.tools or {}).get(record.tool) if record.call is not None else None
+    if spec is not None:
+        return spec.effect
+    return str(getattr(ctx.graph.node(ctx.call.node), "effect", "read"))
 
 
 def _write_taint(ctx: NodeContext, recorded: Execution) -> dict[str, bool]:

@@ -63,6 +63,7 @@ from forklab.engine.events import (
     SubgraphStarted,
     ToolCalled,
     ToolReturned,
+    TraceImported,
 )
 from forklab.engine.state import Call, Execution, ForkOrigin, NodesSoFar, RunState
 from forklab.engine.status import ExecutionStatus, RunKind, RunStatus
@@ -273,6 +274,11 @@ def _subgraph_completed(state: RunState, event: SubgraphCompleted) -> None:
 def _reflection_discarded(state: RunState, event: ReflectionDiscarded) -> None:
     state.discarded_reflections.append(
         {"node": event.node, "store": event.store, "key": event.key, "value": event.value})
+
+
+def _trace_imported(state: RunState, event: TraceImported) -> None:
+    """What the trace import says about its calls stays in the log (read by the surfaces
+    that show it); the state is the calls' own events'."""
 
 
 def _node_failed(state: RunState, event: NodeFailed) -> None:
@@ -607,7 +613,7 @@ _HANDLERS: dict[type, Handler] = {
     SubgraphStarted: _subgraph_started, SubgraphCompleted: _subgraph_completed,
     ReflectionDiscarded: _reflection_discarded, NodeFailed: _node_failed,
     NodeInterrupted: _interrupt_node, RunCompleted: _run_completed, RunFailed: _run_failed,
-    RunBlocked: _run_blocked, RunCancelled: _run_cancelled,
+    RunBlocked: _run_blocked, RunCancelled: _run_cancelled, TraceImported: _trace_imported,
 }
 """The reducer of each event type, by exact class (:func:`evolve`)."""
 if set(_HANDLERS) != set(EVENT_TYPES.values()):  # what ``assert_never`` checked statically

@@ -20,13 +20,13 @@ Statuses, chosen once for every endpoint and page:
 from __future__ import annotations
 
 BAD_REQUEST = ("invalid_request", "invalid_argument", "parse_error", "invalid_graph",
-               "unknown_node", "unbounded_cycle", "invalid_input")
+               "unknown_node", "unbounded_cycle", "invalid_input", "invalid_otlp")
 UNPROCESSABLE = ("fork_point_not_found", "fork_point_mid_node", "invalid_change",
                  "invalid_overrides", "conflicting_changes", "unpriced_model",
                  "live_budget_exceeded", "write_not_allowed", "prefix_diverged", "version_skew",
                  "source_missing", "replay_divergence", "unknown_provider", "unknown_tool",
                  "unknown_workflow",
-                 "idempotency_conflict", "store_rejected")
+                 "idempotency_conflict", "store_rejected", "imported_run")
 CONFLICT = ("run_in_progress", "promote_conflict", "invalid_run_state", "case_exists",
             "seq_conflict", "event_gap", "already_answered", "lease_lost")
 

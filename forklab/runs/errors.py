@@ -37,3 +37,10 @@ class IdempotencyConflict(ForklabError):
     """A ``client_request_id`` reused with a different request body."""
 
     code = "idempotency_conflict"
+
+
+class ImportedRunNotForkable(ForklabError):
+    """A fork of a run imported from a trace (SPEC §8): not offered yet — the generic fork
+    would re-execute the trace's synthetic graph, which is descriptive only."""
+
+    code = "imported_run"

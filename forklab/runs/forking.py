@@ -50,7 +50,7 @@ from forklab.runs.access import (
 from forklab.runs.control import answer as answer
 from forklab.runs.control import cancel as cancel
 from forklab.runs.engine_env import build_environment
-from forklab.runs.errors import IdempotencyConflict, NotFound
+from forklab.runs.errors import IdempotencyConflict, ImportedRunNotForkable, NotFound
 from forklab.runs.models import Case, ForkRequest, Project, Role, Run, RunKind, RunStatus
 from forklab.runs.planning import plan_for, sweep_plan
 from forklab.runs.readmodel import fork_state
@@ -105,6 +105,19 @@ def _require_finished(run: Run) -> None:
         raise RunInProgress(
             f"run {run.id!r} is {run.status}; only a finished run can be forked — wait for it, "
             "answer it or cancel it first", run_id=run.id, status=run.status)
+    require_executable(run)
+
+
+def require_executable(run: Run) -> None:
+    """Refuse to fork, sweep, replay or fork-check a run imported from a trace — until
+    SPEC §8's forks of imported runs exist (docs/traces.md): its graph only describes the
+    trace, and re-executing it would make live calls with none of the trace's prompts."""
+    if run.trace_id:
+        raise ImportedRunNotForkable(
+            f"run {run.id!r} was imported from trace {run.trace_id}; forking or replaying an "
+            "imported run is not available yet (its graph only describes the trace, nothing "
+            "can execute it) — inspect its calls, diff it against another run, or export it",
+            run_id=run.id, trace_id=run.trace_id)
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,8 @@ def list_runs(
     status: str | None = None,
     graph: str | None = None,
     parent: str | None = None,
+    trace_id: str | None = None,
+    conversation: str | None = None,
 ) -> QuerySet[Run]:
     """Runs newest first, filtered; ``projects`` limits to readable projects (None: all)."""
     _check_choice("kind", kind, list(RunKind.values()))
@@ -59,6 +61,7 @@ def list_runs(
     filters: dict[str, Any] = {
         "project__slug": project, "run_kind": kind, "status": status,
         "graph_slug": graph, "parent_run_id": parent,
+        "trace_id": trace_id.lower() if trace_id else None, "conversation_id": conversation,
     }
     runs = runs.filter(**{k: v for k, v in filters.items() if v is not None})
     if projects is not None:

@@ -30,6 +30,8 @@ class Bar:
     route: str | None = None
     memo: bool = False
     blocked: bool = False
+    turns: int = 0  # model calls answered
+    tool_calls: int = 0  # tool calls a model chose that returned (a tool loop when > 0)
     offset_pct: float = 0.0
     width_pct: float = 0.0
     after_point: int | None = None  # the boundary after this execution, when forkable

@@ -42,6 +42,7 @@ class ForkForm:
 
     base_run: str = ""
     seq: int = 0
+    call: str = ""  # set: the fork starts right before this call (SPEC §6.2)
     label: str = ""
     client_request_id: str | None = None
     side_effects: SideEffects = "replay"
@@ -70,7 +71,8 @@ class ForkForm:
 
     def spec(self) -> ForkSpec:
         return build(
-            ForkSpec, base_run=self.base_run, at={"sequence": self.seq},
+            ForkSpec, base_run=self.base_run,
+            at={"before_call": self.call} if self.call else {"sequence": self.seq},
             changes=self.changes, label=self.label, client_request_id=self.client_request_id,
             ignore_budget=self.ignore_budget,
             policy=build(Policy, under=("policy",), side_effects=self.side_effects,
@@ -173,6 +175,7 @@ def _policy_budget(form: ForkForm, data: QueryDict) -> None:
 def read_fork_form(composer: Composer, data: QueryDict) -> ForkForm:
     """The fork request a submitted composer describes."""
     form = ForkForm(base_run=composer.run.id, seq=composer.seq,
+                    call=data.get("at_call", "").strip(),
                     label=data.get("label", "").strip(),
                     client_request_id=data.get("client_request_id") or None)
     _agent_changes(form, composer, data)

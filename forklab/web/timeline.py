@@ -198,6 +198,7 @@ def _details(run: Run, bars: list[Bar]) -> None:
     by_seq = sorted(bars, key=lambda b: b.start_seq)
     for bar in by_seq:
         bar.labels, bar.memo, bar.blocked = [], False, False
+        bar.turns = bar.tool_calls = 0
     last = max((b.end_seq or run.last_seq) for b in bars)
     ranges = [(b.start_seq, b.end_seq or run.last_seq) for b in by_seq]
     contiguous = sum(b - a + 1 for a, b in ranges) * 2 >= last - by_seq[0].start_seq + 1
@@ -216,6 +217,7 @@ def _apply(bar: Bar, type_: str, payload: dict[str, Any]) -> None:
     if label and type_ != "node.completed":
         bar.labels.append(label)
     if type_ == "agent.responded":
+        bar.turns += 1
         bar.tokens += int(payload.get("input_tokens", 0)) + int(payload.get("output_tokens", 0))
         cost = payload.get("cost_usd")
         if cost is None:
@@ -227,6 +229,8 @@ def _apply(bar: Bar, type_: str, payload: dict[str, Any]) -> None:
     elif type_ == "subgraph.completed":
         bar.cost_usd += float(payload.get("cost_usd") or 0)
         bar.tokens += int(payload.get("input_tokens", 0)) + int(payload.get("output_tokens", 0))
+    elif type_ == "tool.returned" and payload.get("call"):
+        bar.tool_calls += 1
     elif type_ == "route.decided":
         bar.route = payload.get("to")
     elif type_ == "node.completed":

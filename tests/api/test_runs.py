@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from forklab.engine.scenarios import SCENARIOS
 from forklab.runs.models import Event, Run
 from forklab.runs.task_backends import drain
 from tests.api.conftest import API, World
@@ -49,14 +50,14 @@ def test_runs_filter_by_kind_status_graph_and_parent(world: World) -> None:
 
     assert ids("graph=diamond") == [world.demo_runs["diamond"]]
     assert ids("status=failed") == [world.demo_runs["flaky-tool"]]
-    assert len(ids("kind=primary")) == 8
+    assert len(ids("kind=primary")) == len(SCENARIOS)
     assert ids("kind=counterfactual") == []
     assert ids(f"parent={world.demo_runs['diamond']}") == []
 
 
 def test_runs_paginate(world: World) -> None:
     body = world.client("demo").get(f"{API}/runs/?page_size=3&page=2").json()
-    assert body["count"] == 8 and len(body["results"]) == 3
+    assert body["count"] == len(SCENARIOS) and len(body["results"]) == 3
     assert body["next"].endswith("page=3&page_size=3")
     assert body["previous"].endswith("page_size=3")
 

@@ -25,6 +25,8 @@ SPEC_PATHS = {
     "/api/v1/sweeps/estimate/": {"post"}, "/api/v1/sweeps/": {"post"},
     "/api/v1/sweeps/{group_id}/": {"get"}, "/api/v1/diff/": {"get"},
     "/api/v1/cases/": {"get"}, "/api/v1/cases/run/": {"post"},
+    "/api/v1/runs/{run_id}/conversation/": {"get"},
+    "/api/v1/imports/": {"post"}, "/api/v1/runs/{run_id}/otlp/": {"get"},  # SPEC §8
 }
 
 

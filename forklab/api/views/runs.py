@@ -23,6 +23,7 @@ from forklab.api.serializers import (
     RunSerializer,
 )
 from forklab.engine.fork import fork_points as engine_fork_points
+from forklab.engine.traces.export import export_run
 from forklab.runs import control, queries, readmodel, services
 from forklab.runs.models import Run
 from forklab.runs.serializers_json import readable_payload, run_to_json
@@ -98,6 +99,19 @@ def run_events(request: Request, run_id: str) -> Response:
     page = {"results": events, "next_after": next_after, "last_seq": run.last_seq,
             "next": replace_query_param(url, "after", next_after) if more else None}
     return Response(EventPageSerializer(page).data)
+
+
+@extend_schema(
+    operation_id="runs_otlp", parameters=[RUN_ID], summary="A run as an OTLP trace",
+    description="The run's nodes and calls as an OTLP JSON `ExportTraceServiceRequest` in "
+                "the OpenTelemetry GenAI conventions (`chat {model}` and `execute_tool "
+                "{tool}` spans with usage, call key and provenance label, and the messages); "
+                "`POST /imports/` reads it back into an equal run.",
+    responses=responses({200: dict}, *READ))
+@api_view(["GET"])
+def run_otlp(request: Request, run_id: str) -> Response:
+    run = queries.get_run(run_id, user=request.user)
+    return Response(export_run(DjangoStore(run.project).read(run.id)))
 
 
 @extend_schema(

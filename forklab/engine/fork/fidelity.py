@@ -295,7 +295,11 @@ def _point_independence(base: BaseRun, item: Change, run: Fork) -> MetamorphicRe
     first = _first_affected(item, base.graph, base.state.executions)
     limit = _point_before(base, first).position if first is not None else None
     own = [p for p in base.index.points() if p.run_id in (None, base.run_id)]
-    later = [p for p in own[1:] if limit is None or (p.position or 0) <= limit]
+    # a call point stands inside its node: before the change bites only when that node
+    # comes before the first one it affects (inside it, the calls before the point are the
+    # recorded past, by design)
+    later = [p for p in own[1:] if limit is None or (p.position or 0) < limit
+             or ((p.position or 0) == limit and p.call is None)]
     at: Any = "start" if not own[0].position else own[0].address()
     if not later:
         result.skipped = ("the change affects the first node: only 'start' comes before it"

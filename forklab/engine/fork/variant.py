@@ -92,7 +92,7 @@ def _opening(plan: ForkPlan, *, label: str, fork_group_id: str | None,
             "ignore_budget": ignore_budget,
             "estimate": {**plan.estimate.wire(), "warnings": plan.warnings,
                          "point_notes": plan.notes},
-            "point": plan.point.to_wire(), "routes_used": plan.routes_used,
+            "point": plan.point.to_wire(), "prefix_call": plan.effective.call, "routes_used": plan.routes_used,
             "prefix_ref": plan.prefix_ref}),
         *((ChangeApplied, {"change": item.wire()}) for item in plan.application.applied),
     ]
@@ -151,7 +151,7 @@ def run_plan(
         targets=config_targets(plan.changes), policy=plan.policy,
         spend=Spend(plan.budget, enforce=not ignore_budget), prices=env.prices,
         memoize=plan.memoize, shared_memo=shared_memo, hitl=hitl,
-        routes_used=plan.routes_used, graph=plan.graph, point=plan.point)
+        routes_used=plan.routes_used, graph=plan.graph, point=plan.effective)
 
     def observe(event: Event) -> None:
         if (shared_memo is not None and event.type in _COMPLETES
@@ -248,7 +248,7 @@ def fork_runner(
         targets=config_targets(changes[forked.inherited_changes:]),
         policy=Policy.parse(forked.policy), spend=spend, prices=env.prices,
         memoize=forked.memoize, hitl=hitl, routes_used=sorted(used),
-        point=_recorded_point(forked.point))
+        point=_recorded_point(forked))
     runner = Runner(parse_stored_graph(forked.graph), store=store, run_id=run_id, env=env,
                     oracle=oracle, cancel=cancel, on_event=on_event,
                     graph_version=state.graph_version)
@@ -256,11 +256,13 @@ def fork_runner(
     return runner
 
 
-def _recorded_point(point: dict[str, Any]) -> ForkPoint | None:
-    """The call-level point a fork recorded (``run.forked``'s ``point``), when it is one:
-    a fork continued from its log serves the same calls from the recording."""
-    if not point or point.get("call") is None:
+def _recorded_point(forked: RunForked) -> ForkPoint | None:
+    """The call-level point whose prefix calls a fork's tail serves (``run.forked``'s
+    ``prefix_call``), when it has one: a fork continued from its log serves them too."""
+    point = forked.point
+    call = forked.prefix_call
+    if call is None:  # a node point, or a call point an input patch moved to its node
         return None
     return ForkPoint(seq=int(point["seq"]), node=point.get("node"),
                      occurrence=point.get("occurrence"), iteration=point.get("iteration"),
-                     kind="before_call", run_id=point.get("run_id"), call=point["call"])
+                     kind="before_call", run_id=point.get("run_id"), call=call)

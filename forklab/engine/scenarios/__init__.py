@@ -46,6 +46,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("panel-vote", {"proposal": "Ship the new dashboard on Friday"}),
     Scenario("research-web", {"url": "https://example.org/vaccines",
                                "question": "How do vaccines work?"}),
+    Scenario("support-agent", {"ticket": "My order A-1001 arrived damaged. Please refund it.",
+                               "product": "Acme Widgets"}),
+    Scenario("supervisor", {"ticket": "My order A-1002 never arrived. Please refund it.",
+                            "product": "Acme Widgets"}),
 )}
 
 

@@ -14,8 +14,10 @@ from forklab.runs.models.runs import (
     Snapshot,
     UsageRecord,
 )
+from forklab.runs.models.traces import TraceLogEvent, TraceSpan
 
 __all__ = [
     "Case", "Event", "ForkRequest", "Graph", "GraphVersion", "Membership", "Project", "Role",
-    "FinalState", "ForkResult", "Run", "RunKind", "RunStatus", "ShareLink", "Snapshot", "UsageRecord",
+    "FinalState", "ForkResult", "Run", "RunKind", "RunStatus", "ShareLink", "Snapshot", "TraceLogEvent", "TraceSpan",
+    "UsageRecord",
 ]

@@ -109,6 +109,10 @@ class Run(models.Model):
     # {"task": "answer", "at_seq": N, "answer": {...}} (the answer to the gate at seq N).
     work = models.JSONField(null=True, blank=True)
     task_id = models.CharField(max_length=64, blank=True, default="")  # the queue's task id
+    # An imported run's OpenTelemetry trace id (32 hex digits; SPEC §8); empty otherwise.
+    trace_id = models.CharField(max_length=32, blank=True, default="", db_index=True)
+    # ... and the conversation it belongs to (gen_ai.conversation.id / session.id), if named
+    conversation_id = models.CharField(max_length=200, blank=True, default="", db_index=True)
 
     class Meta:
         ordering = ["-created_at", "id"]

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import parse_changes
 from forklab.runs import queries
+from forklab.runs.calldiff import call_diff
 from forklab.runs.models import Run
 from forklab.web.changeview import Before, ChangeView, describe, input_changes
 from forklab.web.diffview import MemoryRow, call_list, fold_steps, path_strip, step_counts
@@ -65,6 +66,7 @@ def compare_context(request: HttpRequest, base: Run, variant: Run, *,
         "is_fork": is_fork,
         "changes": _changes(base, variant, result),
         "strip": path_strip(aligned, diff.divergence.index if diff.divergence else None),
+        "call_diff": call_diff(result.base_state, result.variant_state),
     }
 
 

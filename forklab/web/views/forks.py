@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from forklab.engine.calls import parse_call_key
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.changes import Change, PromptChange
 from forklab.engine.fork.wire import PreflightWire
@@ -100,6 +101,10 @@ def compose(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         except ValueError as exc:
             return _refused(request, run, 400, f"This fork link is damaged: {exc}. Ask for the "
                             "link again, or open the composer without its changes.", at=at)
+    at_call = request.GET.get("call", "")
+    if at_call and parse_call_key(at_call) is None:
+        return _refused(request, run, 400, f"This fork link is damaged: call={at_call[:80]!r} "
+                        "is not a call key (node#occurrence/turn:N).", at=at)
     tl = timeline.build(run, at=at)
     try:
         context = composer_context(request, run, at, changes=changes, tl=tl)
@@ -107,6 +112,7 @@ def compose(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         return _refused(request, run, 404, exc.message)
     composer = context["composer"]
     point = tl.point(composer.seq)
+    context["values"]["at_call"] = at_call  # set: the fork starts right before this call
     context.update(run=run, from_link=bool(changes), point=point,
                    inspector=inspector(run, composer.seq, point, composer.graph))
     template = "web/composer.html#composer" if htmx_target(request) else "web/fork_page.html"
@@ -172,6 +178,7 @@ def _posted(request: HttpRequest, composer: Composer) -> dict[str, Any]:
             values[name] = False
     for name in ("memoize", "ignore_budget", "route_once"):
         values[name] = values[name] in (True, "on")
+    values["at_call"] = request.POST.get("at_call", "")
     return values
 
 

@@ -14,11 +14,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from forklab.runs import queries, sharing
+from forklab.runs import conversations, queries, sharing
 from forklab.runs import steps as step_reads
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Run, ShareLink
 from forklab.web import steppair
+from forklab.web.conversation import ThreadView, thread_view
 from forklab.web.steps import Context, Step, build
 from forklab.web.views.common import htmx_target, page_errors, roles
 
@@ -44,6 +45,15 @@ def load_step(run: Run, node: str, occurrence: int) -> Step | None:
                  inherited_from=where.inherited_from)
 
 
+def conversation_of(run: Run, step: Step, *, forkable: bool) -> ThreadView | None:
+    """The agent execution's conversation thread (None for other kinds)."""
+    if step.kind not in ("agent", "router"):
+        return None
+    thread = conversations.conversation(run, step.node, step.occurrence)
+    return None if thread is None else thread_view(thread, run, point=step.before_point,
+                                                   forkable=forkable)
+
+
 def _render(request: HttpRequest, template: str, context: dict[str, Any]) -> HttpResponse:
     partial = htmx_target(request) == "drawer"
     return render(request, f"{template}#drawer" if partial else template, context)
@@ -57,9 +67,11 @@ def _step_response(request: HttpRequest, run: Run, node: str, occurrence: int, *
                        node=node, occurrence=occurrence)
     access = {"can_fork": False, "is_admin": False} if readonly else roles(request,
                                                                            run.project)
+    forkable = run.finished and access["can_fork"] and not step.inherited_from
     return _render(request, "web/step.html", {
         "run": run, "step": step, "readonly": readonly, "share": share, **access,
-        "forkable": run.finished and access["can_fork"] and not step.inherited_from})
+        "forkable": forkable,
+        "conversation": conversation_of(run, step, forkable=bool(forkable))})
 
 
 @login_required

@@ -138,6 +138,8 @@ VARIANT_CHANGES = {
     "panel-vote": change.model("vote.voters[1]", "scripted-large"),
     "triage-router": change.temperature("reply", 0.0),
     "research-web": change.prompt("answer", "Answer in one line."),
+    "support-agent": change.prompt("assist", "Never refund; apologise instead."),
+    "supervisor": change.temperature("billing", 0.9),
 }
 
 
@@ -172,7 +174,9 @@ def test_a_null_fork_of_a_variant_at_an_inherited_point_is_a_fork_of_its_base_wi
 ) -> None:
     name = data.draw(st.sampled_from(sorted(VARIANT_CHANGES)))
     base = record(name)
-    points = fork_points(base.event_log)[:-1]
+    # node boundaries: the variant forks at one, and with nothing inherited the null fork
+    # below is at the same boundary (a call point there would be the variant's own call)
+    points = [p for p in fork_points(base.event_log)[:-1] if p.call is None]
     point = data.draw(st.sampled_from(points[1:] or points))
     variant = fork(base, at={"sequence": point.seq}, change=VARIANT_CHANGES[name])
     inherited = [p for p in fork_points(variant.event_log) if p.run_id == base.run_id]
@@ -181,7 +185,9 @@ def test_a_null_fork_of_a_variant_at_an_inherited_point_is_a_fork_of_its_base_wi
 
     again = fork(variant.run_id, store=base.store, env=base.env, at=vpoint.address(),
                  policy={"memoize": memoize})
-    direct = fork(base, at={"sequence": vpoint.seq}, change=VARIANT_CHANGES[name],
+    # the same point of the base: a call point's address names its call (its seq is its
+    # node's boundary, where the whole node re-runs)
+    direct = fork(base, at=vpoint.address(), change=VARIANT_CHANGES[name],
                   policy={"memoize": memoize})
 
     assert canonical_equals(again.state.outcome(), direct.state.outcome()), again.explain()

@@ -9,6 +9,7 @@ from forklab.engine.fork.changes import AGENT_CHANGES
 from forklab.engine.fork.wire import Budget, ForkSpec, Policy, build
 from forklab.runs import cli, leases
 from forklab.runs.engine_env import build_environment
+from forklab.runs.forking import require_executable
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.serializers_json import run_to_json
 
@@ -83,6 +84,7 @@ class Command(ForklabCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         with leases.held(leases.new_owner("cli")) as owner:
             run, store = cli.store_for(options["run"], lease=owner)
+            require_executable(run)
             policy, budget = policy_and_budget(options)
             spec = build(ForkSpec, base_run=run.id, at=cli.point(options["at"]),
                          changes=cli.changes_from_options(options), policy=policy,

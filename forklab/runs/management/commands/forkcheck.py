@@ -10,6 +10,7 @@ from forklab.engine.scenarios import get_scenario
 from forklab.runs import cli
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import InvalidArgument
+from forklab.runs.forking import require_executable
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.models import Run, RunKind
 
@@ -29,7 +30,8 @@ class Command(ForklabCommand):
                             help="also run the metamorphic checks 1, 2 and 4 on every run")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        runs = Run.objects.filter(run_kind=RunKind.PRIMARY, last_seq__gt=0,
+        # imported runs are not forkable (yet): their graph only describes their trace
+        runs = Run.objects.filter(run_kind=RunKind.PRIMARY, last_seq__gt=0, trace_id="",
                                   status__in=["completed", "failed", "blocked", "cancelled"])
         if options["scenario"]:
             runs = runs.filter(graph_slug=get_scenario(options["scenario"]).graph().id)
@@ -38,7 +40,9 @@ class Command(ForklabCommand):
                                   f"{options['run']!r}); give one")
         run_id = options["run_id"] or options["run"]
         if run_id:
-            runs = Run.objects.filter(pk=cli.store_for(run_id)[0].id)
+            named = cli.store_for(run_id)[0]
+            require_executable(named)
+            runs = Run.objects.filter(pk=named.id)
         env = build_environment()
         results, failed = self._null_forks(list(runs.order_by("created_at")), env)
         deep = self._deep(list(runs.order_by("created_at")), env) if options["deep"] else None

@@ -19,11 +19,14 @@ class Command(ForklabCommand):
         parser.add_argument("--status", help=f"one of {', '.join(RunStatus.values())}")
         parser.add_argument("--graph", help="graph id")
         parser.add_argument("--project", help="project slug")
+        parser.add_argument("--trace-id", help="an imported run's OpenTelemetry trace id")
+        parser.add_argument("--conversation", help="imported runs of one conversation")
         parser.add_argument("--limit", type=int, default=None, help="at most N runs")
 
     def handle(self, *args: Any, **options: Any) -> None:
         runs = list_runs(kind=options["kind"], status=options["status"],
-                         graph=options["graph"], project=options["project"])
+                         graph=options["graph"], project=options["project"],
+                         trace_id=options["trace_id"], conversation=options["conversation"])
         if options["limit"] is not None:
             runs = runs[: max(0, options["limit"])]
         rows = list(runs)

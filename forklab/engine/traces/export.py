@@ -1,0 +1,227 @@
+"""A run's calls as an OTLP JSON trace in the GenAI conventions (SPEC §8 "Out").
+
+``forklab export RUN`` and ``GET /api/v1/runs/{id}/otlp/`` give this document, which
+``forklab import`` reads back into a run with the same nodes, calls, call keys, messages,
+replies, tool calls and usage (the round-trip test checks it). Spans: one root span for the
+run (``invoke_workflow``), one per node execution (``invoke_agent`` for agent nodes, named
+by the node id), a ``chat {model}`` span per model turn and an ``execute_tool {tool}`` span
+per tool call under its node's span — each with the call key (``forklab.call.key``) and its
+provenance label (``forklab.call.label``). Message content is always included: the file is
+the run's own data (the live spans of :mod:`forklab.engine.telemetry` carry none).
+
+Ids are deterministic: the trace id and every span id are hashes of the run id (and the
+event's seq); an imported run's export names its source trace on the root span
+(``forklab.source.trace_id``) but is a trace of its own, so importing it beside its source
+makes a second run rather than merging the two. Nodes served whole from a recording
+(``node.reused``) are exported as node spans without their calls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
+
+from forklab.engine.calls import call_key, turn_call
+from forklab.engine.canonical import fingerprint
+from forklab.engine.events import (
+    AgentRequested,
+    AgentResponded,
+    AnyEvent,
+    CallFailed,
+    NodeCompleted,
+    NodeFailed,
+    NodeReused,
+    NodeStarted,
+    RunStarted,
+    ToolCalled,
+    ToolReturned,
+    TraceImported,
+)
+
+CALL_KEY = "forklab.call.key"
+CALL_LABEL = "forklab.call.label"
+RUN_ID = "forklab.run.id"
+SOURCE_TRACE = "forklab.source.trace_id"
+_PARAMS = {"max_tokens": ga.GEN_AI_REQUEST_MAX_TOKENS, "top_p": ga.GEN_AI_REQUEST_TOP_P,
+           "top_k": ga.GEN_AI_REQUEST_TOP_K, "seed": ga.GEN_AI_REQUEST_SEED,
+           "stop": ga.GEN_AI_REQUEST_STOP_SEQUENCES,
+           "frequency_penalty": ga.GEN_AI_REQUEST_FREQUENCY_PENALTY,
+           "presence_penalty": ga.GEN_AI_REQUEST_PRESENCE_PENALTY}
+
+
+def export_run(events: Sequence[AnyEvent]) -> dict[str, Any]:
+    """The run's ``ExportTraceServiceRequest`` as OTLP JSON (hex ids). Deterministic."""
+    return _Exporter(events).run()
+
+
+def value(v: Any) -> dict[str, Any]:
+    """A Python value as an OTLP ``AnyValue``."""
+    if isinstance(v, bool):
+        return {"boolValue": v}
+    if isinstance(v, int):
+        return {"intValue": str(v)}
+    if isinstance(v, float):
+        return {"doubleValue": v}
+    if isinstance(v, str):
+        return {"stringValue": v}
+    if isinstance(v, list | tuple):
+        return {"arrayValue": {"values": [value(x) for x in v]}}
+    if isinstance(v, dict):
+        return {"kvlistValue": {"values": attributes(v)}}
+    return {}
+
+
+def attributes(values: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"key": k, "value": value(v)} for k, v in values.items() if v is not None]
+
+
+def genai_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A neutral message in the GenAI ``{"role", "parts"}`` form."""
+    if message.get("role") == "tool":
+        part = {"type": "tool_call_response", "id": message.get("tool_call_id", ""),
+                "response": message.get("content", "")}
+        # not in the GenAI part schema, kept so the message reads back whole
+        part.update({k: message[k] for k in ("name", "is_error") if k in message})
+        return {"role": "tool", "parts": [part]}
+    parts: list[dict[str, Any]] = []
+    if message.get("content"):
+        parts.append({"type": "text", "content": message["content"]})
+    for call in message.get("tool_calls") or ():
+        parts.append({"type": "tool_call", "id": call.get("id", ""), "name": call.get("name"),
+                      "arguments": call.get("arguments")})
+    return {"role": message.get("role", "user"), "parts": parts}
+
+
+class _Exporter:
+    def __init__(self, events: Sequence[AnyEvent]) -> None:
+        self.events = events
+        self.run_id = events[0].run_id if events else ""
+        imported = next((e for e in events if isinstance(e, TraceImported)), None)
+        # forklab's rendition is a trace of its own: importing it next to the trace an
+        # imported run came from must not merge the two (the source is named on the root)
+        self.source = imported.trace_id if imported else None
+        self.trace_id = fingerprint({"run": self.run_id})[:32]
+        self.spans: list[dict[str, Any]] = []
+        self.root: dict[str, Any] | None = None
+        self.node: dict[str, Any] | None = None
+        self.open: dict[str, dict[str, Any]] = {}  # call key -> its open span
+        self.last_ns = 0
+
+    def span_id(self, seq: int) -> str:
+        return fingerprint({"run": self.run_id, "seq": seq})[:16]
+
+    def start(self, seq: int, name: str, at: float, parent: dict[str, Any] | None,
+              attrs: dict[str, Any]) -> dict[str, Any]:
+        # strictly increasing in log order (a reader orders spans by start time; a run
+        # recorded under a fixed clock has equal times), moved by nanoseconds at most
+        self.last_ns = start = max(int(at * 1e9), self.last_ns + 1)
+        span = {"traceId": self.trace_id, "spanId": self.span_id(seq), "name": name,
+                "kind": 1, "startTimeUnixNano": str(start),
+                "endTimeUnixNano": str(start), "attributes": attributes(attrs),
+                "status": {}}
+        if parent is not None:
+            span["parentSpanId"] = parent["spanId"]
+        self.spans.append(span)
+        return span
+
+    @staticmethod
+    def end(span: dict[str, Any], at: float, attrs: dict[str, Any] | None = None,
+            error: str | None = None) -> None:
+        span["endTimeUnixNano"] = str(max(int(at * 1e9), int(span["startTimeUnixNano"])))
+        span["attributes"] += attributes(attrs or {})
+        if error is not None:
+            span["status"] = {"code": 2, "message": error}
+
+    def run(self) -> dict[str, Any]:
+        for event in self.events:
+            self.event(event)
+        if self.root is not None and self.events:
+            self.end(self.root, self.events[-1].at,
+                     error="run failed" if self.events[-1].type == "run.failed" else None)
+        return {"resourceSpans": [{
+            "resource": {"attributes": attributes({"service.name": "forklab"})},
+            "scopeSpans": [{"scope": {"name": "forklab.export"}, "spans": self.spans}]}]}
+
+    def key(self, event: AnyEvent, call: str | None) -> str:
+        """The full call key; a first turn's ``call`` is stored as None (asking.ask)."""
+        if call is None and isinstance(event, AgentRequested | AgentResponded | CallFailed):
+            call = turn_call(1, event.role, event.index)
+        return call_key(event.node or "", event.occurrence or 1, call or "") or ""
+
+    def event(self, event: AnyEvent) -> None:
+        if isinstance(event, RunStarted):
+            self.root = self.start(event.seq, event.label or event.graph_id, event.at, None, {
+                ga.GEN_AI_OPERATION_NAME: "invoke_workflow",
+                ga.GEN_AI_WORKFLOW_NAME: event.label or event.graph_id, RUN_ID: self.run_id,
+                SOURCE_TRACE: self.source})
+        elif isinstance(event, NodeStarted | NodeReused):
+            attrs = {ga.GEN_AI_OPERATION_NAME: "invoke_agent",
+                     ga.GEN_AI_AGENT_NAME: event.node} if event.kind == "agent" else {}
+            self.node = self.start(event.seq, event.node or "", event.at, self.root, attrs)
+            if isinstance(event, NodeReused):
+                self.end(self.node, event.at)
+        elif isinstance(event, NodeCompleted | NodeFailed) and self.node is not None:
+            self.end(self.node, event.at, error=event.error.get("message", "failed")
+                     if isinstance(event, NodeFailed) else None)
+        elif isinstance(event, AgentRequested):
+            self.open[self.key(event, event.call)] = self.start(
+                event.seq, f"chat {event.model}", event.at, self.node, self.request(event))
+        elif isinstance(event, AgentResponded):
+            span = self.open.pop(self.key(event, event.call), None)
+            if span is not None:
+                self.end(span, event.at, self.reply(event))
+        elif isinstance(event, ToolCalled) and event.call is not None:
+            self.open[self.key(event, event.call)] = self.start(
+                event.seq, f"execute_tool {event.tool}", event.at, self.node, {
+                    ga.GEN_AI_OPERATION_NAME: "execute_tool", ga.GEN_AI_TOOL_NAME: event.tool,
+                    ga.GEN_AI_TOOL_CALL_ID: event.call_id,
+                    ga.GEN_AI_TOOL_CALL_ARGUMENTS: json.dumps(event.args, sort_keys=True),
+                    CALL_KEY: self.key(event, event.call)})
+        elif isinstance(event, ToolReturned):
+            span = self.open.pop(self.key(event, event.call), None)
+            if span is not None:
+                self.end(span, event.at, {ga.GEN_AI_TOOL_CALL_RESULT: event.result,
+                                          CALL_LABEL: event.label})
+        elif isinstance(event, CallFailed) and (event.kind == "agent" or event.call):
+            span = self.open.pop(self.key(event, event.call), None)
+            if span is not None:
+                self.end(span, event.at, {CALL_LABEL: event.label},
+                         error=str(event.error.get("message", "failed")))
+
+    def request(self, event: AgentRequested) -> dict[str, Any]:
+        attrs: dict[str, Any] = {
+            ga.GEN_AI_OPERATION_NAME: "chat", ga.GEN_AI_PROVIDER_NAME: event.provider,
+            ga.GEN_AI_REQUEST_MODEL: event.model,
+            ga.GEN_AI_REQUEST_TEMPERATURE: float(event.temperature),
+            ga.GEN_AI_INPUT_MESSAGES: json.dumps([genai_message(m) for m in event.messages]),
+            CALL_KEY: self.key(event, event.call)}
+        if event.system_prompt:
+            attrs[ga.GEN_AI_SYSTEM_INSTRUCTIONS] = json.dumps(
+                [{"type": "text", "content": event.system_prompt}])
+        if event.tools:
+            attrs[ga.GEN_AI_TOOL_DEFINITIONS] = json.dumps(
+                [{"type": "function", **t} for t in event.tools])
+        for name, attr in _PARAMS.items():
+            if name in event.params:
+                attrs[attr] = event.params[name]
+        return attrs
+
+    @staticmethod
+    def reply(event: AgentResponded) -> dict[str, Any]:
+        message = genai_message({"role": "assistant", "content": event.text,
+                          "tool_calls": event.tool_calls})
+        if event.finish_reason is not None:
+            message["finish_reason"] = event.finish_reason
+        return {ga.GEN_AI_OUTPUT_MESSAGES: json.dumps([message]),
+                ga.GEN_AI_RESPONSE_MODEL: event.model,
+                ga.GEN_AI_USAGE_INPUT_TOKENS: event.input_tokens,
+                ga.GEN_AI_USAGE_OUTPUT_TOKENS: event.output_tokens,
+                ga.GEN_AI_RESPONSE_FINISH_REASONS:
+                    [event.finish_reason] if event.finish_reason else None,
+                CALL_LABEL: event.label}
+
+
+__all__ = ["CALL_KEY", "CALL_LABEL", "export_run", "genai_message"]
