@@ -102,3 +102,19 @@ def test_a_workflow_runs_step_shows_each_model_and_tool_call_in_order(
                              step.index("lookup_order (read)"), step.index("issue_refund (write)"))
     assert model < lookup < refund < step.index("support → gpt-4.1-mini", refund)
     assert "You are the support agent of an online shop." in step  # what was sent
+
+
+def test_a_workflow_execution_reads_as_a_conversation_of_keyed_calls(
+        world: World, clients: VendorStub) -> None:
+    from forklab.runs.services import record_run, resolve_workflow
+
+    run = record_run(project=world.lab, graph=resolve_workflow(SUPPORT).graph, input=TICKET)
+    response = world.client("viewer").get(
+        f"{API}/runs/{run.id}/conversation/", {"node": "support", "occurrence": 1})
+    assert response.status_code == 200, response.json()
+    thread = response.json()
+    turns = [t["key"] for t in thread["turns"]]
+    tools = [u["key"] for t in thread["turns"] for u in t["tools"]]
+    assert (turns[0], turns[-1]) == ("support#1/openai:1", "support#1/openai:2")
+    assert tools == ["support#1/tool:lookup_order#1", "support#1/tool:issue_refund#1"]
+    assert thread["system_prompt"].startswith("You are the support agent")
