@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from django.conf import settings
-from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, StrictInt
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 from rest_framework import serializers as s
@@ -61,7 +61,7 @@ class CasesRunSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     project: str | None = Field(default=None, max_length=100, description="project slug")
-    graph_version: int | None = Field(
+    graph_version: StrictInt | None = Field(  # strict: JSON's true is not version 1
         default=None, ge=1, le=2**31 - 1,
         description="run every case against this version of its graph (default: the "
                     "graph's current version); each result names the version it ran")

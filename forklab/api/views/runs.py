@@ -50,7 +50,8 @@ def run_page(request: Request, runs: QuerySet[Run]) -> Response:
     description="Queue a primary run of a registered graph (`graph` is its graph id; "
                 "`project` when several of your projects have it). The run is recorded in "
                 "the background: poll `GET /runs/{id}/`. Needs the member role.",
-    responses=responses({202: RunSerializer}, *WRITE))
+    # 422: a workflow outside FORKLAB_WORKFLOW_MODULES, or one that cannot be imported
+    responses=responses({202: RunSerializer}, *WRITE, 422))
 @api_view(["GET", "POST"])
 def runs(request: Request) -> Response:
     if request.method == "POST":
