@@ -15,6 +15,7 @@ from typing import Any
 from forklab.engine.providers import ChatRequest, ChatResponse, ToolCallRequest, ToolDefinition
 from forklab.engine.providers.base import Message
 from forklab.sdk import sse
+from forklab.sdk.wire_common import apply_settings
 
 _MAPPED = {"model", "messages", "system", "temperature", "tools", "tool_choice", "stream",
            "max_tokens"}
@@ -95,14 +96,11 @@ def request(body: dict[str, Any]) -> ChatRequest:
 
 def apply(body: dict[str, Any], was: ChatRequest, now: ChatRequest) -> dict[str, Any]:
     """``body`` with what a change made different between ``was`` and ``now``."""
-    body = dict(body)
-    if now.model != was.model:
-        body["model"] = now.model
-    if now.temperature != was.temperature:
-        body["temperature"] = now.temperature
-    if now.system_prompt != was.system_prompt:
-        body["system"] = now.system_prompt
-    return body
+    return apply_settings(body, was, now, _set_system)
+
+
+def _set_system(body: dict[str, Any], text: str) -> None:
+    body["system"] = text
 
 
 def _finish(stop: Any) -> str | None:

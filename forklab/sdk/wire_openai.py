@@ -17,6 +17,7 @@ from typing import Any
 from forklab.engine.providers import ChatRequest, ChatResponse, ToolCallRequest, ToolDefinition
 from forklab.engine.providers.base import Message
 from forklab.sdk import sse
+from forklab.sdk.wire_common import apply_settings
 
 UNSET_MAX_TOKENS = 4096
 """The output bound a call that sets none is costed with (its worst case in a fork budget)."""
@@ -103,15 +104,12 @@ def request(body: dict[str, Any]) -> ChatRequest:
 
 def apply(body: dict[str, Any], was: ChatRequest, now: ChatRequest) -> dict[str, Any]:
     """``body`` with what a change made different between ``was`` and ``now``."""
-    body = dict(body)
-    if now.model != was.model:
-        body["model"] = now.model
-    if now.temperature != was.temperature:
-        body["temperature"] = now.temperature
-    if now.system_prompt != was.system_prompt:
-        rest = [m for m in body.get("messages") or () if m.get("role") not in _SYSTEM]
-        body["messages"] = [{"role": "system", "content": now.system_prompt}, *rest]
-    return body
+    return apply_settings(body, was, now, _set_system)
+
+
+def _set_system(body: dict[str, Any], text: str) -> None:
+    rest = [m for m in body.get("messages") or () if m.get("role") not in _SYSTEM]
+    body["messages"] = [{"role": "system", "content": text}, *rest]
 
 
 def response(raw: bytes, streamed: bool) -> ChatResponse:
