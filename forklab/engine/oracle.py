@@ -9,7 +9,7 @@ results, substitute values, enforce side-effect policy and budgets.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -154,11 +154,14 @@ class NodeFailure(Exception):
     Raised by an oracle's ``agent``/``tool``, it is a call that failed: the node records it
     (``call.failed``, listed in ``calls``) with ``label`` — ``live`` for a call really made,
     what a fork decided for its own, ``reused`` for a recorded failure served again.
+    ``detail`` adds structured fields to the recorded error (JSON values, beside ``type``
+    and ``message``; none by default, so errors without it are recorded as they always were).
     """
 
-    def __init__(self, error_type: str, message: str, *, label: CallLabel = "live") -> None:
+    def __init__(self, error_type: str, message: str, *, label: CallLabel = "live",
+                 detail: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
-        self.error = {"type": error_type, "message": message}
+        self.error: dict[str, Any] = {"type": error_type, "message": message, **(detail or {})}
         self.label: CallLabel = label
 
 

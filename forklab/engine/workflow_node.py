@@ -245,7 +245,9 @@ class WorkflowScope:
                      call=key)
             if raised:
                 raise raised[0] from None
-            if failure.label == "reused":
+            if failure.label == "reused" and failure.error["type"] != "prefix_diverged":
+                # a recorded failure served again (a diverged prefix call is the engine's
+                # refusal, which ends the node like any other)
                 raise ToolFailed(failure.error["type"], failure.error["message"]) from None
             raise self._aborted(failure) from None
         except BaseException as exc:

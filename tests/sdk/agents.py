@@ -164,3 +164,25 @@ async def summarize(text: str) -> str:
 @forklab.workflow("nested_async")
 async def nested_async(question: str) -> str:
     return str(await summarize(question))
+
+
+@forklab.workflow("echo_then_ask")
+def echo_then_ask(question: str) -> str:
+    """A tool call, then a model call: a test edits ``EDITION["order"]`` (changed code)."""
+    order = echo({"order": EDITION.get("order", "A-1001")})
+    client = openai.OpenAI()
+    reply = client.chat.completions.create(
+        model="gpt-4.1-mini", messages=[{"role": "user", "content": f"{question} {order}"}])
+    return reply.choices[0].message.content or ""
+
+
+@forklab.workflow("dice_twice")
+def dice_twice(question: str) -> str:
+    """A call asking something random, then a fixed one (a point stands between them)."""
+    client = openai.OpenAI()
+    client.chat.completions.create(
+        model="gpt-4.1-mini",
+        messages=[{"role": "user", "content": f"{question} (roll {random.random()})"}])
+    reply = client.chat.completions.create(
+        model="gpt-4.1-mini", messages=[{"role": "user", "content": question}])
+    return reply.choices[0].message.content or ""
