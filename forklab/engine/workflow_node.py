@@ -227,7 +227,7 @@ class WorkflowScope:
         try:
             ctx.emit(ToolCalled, tool=use.name, effect=use.effect,
                      args=ctx.env.redactor.redact(use.args), args_hash=use.args_hash,
-                     call=key, call_id=key)
+                     call=key, call_id=key, trusted=use.trusted)
             ctx.check_cancel()
             ctx.before_call()
             tool_ctx = ToolContext(run_id=ctx.run_id, node=ctx.call.node,
