@@ -15,7 +15,13 @@ from typing import Any, Protocol
 
 from forklab.engine.actions import AgentAnswer, HumanDecision, ToolCall, ToolResult
 from forklab.engine.canonical import canonical_json, fingerprint
-from forklab.engine.errors import ForklabError, InvalidInput, UnexpectedToolCalls
+from forklab.engine.errors import (
+    ForklabError,
+    InvalidInput,
+    ProviderError,
+    ProviderTimeout,
+    UnexpectedToolCalls,
+)
 from forklab.engine.graph import ApprovalNode, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.inputs import check_json_value
 from forklab.engine.providers import ChatRequest
@@ -165,6 +171,15 @@ class NodeFailure(Exception):
         self.label: CallLabel = label
 
 
+def recorded_failure(error: Mapping[str, Any], label: CallLabel = "reused") -> NodeFailure:
+    """The failure a recorded error (a ``call.failed`` error) describes — the same type,
+    message and detail (a vendor's status, its attempts): served again by a fork
+    (``reused``), or failing the node the call was made in."""
+    detail = {k: v for k, v in error.items() if k not in ("type", "message")}
+    return NodeFailure(str(error.get("type")), str(error.get("message")), label=label,
+                       detail=detail)
+
+
 def tool_writes(node: ToolNode, result: Any) -> dict[str, Any]:
     """The memory writes a tool node makes from its tool's ``result`` (a mapping of its
     ``writes`` keys, or the one value of a single-key node); an oracle re-derives them to
@@ -290,6 +305,8 @@ class LiveOracle:
             tool_calls = tuple(ensure_json(
                 {"id": c.id, "name": c.name, "arguments": c.arguments},
                 f"a tool call of model {request.model!r}") for c in response.tool_calls)
+        except (ProviderError, ProviderTimeout) as exc:  # its status, message and attempts
+            raise NodeFailure(exc.code, exc.message, detail=exc.context) from None
         except ForklabError as exc:
             raise NodeFailure(exc.code, exc.message) from None
         attempts = tuple(a.to_wire() for a in response.attempts)

@@ -53,6 +53,7 @@ from forklab.engine.oracle import (
     RecordedTool,
     Served,
     ToolUse,
+    recorded_failure,
 )
 from forklab.engine.providers import ChatRequest, PriceTable
 from forklab.engine.requests_diff import (
@@ -323,8 +324,7 @@ class ForkOracle:
     @staticmethod
     def _reuse_agent(action: AgentAnswer | CallFailure) -> Served:
         if isinstance(action, CallFailure):
-            error = action.error
-            raise NodeFailure(str(error.get("type")), str(error.get("message")), label="reused")
+            raise recorded_failure(action.error)  # with its detail: a vendor's status
         return Served.of_record(action)
 
     def tool_call(self, call: NodeCall, use: ToolUse,
