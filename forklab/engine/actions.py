@@ -81,6 +81,11 @@ class ToolCall(_Record):
     tool: str
     call: str | None = None  # ``turn:2/tool:1`` for a tool the model chose; None: a tool node
     call_id: str | None = None  # the provider's id of the tool call (an alias of the key)
+    # a workflow's ``@forklab.tool`` declares these in code, where no graph holds them (a
+    # graph's tools' effects are in its graph): kept for a fork's estimate; None otherwise,
+    # and then absent from the wire form, so records without them read as they always did
+    effect: str | None = None
+    trusted: bool | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -310,9 +315,16 @@ def to_wire(record: Action) -> dict[str, Any]:
     return _with_fields({"type": record.TYPE, "seq": record.seq}, record)
 
 
+_ABSENT_WHEN_NONE = frozenset({"effect", "trusted"})
+"""Fields added after records were first written: left out of the wire form while unset."""
+
+
 def _with_fields(wire: dict[str, Any], record: Action) -> dict[str, Any]:
     for name in _FIELDS[type(record)]:
-        wire[name] = getattr(record, name)
+        value = getattr(record, name)
+        if value is None and name in _ABSENT_WHEN_NONE:
+            continue
+        wire[name] = value
     if isinstance(record, ChildOutcome):  # a list on the wire, as the event has it
         wire["tainted"] = list(record.tainted)
     return wire

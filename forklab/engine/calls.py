@@ -32,6 +32,7 @@ _PART = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_\-]*(?:\[\d+\])?|turn:\d+|tool:\d+|
 _WORKFLOW_CALL = re.compile(r"^(?:(?:openai|anthropic):\d+|tool:[A-Za-z_][A-Za-z0-9_\-]*#\d+)$")
 """The last part of a workflow node's call: a vendor client call or a ``@forklab.tool`` call."""
 _WORKFLOW_MODEL = re.compile(r"^(?:openai|anthropic):\d+$")
+_WORKFLOW_TOOL = re.compile(r"^tool:[A-Za-z_][A-Za-z0-9_\-]*#\d+$")
 _ALIAS = re.compile(r"^tool:(?P<id>[^/]+)$")
 
 
@@ -107,10 +108,16 @@ def parse_call_key(text: str) -> CallAddress | None:
     return CallAddress(node=node, occurrence=occurrence, call=call)
 
 
+def is_code_tool_call(call: str) -> bool:
+    """Whether ``call`` (a record's ``call`` part) is a workflow's ``@forklab.tool`` call
+    (``triage/tool:refund#1``): made by the code, not asked for under a model turn's key."""
+    return bool(_WORKFLOW_TOOL.match(call.rpartition("/")[2]))
+
+
 def looks_like_call_key(text: str) -> bool:
     """A CLI target with ``/`` or ``:`` is a call key, not a node or role (SPEC §6.3)."""
     return "/" in text or ":" in text
 
 
-__all__ = ["CallAddress", "call_key", "looks_like_call_key", "parse_call_key", "tool_call",
+__all__ = ["CallAddress", "call_key", "is_code_tool_call", "looks_like_call_key", "parse_call_key", "tool_call",
            "turn_call", "workflow_call"]

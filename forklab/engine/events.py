@@ -347,6 +347,7 @@ class ToolCalled(Event):
     args_hash: str
     call: str | None = None  # ``turn:2/tool:1``: a tool the model chose (None: a tool node)
     call_id: str | None = None  # the provider's id for that tool call
+    trusted: bool | None = None  # a workflow's @forklab.tool: its ``trusted`` (None: others)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -9,13 +9,19 @@ results, substitute values, enforce side-effect policy and budgets.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from forklab.engine.actions import AgentAnswer, HumanDecision, ToolCall, ToolResult
 from forklab.engine.canonical import canonical_json, fingerprint
-from forklab.engine.errors import ForklabError, InvalidInput, UnexpectedToolCalls
+from forklab.engine.errors import (
+    ForklabError,
+    InvalidInput,
+    ProviderError,
+    ProviderTimeout,
+    UnexpectedToolCalls,
+)
 from forklab.engine.graph import ApprovalNode, RouterNode, SubgraphNode, ToolNode
 from forklab.engine.inputs import check_json_value
 from forklab.engine.providers import ChatRequest
@@ -154,12 +160,24 @@ class NodeFailure(Exception):
     Raised by an oracle's ``agent``/``tool``, it is a call that failed: the node records it
     (``call.failed``, listed in ``calls``) with ``label`` — ``live`` for a call really made,
     what a fork decided for its own, ``reused`` for a recorded failure served again.
+    ``detail`` adds structured fields to the recorded error (JSON values, beside ``type``
+    and ``message``; none by default, so errors without it are recorded as they always were).
     """
 
-    def __init__(self, error_type: str, message: str, *, label: CallLabel = "live") -> None:
+    def __init__(self, error_type: str, message: str, *, label: CallLabel = "live",
+                 detail: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
-        self.error = {"type": error_type, "message": message}
+        self.error: dict[str, Any] = {"type": error_type, "message": message, **(detail or {})}
         self.label: CallLabel = label
+
+
+def recorded_failure(error: Mapping[str, Any], label: CallLabel = "reused") -> NodeFailure:
+    """The failure a recorded error (a ``call.failed`` error) describes — the same type,
+    message and detail (a vendor's status, its attempts): served again by a fork
+    (``reused``), or failing the node the call was made in."""
+    detail = {k: v for k, v in error.items() if k not in ("type", "message")}
+    return NodeFailure(str(error.get("type")), str(error.get("message")), label=label,
+                       detail=detail)
 
 
 def tool_writes(node: ToolNode, result: Any) -> dict[str, Any]:
@@ -287,6 +305,8 @@ class LiveOracle:
             tool_calls = tuple(ensure_json(
                 {"id": c.id, "name": c.name, "arguments": c.arguments},
                 f"a tool call of model {request.model!r}") for c in response.tool_calls)
+        except (ProviderError, ProviderTimeout) as exc:  # its status, message and attempts
+            raise NodeFailure(exc.code, exc.message, detail=exc.context) from None
         except ForklabError as exc:
             raise NodeFailure(exc.code, exc.message) from None
         attempts = tuple(a.to_wire() for a in response.attempts)

@@ -192,9 +192,11 @@ def _answered(state: RunState, event: AgentResponded) -> None:
 
 
 def _tool_called(state: RunState, event: ToolCalled) -> None:
+    declared = event.trusted is not None  # a workflow's tool: its effect is not in a graph
     _current(state, event).actions.append(ToolCall(
         seq=event.seq, args_hash=event.args_hash, args=event.args, tool=event.tool,
-        call=event.call, call_id=event.call_id))
+        call=event.call, call_id=event.call_id, effect=event.effect if declared else None,
+        trusted=event.trusted))
 
 
 def _tool_returned(state: RunState, event: ToolReturned) -> None:

@@ -28,8 +28,8 @@ def _action_payload(action: dict[str, Any]) -> dict[str, Any]:
     payload = {k: v for k, v in action.items() if k not in ("type", "seq")}
     if action["type"] == "tool_result":
         payload["latency_ms"] = 0.0
-    elif action["type"] == "tool":  # the node's declared effect is in the graph, not here
-        payload["effect"] = ""
+    elif action["type"] == "tool":  # a graph's tools' effects are in the graph, not here;
+        payload["effect"] = action.get("effect") or ""  # a workflow's tool recorded its own
     elif action["type"] == "human":
         payload["answered_by"] = ""
     return payload

@@ -23,6 +23,11 @@ Invariants:
   failed or diverged from the recording, cancellation) ends the node: it travels through the
   user's code as :class:`WorkflowAbort`, a ``BaseException`` that ``except Exception`` (the
   user's, or a vendor client's retry loop) does not catch, and is re-raised by the node;
+- a model call the vendor answered with an error status (after forklab's retries), or
+  whose recorded such failure a fork serves, is recorded as a failed call and reaches the
+  code as the vendor's answer — its client raises the vendor's own exception, which the
+  code may catch (:class:`VendorRefused`); left uncaught, it fails the node as that call's
+  failure (``provider_error``);
 - an exception the code raises fails the node (``workflow_error``) with its traceback.
 """
 
@@ -45,7 +50,7 @@ from forklab.engine.context import NodeContext, write_memory
 from forklab.engine.errors import ForklabError
 from forklab.engine.events import CallFailed, ReflectionDiscarded, ToolCalled, ToolReturned
 from forklab.engine.graph import AgentSpec, WorkflowNode
-from forklab.engine.oracle import NodeFailure, Served, ToolUse, ensure_json
+from forklab.engine.oracle import NodeFailure, Served, ToolUse, ensure_json, recorded_failure
 from forklab.engine.providers import ChatRequest, Provider, lend_providers
 from forklab.engine.tools import ToolContext
 
@@ -82,6 +87,31 @@ class WorkflowAbort(BaseException):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause
+
+
+REFUSED_HEADER = "x-forklab-call"
+"""The header of an error answer handed to a client: the failed call's key."""
+
+
+class VendorRefused(Exception):
+    """A model call the vendor answered with an error status (after the retries forklab
+    makes), or whose recorded such failure a fork serves: recorded as a failed call, and
+    handed to the code as the vendor's answer, so its client raises the vendor's own
+    exception (``openai.RateLimitError``, ``anthropic.BadRequestError``) — which the code
+    may catch. ``error`` is the call's recorded error (``status``, ``message``, …)."""
+
+    def __init__(self, error: dict[str, Any], key: str) -> None:
+        super().__init__(str(error.get("message")))
+        self.error = error
+        self.key = key  # the call's key
+
+
+def vendor_refusal(failure: NodeFailure) -> bool:
+    """Whether ``failure`` is the vendor's error answer (an HTTP status of 400 or more),
+    which the code's client should raise, rather than something the engine refused."""
+    status = failure.error.get("status")
+    return (failure.error.get("type") == "provider_error" and isinstance(status, int)
+            and status >= 400)
 
 
 class ToolFailed(Exception):
@@ -122,6 +152,9 @@ class WorkflowScope:
         self._counts: dict[tuple[tuple[str, ...], str], int] = {}
         self._lock = threading.RLock()  # one call at a time
         self._counting = threading.Lock()
+        # the errors of the calls whose error answer was handed to the code's client, by
+        # call key: an exception raised from one and left uncaught fails the node as it
+        self._refusals: dict[str, dict[str, Any]] = {}
 
     def _key(self, part: str, sep: str) -> str:
         # its own lock, never the call lock: the event loop takes keys while a worker
@@ -180,8 +213,27 @@ class WorkflowScope:
                 with lend_providers({request.provider: lent}):
                     return ask(self.ctx, _AGENT, list(request.messages),
                                request=self._settled(request), call=key)
+            except NodeFailure as failure:
+                if vendor_refusal(failure):  # recorded (ask did): the code's to handle
+                    raise VendorRefused(failure.error, key) from None
+                raise self._aborted(failure) from None
             except BaseException as exc:
                 raise self._aborted(exc) from None
+
+    def refused(self, refusal: VendorRefused) -> str:
+        """Note that the error answer of call ``refusal.key`` goes to the code, and return
+        the value of the :data:`REFUSED_HEADER` it must carry: the client's exception built
+        from it then fails the node as that call's failure if the code does not catch it."""
+        self._refusals[refusal.key] = refusal.error
+        return refusal.key
+
+    def refusal(self, exc: BaseException) -> NodeFailure | None:
+        """The failure of the call whose error answer ``exc`` was raised from (the vendor
+        clients keep it as ``exc.response``, with its :data:`REFUSED_HEADER`), or None."""
+        headers = getattr(getattr(exc, "response", None), "headers", None)
+        key = headers.get(REFUSED_HEADER) if headers is not None else None
+        error = self._refusals.get(key) if isinstance(key, str) else None
+        return None if error is None else recorded_failure(error, label="live")
 
     def _settled(self, request: ChatRequest) -> ChatRequest:
         """``request`` with the node's settings for every call (a node-wide change)."""
@@ -227,7 +279,7 @@ class WorkflowScope:
         try:
             ctx.emit(ToolCalled, tool=use.name, effect=use.effect,
                      args=ctx.env.redactor.redact(use.args), args_hash=use.args_hash,
-                     call=key, call_id=key)
+                     call=key, call_id=key, trusted=use.trusted)
             ctx.check_cancel()
             ctx.before_call()
             tool_ctx = ToolContext(run_id=ctx.run_id, node=ctx.call.node,
@@ -245,7 +297,9 @@ class WorkflowScope:
                      call=key)
             if raised:
                 raise raised[0] from None
-            if failure.label == "reused":
+            if failure.label == "reused" and failure.error["type"] != "prefix_diverged":
+                # a recorded failure served again (a diverged prefix call is the engine's
+                # refusal, which ends the node like any other)
                 raise ToolFailed(failure.error["type"], failure.error["message"]) from None
             raise self._aborted(failure) from None
         except BaseException as exc:
@@ -270,6 +324,9 @@ def run_workflow_node(ctx: NodeContext, node: WorkflowNode) -> str | None:
     except Exception as exc:
         if scope.abort is not None:  # the code caught the abort's exception and raised
             raise scope.abort from None
+        refused = scope.refusal(exc)
+        if refused is not None:  # the vendor's error answer, not caught: that call's failure
+            raise refused from None
         raise NodeFailure("workflow_error", _described(node, exc)) from None
     finally:
         _SCOPE.reset(scope_token)
@@ -311,5 +368,5 @@ def _described(node: WorkflowNode, exc: Exception) -> str:
             + "".join(frames).rstrip())
 
 
-__all__ = ["ToolFailed", "WorkflowAbort", "WorkflowScope", "add_step_source", "current_scope",
-           "current_steps", "run_workflow_node", "step"]
+__all__ = ["REFUSED_HEADER", "ToolFailed", "VendorRefused", "WorkflowAbort", "WorkflowScope", "add_step_source",
+           "current_scope", "current_steps", "run_workflow_node", "step", "vendor_refusal"]

@@ -10,10 +10,12 @@ requests, so its turns carry no messages (``served`` says so).
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from forklab.engine.calls import call_key, turn_call
+from forklab.engine.calls import call_key, is_code_tool_call, turn_call
+from forklab.engine.canonical import canonical_equals
 from forklab.runs import steps
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Run
@@ -103,6 +105,13 @@ def _turn_of(tool_call: str) -> str:
     return tool_call.rsplit("/tool:", 1)[0]
 
 
+def _json_of(text: Any) -> Any:
+    try:
+        return json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return text
+
+
 def _tool_of(ask: str) -> str | None:
     """The tool call a model was asked from (``turn:1/tool:1`` of ``turn:1/tool:1/ask:1``);
     None for a model turn."""
@@ -117,6 +126,7 @@ class _Builder:
         self.tools: dict[str, ToolUse] = {}
         self.system_prompt = ""
         self.requested = False
+        self.code_tools: list[ToolUse] = []  # a workflow's tool calls, in the order made
 
     def key(self, call: str) -> str:
         return call_key(self.node, self.occurrence, call) or call
@@ -140,8 +150,42 @@ class _Builder:
             use = ToolUse(key=self.key(call), call=call, tool=tool, seq=seq)
             use.asks = [t for c, t in self.turns.items() if _tool_of(c) == call]
             self.tools[call] = use
-            self.turn(_turn_of(call), seq).tools.append(use)
+            if is_code_tool_call(call):  # no turn in its key: found by content
+                self.code_tools.append(use)  # placed by :meth:`place_code_tools`
+            else:
+                self.turn(_turn_of(call), seq).tools.append(use)
         return self.tools[call]
+
+    def place_code_tools(self) -> None:
+        """Put each workflow tool call under the model turn whose reply asked for it: the
+        first tool call of an earlier reply not yet taken that names the tool with equal
+        arguments, else the one whose id a later request's ``tool`` message answers with
+        this call's result. Taken in call order; a call nothing asked for (the code's own
+        decision) stays an entry of its own, keyed by its call."""
+        taken: set[tuple[str, int]] = set()
+        asked = [(t, i, c) for t in self.loop_turns() for i, c in enumerate(t.tool_calls)]
+        answered: dict[str, list[Any]] = {}  # tool_call_id: the contents answering it
+        for turn in self.loop_turns():
+            for message in (*turn.earlier, *turn.new):
+                if message.get("role") == "tool" and message.get("tool_call_id"):
+                    answered.setdefault(str(message["tool_call_id"]), []).append(
+                        _json_of(message.get("content")))
+        for use in sorted(self.code_tools, key=lambda u: u.seq):
+            found = next(((t, i) for t, i, c in asked if (t.call, i) not in taken
+                          and t.seq < use.seq and c.get("name") == use.tool
+                          and canonical_equals(_json_of(c.get("arguments")), use.arguments)),
+                         None)
+            if found is None and use.done and use.error is None:
+                found = next(((t, i) for t, i, c in asked if (t.call, i) not in taken
+                              and t.seq < use.seq and c.get("name") == use.tool
+                              and any(canonical_equals(content, use.result) for content
+                                      in answered.get(str(c.get("id")), ()))), None)
+            if found is None:
+                self.turn(use.call, use.seq).tools.append(use)
+                continue
+            turn, index = found
+            taken.add((turn.call, index))
+            turn.tools.append(use)
 
     def add(self, seq: int, kind: str, p: dict[str, Any]) -> None:
         agent_call = p.get("call") or turn_call(1, p.get("role"), p.get("index"))
@@ -205,6 +249,7 @@ def build_thread(events: list[dict[str, Any]], *, run_id: str, node: str, occurr
     for event in events:
         if event.get("type") in TURN_EVENTS and event.get("node") == node:
             builder.add(int(event["seq"]), str(event["type"]), event.get("payload") or {})
+    builder.place_code_tools()
     turns = builder.loop_turns()
     if not turns:
         return None

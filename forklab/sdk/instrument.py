@@ -14,7 +14,11 @@ oracle through :meth:`~forklab.engine.workflow_node.WorkflowScope.model_call`:
   credentials, transport and proxies — and the client gets the vendor's response as it came;
 - answered from the log or by a change, the client gets a vendor-shaped response written
   from the recorded reply (text, tool calls, usage, finish reason), streamed when it asked
-  for a stream, which it parses as it would the vendor's.
+  for a stream, which it parses as it would the vendor's;
+- failed with the vendor's error status after forklab's retries (or such a recorded failure
+  served by a fork), the call is recorded as failed and the client gets the vendor's error
+  answer (as it came, or the recorded body) marked ``x-should-retry: false``: it raises the
+  vendor's own exception (``openai.RateLimitError`` …) at once, which the code may catch.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import Any
 from forklab.engine.errors import ProviderError, ProviderTimeout
 from forklab.engine.providers import Attempt, ChatRequest, ChatResponse, RetryPolicy
 from forklab.engine.providers.http import retry_delay, server_delay_s, should_retry, vendor_message
-from forklab.engine.workflow_node import current_scope
+from forklab.engine.workflow_node import REFUSED_HEADER, VendorRefused, current_scope
 from forklab.sdk import wire_anthropic, wire_openai, wire_responses
 
 _ENDPOINTS: dict[str, tuple[tuple[str, ModuleType], ...]] = {
@@ -81,8 +85,9 @@ class Passthrough:
     Failed attempts are retried as the engine's providers retry (``providers.http``: 408,
     409, 429, 5xx and no answer; ``Retry-After`` honoured), at most the client's own
     ``max_retries`` times, each attempt recorded on the call; a final failure is the
-    call's ``provider_error`` (``provider_timeout``), carrying the vendor's status and
-    message. (The client's own retry loop never sees these attempts: it would make each a
+    call's ``provider_error`` (``provider_timeout``), carrying the vendor's status, message
+    and (JSON, up to 4 KB) body, and ``failed`` keeps the vendor's last error answer for the
+    client. (The client's own retry loop never sees these attempts: it would make each a
     new call.)"""
 
     def __init__(self, name: str, wire: ModuleType, body: dict[str, Any], was: ChatRequest,
@@ -91,6 +96,7 @@ class Passthrough:
         self.wire, self.body, self.was, self.request, self.send = wire, body, was, request, send
         self.max_retries = max_retries
         self.raw: Raw | None = None
+        self.failed: Raw | None = None  # the vendor's last error answer, as it came
         self.sleep: Callable[[float], None] = time.sleep
 
     def complete(self, request: ChatRequest) -> ChatResponse:
@@ -123,6 +129,8 @@ class Passthrough:
         headers = {k.lower(): v for k, v in response.headers.items()}
         content = bytes(response.content)
         if response.status_code >= 400:
+            self.failed = Raw(response.status_code, {k: v for k, v in headers.items()
+                                                     if k not in _DROPPED_HEADERS}, content)
             text = content[:1000].decode("utf-8", "replace")
             return response.status_code, headers, vendor_message(text) or text, False
         self.raw = Raw(response.status_code, {k: v for k, v in headers.items()
@@ -154,7 +162,18 @@ class Passthrough:
                                    timeout_s=None, attempts=wire)
         what = f"HTTP {status}" if status is not None else "no answer"
         return ProviderError(f"{self.name} at {url} answered {what} ({tries}): {error}",
-                             url=url, status=status, provider_message=error, attempts=wire)
+                             url=url, status=status, provider_message=error, attempts=wire,
+                             vendor_body=self._failed_body())
+
+    def _failed_body(self) -> Any:
+        """The vendor's error body when it is JSON of at most 4 KB (what a fork serving
+        this failure hands the client again), else None."""
+        if self.failed is None or len(self.failed.content) > 4096:
+            return None
+        try:
+            return json.loads(self.failed.content)
+        except ValueError:
+            return None
 
 
 def _answer(vendor: str, wire: ModuleType, request: Any, send: Callable[[Any], Any],
@@ -171,12 +190,35 @@ def _answer(vendor: str, wire: ModuleType, request: Any, send: Callable[[Any], A
             f"({type(exc).__name__}: {exc}); it was not sent. Report it with the client's "
             "version, or make this call outside the workflow")) from None
     lent = Passthrough(was.provider, wire, body, was, request, send, max_retries)
-    served = scope.model_call(vendor, was, lent, key)
+    try:
+        served = scope.model_call(vendor, was, lent, key)
+    except VendorRefused as refused:
+        return _refusal(request, wire, lent, refused.error, scope.refused(refused))
     if lent.raw is not None:
         return _response(request, lent.raw.status, lent.raw.headers, lent.raw.content)
     ident = hashlib.sha256(f"{was.request_hash}".encode()).hexdigest()[:24]
     content, kind = wire.render(body, served, ident)
     return _response(request, 200, {"content-type": kind}, content)
+
+
+def _refusal(request: Any, wire: ModuleType, lent: Passthrough, error: dict[str, Any],
+             key: str) -> Any:
+    """The error answer the client is handed for a failed call: the vendor's own when this
+    call got one, else (a fork serving a recorded failure) the recorded body, or one
+    written from the recorded status and message. ``x-should-retry: false`` tells the
+    client not to retry: forklab already did, and a retry would be a new call."""
+    if lent.failed is not None:
+        status, headers, content = lent.failed.status, dict(lent.failed.headers), \
+            lent.failed.content
+    else:
+        status = int(error["status"])
+        recorded = error.get("vendor_body")
+        message = str(error.get("provider_message") or error.get("message") or "")
+        headers = {"content-type": "application/json"}
+        content = json.dumps(recorded if recorded is not None
+                             else wire.error_body(status, message)).encode()
+    headers.update({"x-should-retry": "false", REFUSED_HEADER: key})
+    return _response(request, status, headers, content)
 
 
 def _retries(client: Any) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 from forklab.engine.providers import ChatRequest, ChatResponse, ToolCallRequest, ToolDefinition
 from forklab.engine.providers.base import Message
 from forklab.sdk import sse
-from forklab.sdk.wire_common import apply_settings
+from forklab.sdk.wire_common import apply_settings, error_kind
 
 _MAPPED = {"model", "messages", "system", "temperature", "tools", "tool_choice", "stream",
            "max_tokens"}
@@ -185,4 +185,10 @@ def render(body: dict[str, Any], served: Any, ident: str) -> tuple[bytes, str]:
     return sse.encode(items), "text/event-stream"
 
 
-__all__ = ["apply", "render", "request", "response"]
+__all__ = ["apply", "error_body", "render", "request", "response"]
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """The error body the Messages API answers ``status`` with (what a served recorded
+    failure hands the client, which raises from its status: ``anthropic.RateLimitError``)."""
+    return {"type": "error", "error": {"type": error_kind(status), "message": message}}

@@ -1,5 +1,6 @@
 """What the three wire forms (Chat Completions, Responses, Messages) share: writing a
-fork's per-call setting changes back into the request the team's code built."""
+fork's per-call setting changes back into the request the team's code built, and naming
+an error status as the vendors' error bodies do."""
 
 from __future__ import annotations
 
@@ -22,3 +23,13 @@ def apply_settings(body: dict[str, Any], was: ChatRequest, now: ChatRequest,
     if now.system_prompt != was.system_prompt:
         set_system(body, now.system_prompt)
     return body
+
+
+_ERROR_KINDS = {400: "invalid_request_error", 401: "authentication_error",
+                403: "permission_error", 404: "not_found_error", 409: "conflict_error",
+                422: "invalid_request_error", 429: "rate_limit_error"}
+
+
+def error_kind(status: int) -> str:
+    """The error ``type`` both vendors give an HTTP ``status`` in their error bodies."""
+    return _ERROR_KINDS.get(status, "api_error")

@@ -17,7 +17,7 @@ from typing import Any
 from forklab.engine.providers import ChatRequest, ChatResponse, ToolCallRequest, ToolDefinition
 from forklab.engine.providers.base import Message
 from forklab.sdk import sse
-from forklab.sdk.wire_common import apply_settings
+from forklab.sdk.wire_common import apply_settings, error_kind
 
 UNSET_MAX_TOKENS = 4096
 """The output bound a call that sets none is costed with (its worst case in a fork budget)."""
@@ -195,4 +195,11 @@ def render(body: dict[str, Any], served: Any, ident: str) -> tuple[bytes, str]:
     return sse.encode(items, done=True), "text/event-stream"
 
 
-__all__ = ["apply", "decode_arguments", "render", "request", "response"]
+__all__ = ["apply", "decode_arguments", "error_body", "render", "request", "response"]
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """The error body the API answers ``status`` with (what a served recorded failure
+    hands the client, which raises from its status: ``openai.RateLimitError`` for 429)."""
+    return {"error": {"message": message, "type": error_kind(status), "param": None,
+                      "code": None}}

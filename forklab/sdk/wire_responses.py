@@ -18,7 +18,7 @@ from forklab.engine.providers import ChatRequest, ChatResponse, ToolCallRequest,
 from forklab.engine.providers.base import Message
 from forklab.sdk import sse
 from forklab.sdk.wire_common import apply_settings
-from forklab.sdk.wire_openai import UNSET_MAX_TOKENS, decode_arguments
+from forklab.sdk.wire_openai import UNSET_MAX_TOKENS, decode_arguments, error_body
 
 _MAPPED = {"model", "input", "instructions", "temperature", "tools", "tool_choice",
            "parallel_tool_calls", "stream", "max_output_tokens", "text"}
@@ -161,4 +161,4 @@ def render(body: dict[str, Any], served: Any, ident: str) -> tuple[bytes, str]:
     return sse.encode(items), "text/event-stream"
 
 
-__all__ = ["apply", "render", "request", "response"]
+__all__ = ["apply", "error_body", "render", "request", "response"]

@@ -57,6 +57,8 @@ _VALUES: dict[str, st.SearchStrategy[Any]] = {
     "tainted": st.lists(st.text(max_size=5), max_size=3).map(tuple),
     "call": st.none() | st.sampled_from(["turn:1", "turn:2/tool:1", "judge/turn:3"]),
     "call_id": st.none() | st.text(max_size=8),
+    "effect": st.none() | st.sampled_from(["read", "write"]),
+    "trusted": st.none() | st.booleans(),
     "tool_calls": st.none() | st.lists(st.fixed_dictionaries({
         "id": st.text(max_size=5), "name": st.text(max_size=5), "arguments": _json}),
         max_size=2).map(tuple),
@@ -83,8 +85,10 @@ def test_a_wire_form_lists_type_seq_then_the_fields_in_declaration_order(
         record: Action) -> None:
     wire = actions.to_wire(record)
 
-    assert list(wire) == ["type", "seq", *(f.name for f in dataclasses.fields(record)
-                                           if f.name != "seq")]
+    assert list(wire) == ["type", "seq", *(
+        f.name for f in dataclasses.fields(record) if f.name != "seq"
+        # fields added later are absent while unset (a record without them reads as before)
+        and not (f.name in ("effect", "trusted") and getattr(record, f.name) is None))]
     assert wire["type"] == record.TYPE
     served = actions.served_wire(record)
     assert served == {k: v for k, v in wire.items() if k != "seq"}

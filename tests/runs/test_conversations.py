@@ -81,3 +81,69 @@ def test_a_gated_tool_call_carries_its_approval() -> None:
     assert refund.approval is not None
     assert (refund.approval["decision"], refund.approval["answered_by"]) == ("approved", "ada")
     assert refund.done and refund.arguments == {"order_id": "A-1001", "amount": 39.98}
+
+
+def _event(seq: int, kind: str, **payload: object) -> dict[str, object]:
+    return {"seq": seq, "type": kind, "node": "support", "occurrence": 1, "payload": payload}
+
+
+def _workflow_events(*, refund_args: dict[str, object]) -> list[dict[str, object]]:
+    """A workflow's log: openai:1 asks lookup_order and issue_refund; the code calls them
+    (the refund with ``refund_args``), then a tool nobody asked for, then openai:2."""
+    asked = [{"id": "call_1", "name": "lookup_order", "arguments": {"order_id": "A-1"}},
+             {"id": "call_2", "name": "issue_refund",
+              "arguments": {"order_id": "A-1", "amount": 5}}]
+    user = {"role": "user", "content": "refund A-1"}
+    return [
+        _event(1, "agent.requested", call="openai:1", model="m", messages=[user]),
+        _event(2, "agent.responded", call="openai:1", model="m", text="", tool_calls=asked),
+        _event(3, "tool.called", call="tool:lookup_order#1", tool="lookup_order",
+               effect="read", args={"order_id": "A-1"}, call_id="tool:lookup_order#1"),
+        _event(4, "tool.returned", call="tool:lookup_order#1", result={"total": 5},
+               label="live"),
+        _event(5, "tool.called", call="audit/tool:note#1", tool="note", effect="write",
+               args={"text": "x"}),
+        _event(6, "tool.returned", call="audit/tool:note#1", result="ok", label="live"),
+        _event(7, "tool.called", call="tool:issue_refund#1", tool="issue_refund",
+               effect="write", args=refund_args),
+        _event(8, "tool.returned", call="tool:issue_refund#1", result={"status": "issued"},
+               label="live"),
+        _event(9, "agent.requested", call="openai:2", model="m", messages=[
+            user, {"role": "assistant", "content": "", "tool_calls": asked},
+            {"role": "tool", "tool_call_id": "call_1", "content": '{"total": 5}'},
+            {"role": "tool", "tool_call_id": "call_2", "content": '{"status": "issued"}'}]),
+        _event(10, "agent.responded", call="openai:2", model="m", text="Refunded."),
+    ]
+
+
+def _layout(events: list[dict[str, object]]) -> list[tuple[str, list[str]]]:
+    thread = build_thread(events, run_id="r", node="support", occurrence=1)
+    assert thread is not None
+    return [(t.key, [u.key for u in t.tools]) for t in thread.turns]
+
+
+def test_a_workflows_tool_call_sits_under_the_turn_whose_reply_asked_for_it() -> None:
+    assert _layout(_workflow_events(refund_args={"order_id": "A-1", "amount": 5})) == [
+        ("support#1/openai:1", ["support#1/tool:lookup_order#1",
+                                "support#1/tool:issue_refund#1"]),
+        ("support#1/audit/tool:note#1", ["support#1/audit/tool:note#1"]),  # nobody asked
+        ("support#1/openai:2", [])]
+
+
+def test_a_tool_called_with_other_arguments_is_placed_by_the_result_answering_the_call() -> None:
+    # the code rounded the amount: the arguments differ, the next request answers call_2
+    # with this call's result
+    assert _layout(_workflow_events(refund_args={"order_id": "A-1", "amount": 5.0001}))[0] == (
+        "support#1/openai:1", ["support#1/tool:lookup_order#1", "support#1/tool:issue_refund#1"])
+
+
+def test_each_asked_tool_call_takes_one_code_call_the_second_stays_its_own() -> None:
+    events = _workflow_events(refund_args={"order_id": "A-1", "amount": 5})
+    events[8:8] = [  # the code looks the order up again, after the refund
+        _event(8, "tool.called", call="tool:lookup_order#2", tool="lookup_order",
+               effect="read", args={"order_id": "A-1"}),
+        _event(8, "tool.returned", call="tool:lookup_order#2", result={"total": 5},
+               label="live")]
+    layout = _layout(events)
+    assert layout[0][1] == ["support#1/tool:lookup_order#1", "support#1/tool:issue_refund#1"]
+    assert layout[2] == ("support#1/tool:lookup_order#2", ["support#1/tool:lookup_order#2"])

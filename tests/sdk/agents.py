@@ -164,3 +164,54 @@ async def summarize(text: str) -> str:
 @forklab.workflow("nested_async")
 async def nested_async(question: str) -> str:
     return str(await summarize(question))
+
+
+@forklab.workflow("echo_then_ask")
+def echo_then_ask(question: str) -> str:
+    """A tool call, then a model call: a test edits ``EDITION["order"]`` (changed code)."""
+    order = echo({"order": EDITION.get("order", "A-1001")})
+    client = openai.OpenAI()
+    reply = client.chat.completions.create(
+        model="gpt-4.1-mini", messages=[{"role": "user", "content": f"{question} {order}"}])
+    return reply.choices[0].message.content or ""
+
+
+@forklab.workflow("dice_twice")
+def dice_twice(question: str) -> str:
+    """A call asking something random, then a fixed one (a point stands between them)."""
+    client = openai.OpenAI()
+    client.chat.completions.create(
+        model="gpt-4.1-mini",
+        messages=[{"role": "user", "content": f"{question} (roll {random.random()})"}])
+    reply = client.chat.completions.create(
+        model="gpt-4.1-mini", messages=[{"role": "user", "content": question}])
+    return reply.choices[0].message.content or ""
+
+
+@forklab.workflow("careful_openai")
+def careful_openai(question: str, stream: bool = False) -> str:
+    """Code that handles the vendor's errors itself, as it would without forklab."""
+    client = openai.OpenAI(max_retries=2)
+    messages: Any = [{"role": "user", "content": question}]
+    try:
+        if stream:
+            chunks = client.chat.completions.create(model="gpt-4.1-mini", messages=messages,
+                                                    stream=True)
+            return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        reply = client.chat.completions.create(model="gpt-4.1-mini", messages=messages)
+    except openai.APIStatusError as exc:
+        return f"{type(exc).__name__} {exc.status_code}: {exc.message}"
+    return reply.choices[0].message.content or ""
+
+
+@forklab.workflow("careful_claude")
+async def careful_claude(question: str) -> str:
+    import anthropic
+
+    client = anthropic.AsyncAnthropic(max_retries=1)
+    try:
+        reply = await client.messages.create(model="claude-sonnet-4-5", max_tokens=100,
+                                             messages=[{"role": "user", "content": question}])
+    except anthropic.APIStatusError as exc:
+        return f"{type(exc).__name__} {exc.status_code}: {exc.message}"
+    return "".join(b.text for b in reply.content if b.type == "text")

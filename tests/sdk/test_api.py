@@ -113,8 +113,12 @@ def test_a_workflow_execution_reads_as_a_conversation_of_keyed_calls(
         f"{API}/runs/{run.id}/conversation/", {"node": "support", "occurrence": 1})
     assert response.status_code == 200, response.json()
     thread = response.json()
-    turns = [t["key"] for t in thread["turns"]]
-    tools = [u["key"] for t in thread["turns"] for u in t["tools"]]
-    assert (turns[0], turns[-1]) == ("support#1/openai:1", "support#1/openai:2")
-    assert tools == ["support#1/tool:lookup_order#1", "support#1/tool:issue_refund#1"]
+    # each tool call the code made sits under the turn whose reply asked for it
+    assert [(t["key"], [u["key"] for u in t["tools"]]) for t in thread["turns"]] == [
+        ("support#1/openai:1", ["support#1/tool:lookup_order#1",
+                                "support#1/tool:issue_refund#1"]),
+        ("support#1/openai:2", [])]
+    first = thread["turns"][0]
+    assert [c["name"] for c in first["tool_calls"]] == ["lookup_order", "issue_refund"]
+    assert [u["effect"] for u in first["tools"]] == ["read", "write"]
     assert thread["system_prompt"].startswith("You are the support agent")

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from forklab.engine import change, fork, fork_points
+from forklab.engine import change, fork, fork_points, prepare_fork
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.environment import Environment
+from forklab.engine.events import ToolCalled
 from forklab.engine.recording import RecordedRun, run_recorded
 from forklab.engine.scenarios import tools as world
 from forklab.engine.workflows import workflow_graph
@@ -160,3 +161,24 @@ def test_a_node_wide_model_change_applies_to_every_call_the_code_makes(
     assert [label for call, label in labels(result) if "openai" in str(call)] == [
         "changed", "changed"]
     assert canonical_equals(result.state.memory, base.state.memory)  # the stub ignores models
+
+
+def test_the_estimate_counts_the_workflows_tool_calls_after_the_point(
+        base: RecordedRun) -> None:
+    """The recorded effect of each @forklab.tool call decides: a read runs for real, a
+    write is the guard's (served or blocked: no call) unless the policy allows it."""
+    tools = [e for e in base.event_log if isinstance(e, ToolCalled)]
+    assert [(e.tool, e.effect, e.trusted) for e in tools] == [
+        ("lookup_order", "read", True), ("issue_refund", "write", True)]
+    at_lookup = prepare_fork(base, at={"before_call": "support#1/tool:lookup_order#1"})
+    assert at_lookup.estimate.live_calls == 2  # lookup_order and openai:2; not openai:1
+    assert any("1 write tool call(s) (issue_refund) are not counted" in w
+               for w in at_lookup.warnings)
+    allowed = prepare_fork(base, at={"before_call": "support#1/tool:lookup_order#1"},
+                           policy={"side_effects": {"allow": ["issue_refund"]}})
+    assert allowed.estimate.live_calls == 3
+    at_start = prepare_fork(base, at="start")
+    assert at_start.estimate.live_calls == 3  # both model calls and lookup_order
+    at_reply = prepare_fork(base, at={"before_call": "support#1/openai:2"})
+    assert at_reply.estimate.live_calls == 1
+    assert not any("write tool call" in w for w in at_reply.warnings)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from forklab.engine import fork, fork_check
@@ -19,7 +21,7 @@ def env() -> Environment:
                        workflows=WorkflowRegistry(("forklab.demo_agents.", "tests.sdk.")))
 
 
-def record(env: Environment, name: str, **inputs: str) -> RecordedRun:
+def record(env: Environment, name: str, **inputs: Any) -> RecordedRun:
     return run_recorded(workflow_graph(env.workflows, f"tests.sdk.agents:{name}"), inputs,
                         env=env)
 
@@ -72,10 +74,30 @@ def test_a_prefix_call_whose_request_changed_is_prefix_diverged_naming_it(
     monkeypatch.setitem(agents.EDITION, "prompt", "Be thorough.")  # the code changed since
     result = fork(base, at={"before_call": "two_step#1/review/openai:1"},
                   policy={"memoize": True})
-    assert result.state.status == "failed"
+    assert result.state is not None and result.state.status == "failed"
     error = result.state.error or {}
     assert error["type"] == "prefix_diverged"
+    assert error["call"] == "two_step#1/draft/openai:1"
     assert "draft/openai:1" in error["message"]
+    assert "system prompt differs: recorded 'Be brief.' now 'Be thorough.'" in error["message"]
+    assert error["differences"] == [{
+        "part": "system_prompt", "summary": "system prompt differs: recorded 'Be brief.' now "
+        "'Be thorough.'", "recorded": "Be brief.", "now": "Be thorough."}]
+
+
+def test_a_prefix_tool_call_with_other_arguments_names_them(
+        clients: VendorStub, env: Environment, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = record(env, "echo_then_ask", question="Where is")
+    assert base.state.status == "completed", base.state.error
+    monkeypatch.setitem(agents.EDITION, "order", "A-1002")
+    result = fork(base, at={"before_call": "echo_then_ask#1/openai:1"})
+    assert result.state is not None
+    error = result.state.error or {}
+    assert error["type"] == "prefix_diverged", error
+    assert error["call"] == "echo_then_ask#1/tool:echo#1"
+    assert ('arguments differ: {"value":{"order":"A-1001"}} vs {"value":{"order":"A-1002"}}'
+            in error["message"])
+    assert [d["part"] for d in error["differences"]] == ["arguments"]
 
 
 def test_forkcheck_reports_code_that_does_not_reproduce(clients: VendorStub,
@@ -84,6 +106,17 @@ def test_forkcheck_reports_code_that_does_not_reproduce(clients: VendorStub,
     result, _end = fork_check(base.run_id, store=base.store, env=env)
     assert not result.ok
     assert "dice:agent:changed [dice#1/openai:1]" in result.detail
+
+
+def test_forkcheck_says_what_differs_in_a_prefix_call_that_does_not_reproduce(
+        clients: VendorStub, env: Environment) -> None:
+    base = record(env, "dice_twice", question="Pick one")
+    results = fork_check(base.run_id, store=base.store, env=env)
+    [at_second] = [r for r in results if r.point.call == "dice_twice#1/openai:2"]
+    assert not at_second.ok
+    assert "error     prefix_diverged: call dice_twice#1/openai:1" in at_second.detail
+    assert "message 1 (role user) content differs: recorded 'Pick one (roll 0." in (
+        at_second.detail)
 
 
 def test_forkcheck_passes_a_deterministic_workflow(clients: VendorStub,

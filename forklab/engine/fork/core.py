@@ -275,7 +275,7 @@ def plan_at(
         applied=application.applied,
         active=parse_changes([*base.state.changes, *wire(changes)]),
         dirty=application.written_inputs, policy=policy, memoize=memoize,
-        prices=base.env.prices)
+        prices=base.env.prices, call=effective.call)
     estimate.events_reused = effective.seq
     plan = ForkPlan(base=base, point=point, effective=effective, changes=changes, graph=graph,
                     prefix=prefix, new_input=application.new_input,

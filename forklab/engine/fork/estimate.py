@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from forklab.engine.actions import AgentAnswer, ChildOutcome, ToolCall
+from forklab.engine.actions import AgentAnswer, AgentAsked, ChildOutcome, ToolCall, call_of
 from forklab.engine.errors import ForklabError
 from forklab.engine.fork.apply import Target, config_targets
 from forklab.engine.fork.changes import (
@@ -91,29 +91,45 @@ class _Walk:
     base: BaseRun
     est: Estimate = field(default_factory=Estimate)
     unpriced: set[str] = field(default_factory=set)
+    guarded: list[str] = field(default_factory=list)  # write tool calls the guard decides on
 
-    def count(self, ex: Execution, node: Any, graph: GraphSpec | None) -> None:
-        for action in ex.actions:
+    def count(self, ex: Execution, node: Any, graph: GraphSpec | None,
+              from_call: str | None = None) -> None:
+        """Count ``ex``'s calls; with ``from_call`` (a call-level point's key part in
+        ``ex``) only that call's and the later ones: the earlier ones are served from the
+        log."""
+        for action in _from_call(ex.actions, from_call):
             # a simulated answer or child result was supplied by a change: never a call
             if isinstance(action, AgentAnswer) and action.label != "simulated":
                 self._agent(graph, node, action)
             elif isinstance(action, ToolCall) and isinstance(node, ToolNode) and (
                     node.effect == "read" or self.policy.allows(node.id)):
                 self.est.live_calls += 1
-            elif isinstance(action, ToolCall) and action.call is not None and (
-                    self._chosen_effect(graph, action.tool) == "read"
-                    or self.policy.allows(action.tool)):
-                self.est.live_calls += 1  # a tool the model chose (a write: when allowed)
+            elif isinstance(action, ToolCall) and action.call is not None:
+                self._chosen(graph, action)
             elif (isinstance(action, ChildOutcome) and action.label != "simulated"
                   and self.policy.allows(ex.node)):
                 child = self.base.load_run(action.child_run_id)
                 if child is not None:
                     self._child(child)
 
+    def _chosen(self, graph: GraphSpec | None, action: ToolCall) -> None:
+        """A call of a tool the model chose or a workflow's code called: it runs for real
+        when it reads or the policy allows it; a write the guard decides on (served its
+        recorded result, or blocked) is no call, and is named in a warning."""
+        if self._effect(graph, action) == "read" or self.policy.allows(action.tool):
+            self.est.live_calls += 1
+        else:
+            self.guarded.append(action.tool)
+
     @staticmethod
-    def _chosen_effect(graph: GraphSpec | None, tool: str) -> str:
-        spec = (graph.tools or {}).get(tool) if graph is not None else None
-        return spec.effect if spec is not None else "write"  # unknown: not counted as free
+    def _effect(graph: GraphSpec | None, action: ToolCall) -> str:
+        """The tool's effect: a workflow's ``@forklab.tool`` recorded it on the call, a
+        graph's tool declares it in the graph; unknown: a write (never counted as free)."""
+        if action.effect is not None:
+            return action.effect
+        spec = (graph.tools or {}).get(action.tool) if graph is not None else None
+        return spec.effect if spec is not None else "write"
 
     def _agent(self, graph: GraphSpec | None, node: Any, action: AgentAnswer) -> None:
         model = (action.model  # a workflow's code names its models: the recorded one
@@ -139,6 +155,17 @@ class _Walk:
             self.count(ex, node, graph)
 
 
+def _from_call(records: Sequence[Any], call: str | None) -> Sequence[Any]:
+    """``records`` from the first one of model or tool call ``call`` on (all when None,
+    or when no record is of that call)."""
+    if call is None:
+        return records
+    for i, record in enumerate(records):
+        if isinstance(record, AgentAsked | ToolCall) and call_of(record) == call:
+            return records[i:]
+    return records
+
+
 def _stale_targets(base: BaseRun, position: int) -> list[Target]:
     """Config targets an inherited execution at ``position`` ran without."""
     entries = base.index.entries
@@ -152,12 +179,15 @@ def _stale_targets(base: BaseRun, position: int) -> list[Target]:
 def estimate_tail(
     *, graph: GraphSpec, base: BaseRun, position: int, changes: Sequence[Change],
     applied: Sequence[Change], active: Sequence[Change], dirty: set[str], policy: Policy,
-    memoize: bool, prices: PriceTable,
+    memoize: bool, prices: PriceTable, call: str | None = None,
 ) -> Estimate:
     """Predict live calls, tokens and USD of the tail: the base's logical run from
     ``position`` on, under ``graph``, with ``changes`` (the request's), ``applied`` (every
     change applied at the point), ``active`` (every change the tail serves: the node-level
-    ones of the whole lineage) and ``dirty`` input keys the point writes."""
+    ones of the whole lineage) and ``dirty`` input keys the point writes. ``call`` is a
+    call-level point's key (``support#1/openai:3``): the calls its execution recorded
+    before it are served from the log and not counted."""
+    from_call = call.split("/", 1)[1] if call is not None and "/" in call else None
     walk = _Walk(graph=graph, policy=policy, prices=prices, base=base)
     targets = config_targets(changes)
     substituted = {c.node for c in active if isinstance(c, (OutputChange, ToolChange))}
@@ -179,7 +209,16 @@ def estimate_tail(
             continue
         if isinstance(node, SubgraphNode) and not policy.allows(ex.node):
             continue  # served from the recording, or blocked: no call either way
-        walk.count(ex, node, graph)
+        walk.count(ex, node, graph, from_call if offset == 0 else None)
+    if walk.guarded:
+        named = ", ".join(sorted(set(walk.guarded)))
+        walk.est.warnings.append(
+            f"{len(walk.guarded)} write tool call(s) ({named}) are not counted: " + (
+                "the policy blocks side effects, so the first one stops the fork"
+                if policy.blocks_all else
+                "the side-effect guard serves each the base's recorded result when the base "
+                "made it with the same arguments and blocks any other")
+            + "; allow a tool to call it for real")
     for source in sorted(routes):
         if isinstance(graph.node(source), RouterNode):
             walk.est.warnings.append(

@@ -100,6 +100,9 @@ def fork_check(run_id: str, *, store: Store, env: Environment | None = None,
                 detail += f"\n  calls     {len(paid)} paid call(s): " + ", ".join(
                     f"{c.node}:{c.kind}:{c.label}" + (f" [{c.call}]" if c.call else "")
                     for c in paid)  # with its key: names the first call that differs
+            error = state.error or {}
+            if error and error != (base.state.error or {}):  # e.g. prefix_diverged, saying
+                detail += f"\n  error     {error.get('type')}: {error.get('message')}"  # what
         results.append(FidelityResult(run_id=run_id, point=point, ok=same and not paid,
                                       calls=len(paid), detail=detail))
     return results

@@ -38,6 +38,7 @@ from forklab.engine.actions import (
     call_records,
 )
 from forklab.engine.canonical import canonical_json
+from forklab.engine.events import AnyEvent
 from forklab.engine.state import Execution, RunState
 
 FINISHED = ("completed", "failed")
@@ -144,6 +145,9 @@ class Recording:
     by_occurrence: dict[tuple[str, int], Execution] = field(default_factory=dict)
     load_run: RunLoader | None = None
     tool_effects: dict[tuple[str, str], ToolResult] = field(default_factory=dict)
+    # the base's log, then its ancestors': only read to say how a prefix call diverged
+    # (``requests_diff.recorded_request``), never on the way of a call that matches
+    logs: tuple[Sequence[AnyEvent], ...] = ()
 
     @classmethod
     def of(cls, state: RunState, *, lineage: Sequence[RunState] = (),

@@ -53,8 +53,17 @@ from forklab.engine.oracle import (
     RecordedTool,
     Served,
     ToolUse,
+    recorded_failure,
 )
 from forklab.engine.providers import ChatRequest, PriceTable
+from forklab.engine.requests_diff import (
+    as_recorded,
+    described,
+    recorded_request,
+    recorded_tool_call,
+    request_difference,
+    tool_call_difference,
+)
 from forklab.engine.state import Execution
 from forklab.engine.status import CallLabel
 from forklab.engine.tools import ToolContext
@@ -263,7 +272,7 @@ class ForkOracle:
         recorded_hash = None if recorded is None else recorded.request_hash
         rerun = self.calls.reruns(node, occurrence, key)
         if self.prefix.holds(node, occurrence, key) and not rerun:
-            self._check_prefix(call, key, recorded, recorded_hash == request.request_hash)
+            self._check_prefix(call, key, recorded, request)
             assert recorded is not None
             return self._reuse_agent(recorded)
         if (self.memoize and not rerun and recorded is not None
@@ -283,29 +292,39 @@ class ForkOracle:
                                           served.output_tokens), call)
         return replace(served, label=label)
 
-    @staticmethod
-    def _check_prefix(call: NodeCall, key: str, recorded: Any, same: bool) -> None:
+    def _check_prefix(self, call: NodeCall, key: str, recorded: AgentAnswer | CallFailure | None,
+                      request: ChatRequest) -> None:
         """A call before a call-level fork point is the past: served as recorded. A change
         of the fork may have altered its request (a prompt, a memory key the node read) —
         the calls from the point on see the change, the ones before it happened as they
         did. Only a call the recording does not hold cannot be served (``prefix_diverged``);
-        and a workflow node, whose requests its own code makes, must make the same ones."""
+        and a workflow node, whose requests its own code makes, must make the same ones —
+        the error then names what differs (worked out only then: a match is a hash
+        comparison) and carries it as ``differences``."""
         where = f"call {call.node}#{call.occurrence}/{key} comes before the fork point but "
         if recorded is None:
             raise NodeFailure("prefix_diverged", (
                 where + "the base recorded no such call; the code or graph no longer makes "
                 "the recorded calls — fork at the node instead"), label="reused")
-        if not same and call.kind == "workflow":
+        if call.kind == "workflow" and recorded.request_hash != request.request_hash:
+            was = recorded_request(self.recording.logs, call.node, call.occurrence,
+                                   str(recorded.request_hash))
+            found = ([] if was is None else
+                     request_difference(was, as_recorded(request, self.live.env.redactor)))
+            what = described(found) or (
+                "its messages, tools and settings are as recorded, so a field the log does "
+                "not keep (max_tokens) differs" if was is not None else
+                "its messages, tools or settings differ (the recorded request is not at hand)")
             raise NodeFailure("prefix_diverged", (
-                where + "now sends a different request than the recording (its messages, "
-                "tools or settings differ): the code is not deterministic, or changed"),
-                label="reused")
+                where + f"now sends a different request than the recording — {what}: the "
+                "code is not deterministic, or changed"), label="reused",
+                detail={"call": f"{call.node}#{call.occurrence}/{key}",
+                        "differences": [d.to_wire() for d in found]})
 
     @staticmethod
     def _reuse_agent(action: AgentAnswer | CallFailure) -> Served:
         if isinstance(action, CallFailure):
-            error = action.error
-            raise NodeFailure(str(error.get("type")), str(error.get("message")), label="reused")
+            raise recorded_failure(action.error)  # with its detail: a vendor's status
         return Served.of_record(action)
 
     def tool_call(self, call: NodeCall, use: ToolUse,
@@ -323,11 +342,19 @@ class ForkOracle:
                  or self.calls.within(node, occurrence, use.call))
         if self.prefix.holds(node, occurrence, use.call) and not rerun:
             if outcome is None or not same:
+                was = recorded_tool_call(self.recording.by_occurrence.get((node, occurrence)),
+                                         use.call)
+                found = [] if outcome is None else tool_call_difference(
+                    name, None if was is None else was.args, use.name,
+                    self.live.env.redactor.redact(use.args))
                 raise NodeFailure("prefix_diverged", (
                     f"call {node}#{occurrence}/{use.call} comes before the fork point but "
                     + ("the base recorded no result for it" if outcome is None else
-                       f"now calls {use.name!r} with other arguments than the recording")
-                    + "; fork at the node instead"), label="reused")
+                       f"now calls {use.name!r} otherwise than the recording — "
+                       + (described(found) or "its arguments differ"))
+                    + "; fork at the node instead"), label="reused",
+                    detail={"call": f"{node}#{occurrence}/{use.call}",
+                            "differences": [d.to_wire() for d in found]})
             return self._reuse_tool(outcome)
         if use.effect == "write" and not self.policy.allows(use.name):
             if self.policy.blocks_all:

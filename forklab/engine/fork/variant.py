@@ -127,7 +127,9 @@ def launch_before_opening(runner: Runner, plan: ForkPlan, *, label: str,
 
 def _recording(base: BaseRun) -> Recording:
     ancestors = [link.state for link in base.lineage.links[:-1] if link.state is not None]
-    return Recording.of(base.state, lineage=ancestors, load_run=base.load_run)
+    recording = Recording.of(base.state, lineage=ancestors, load_run=base.load_run)
+    recording.logs = (base.events, *(link.events for link in reversed(base.lineage.links[:-1])))
+    return recording
 
 
 _COMPLETES = frozenset({"node.completed", "node.reused"})

@@ -205,3 +205,27 @@ def test_a_default_fork_never_writes_and_an_allowed_one_counts_its_write(allow: 
 
     assert world()["charge"] == before["charge"] + (1 if allow else 0)
     assert runner.oracle.spend.live_calls == plan.estimate.live_calls
+
+
+class _Refusing:
+    name = "scripted"
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        raise ProviderError("https://api.example/v1 answered HTTP 429: slow down",
+                            url="https://api.example/v1", status=429,
+                            provider_message="slow down",
+                            attempts=[{"status": 429, "error": "slow down"}])
+
+
+def test_a_provider_errors_status_and_attempts_are_kept_on_the_failed_call() -> None:
+    base = record("research-write")
+    base.env.providers = ProviderRegistry({"scripted": _Refusing()})
+
+    result = fork(base, at={"before_node": "write"}, change=change.prompt("write", "Terse."))
+
+    failed = next(e for e in result.event_log if e.TYPE == "call.failed")
+    assert failed.error == {
+        "type": "provider_error", "message": "https://api.example/v1 answered HTTP 429: slow down",
+        "url": "https://api.example/v1", "status": 429, "provider_message": "slow down",
+        "attempts": [{"status": 429, "error": "slow down"}]}
+    assert result.state.error is not None and result.state.error["status"] == 429
