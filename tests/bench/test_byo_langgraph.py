@@ -29,7 +29,7 @@ def test_the_smallest_run_prints_its_tables_and_its_checks_hold(
     out = capsys.readouterr().out
     assert status == 0, out
     assert "✗" not in out
-    assert "| 0 ms | 6 / 4 |" in out  # 2 tickets: 6 requests, 2 lookups + 2 refunds
+    assert "| 0 ms | 6 / 4 |" in out  # 2 tickets: 6 requests, 2 lookups + 2 refunds, each
     # turn 2 of 6, the first ticket's lookup replaced: both pay turns 2-6 (5 requests);
     # LangGraph runs the tail's lookup and both refunds again, forklab none
     cells = row(out, "2 of 6", "lookup")
