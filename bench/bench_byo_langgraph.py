@@ -247,6 +247,7 @@ class Sample:
     """One system's figures for one operation: walls of every repeat, the calls of the last."""
 
     walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)  # the process's (the stub's thread too)
     requests: int = 0
     lookups: int = 0
     refunds: list[float] = field(default_factory=list)
@@ -259,6 +260,10 @@ class Sample:
         return statistics.median(self.walls)
 
     @property
+    def cpu(self) -> float:
+        return statistics.median(self.cpus)
+
+    @property
     def tools(self) -> int:
         return self.lookups + len(self.refunds)
 
@@ -267,9 +272,10 @@ def measure(stub: VendorStub, sample: Sample, fn: Callable[[], tuple[str, str]])
     """Run ``fn`` (→ status, answer) once from zero counts; add its wall, keep its calls."""
     stub.reset()
     METER.reset()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     status, answer = fn()
     sample.walls.append(time.perf_counter() - started)
+    sample.cpus.append(time.process_time() - cpu)
     sample.requests = len(stub.requests)
     sample.lookups, sample.refunds = METER.lookups, list(METER.refunds)
     sample.status, sample.answer = status, answer
@@ -476,8 +482,9 @@ def record_rows(settings: Sequence[Setting], figures: Sequence[Figures]) -> list
     rows = []
     for setting, fig in zip(settings, figures, strict=True):
         fl, lg, plain = fig.record["forklab"], fig.record["LangGraph"], fig.record[PLAIN]
-        rows.append([setting.name, f"{plain.requests} / {plain.tools}", ms(plain.wall),
-                     ms(fl.wall), ms(lg.wall), ratio(lg.wall, fl.wall)])
+        rows.append([setting.name, f"{plain.requests} / {plain.tools}"]
+                    + [f"{ms(s.wall)} / {ms(s.cpu)}" for s in (plain, fl, lg)]
+                    + [f"{ratio(lg.wall, fl.wall)} / {ratio(lg.cpu, fl.cpu)}"])
     return rows
 
 
@@ -556,9 +563,11 @@ def main(argv: list[str] | None = None) -> int:
         figures = [run_setting(stub, s, tickets, repeat) for s in settings]
 
     print("## Recording (every recording made the same requests and tool calls)\n")
-    print_table(["setting", "requests / tools run", f"{PLAIN} (wall)",
-                 "forklab workflow run (wall)", "LangGraph, InMemorySaver (wall)",
-                 f"LangGraph / forklab ({TIMES})"], record_rows(settings, figures))
+    print("wall / the process's CPU (the stub's thread included: the same work in every "
+          "column)\n")
+    print_table(["setting", "requests / tools run", PLAIN, "forklab workflow run",
+                 "LangGraph, InMemorySaver", f"LangGraph / forklab ({TIMES}, wall / CPU)"],
+                record_rows(settings, figures))
     print("## Fork at turn k\n")
     print("requests paid = requests the stub received; tools run = lookups + refunds really "
           "executed; refunds run again = the write's executions in the fork. Wall: forklab = "
