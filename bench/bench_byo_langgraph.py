@@ -46,7 +46,8 @@ end with the same answer (so "the same change" is verified, not assumed); a repl
 the base's requests from turn k; a null fork makes none.
 
 Run from the repository root: ``.venv/bin/python bench/bench_byo_langgraph.py`` (about a
-minute; ``--quick`` for 2 tickets, one run per figure). Needs the ``bench`` extra (langgraph,
+minute; ``--quick`` for 2 tickets, one run per figure; ``--profile`` for where a forklab
+null fork's time goes). Needs the ``bench`` extra (langgraph,
 langchain-openai). Figures are printed, never asserted.
 """
 
@@ -519,6 +520,48 @@ def find_rows(tickets: int, settings: Sequence[Setting], figures: Sequence[Figur
             for k in turns_at(tickets)]
 
 
+PACKAGES = {"langchain_core": "langchain", "langchain_openai": "langchain",
+            "httpcore": "httpx", "h11": "httpx", "httpx2": "httpx", "pydantic_core": "pydantic"}
+
+
+def package_of(path: str) -> str:
+    """Whose code a profiled function is: a site-package, forklab, or Python itself."""
+    if "site-packages/" in path:
+        name = path.split("site-packages/", 1)[1].split("/", 1)[0].removesuffix(".py")
+        return PACKAGES.get(name, name)
+    if "/forklab/" in path:
+        return "forklab"
+    if "/bench/" in path:
+        return "the agent's own code (this file)"
+    return "Python (stdlib, builtins: typing, json, … called by the above)"
+
+
+def profile_rows(stub: SlowStub, tickets: int) -> list[Row]:
+    """cProfile one forklab null fork at the last turn k at 0 ms — its whole cost is
+    re-executing the code with every call served — and sum each package's own time."""
+    import cProfile
+    import pstats
+
+    stub.latency_s, METER.tool_s = 0.0, 0.0
+    system = Forklab(tickets)
+    system.record()
+    k = turns_at(tickets)[-1]
+    system.fork("none", k)  # first use is not the figure
+    profiler = cProfile.Profile()
+    profiler.runcall(system.fork, "none", k)
+    own: dict[str, float] = {}
+    building = 0.0  # the openai client turning each request's arguments into its body
+    for (path, _, function), row in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
+        own[package_of(path)] = own.get(package_of(path), 0.0) + row[2]  # tottime
+        if path.endswith("openai/_utils/_transform.py") and function == "maybe_transform":
+            building += row[3]  # cumtime
+    total = sum(own.values())
+    rows = [[name, ms(seconds), f"{seconds / total:.0%}"]
+            for name, seconds in sorted(own.items(), key=lambda item: -item[1])]
+    return [*rows, ["of all these: the openai client building request bodies "
+                    "(`maybe_transform`, cumulative)", ms(building), f"{building / total:.0%}"]]
+
+
 @contextmanager
 def pointed_at(stub: VendorStub) -> Iterator[None]:
     """``ChatOpenAI`` reaches the stub as a team's client reaches the vendor: through the
@@ -546,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tool-ms", type=float, default=5.0,
                         help="each tool's latency in the second setting")
     parser.add_argument("--quick", action="store_true", help="2 tickets, one run per figure")
+    parser.add_argument("--profile", action="store_true", help="only: where a forklab null "
+                        "fork's time goes (cProfile, own time by package)")
     args = parser.parse_args(argv)
     tickets, repeat = (2, 1) if args.quick else (args.tickets, args.repeat)
     if tickets < 1:
@@ -554,6 +599,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.model_ms or args.tool_ms:
         settings.append(Setting(f"model {args.model_ms:g} ms, tools {args.tool_ms:g} ms",
                                 args.model_ms, args.tool_ms))
+    if args.profile:
+        stub = SlowStub()
+        with stub, pointed_at(stub):
+            rows = profile_rows(stub, tickets)
+        print(f"# One forklab null fork at turn {turns_at(tickets)[-1]} of {3 * tickets}, 0 ms, "
+              "under cProfile: own time by package\n")
+        print_table(["code", "own time (profiled)", "share"], rows)
+        return 0
     started = time.perf_counter()
     print(f"# A LangGraph support agent, {tickets} tickets ({3 * tickets} model turns, "
           f"{2 * tickets} tool calls): LangGraph time travel vs a forklab fork of the same "

@@ -52,3 +52,10 @@ def test_the_check_flags_forks_that_did_not_make_the_same_change() -> None:
     failures = bench.check(figures, tickets=1)
     assert any("reply replaced" in f and "different requests" in f for f in failures)
     assert not any("lookup result replaced" in f for f in failures)
+
+
+def test_the_profile_splits_a_null_forks_time_by_package(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--profile", "--tickets", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| forklab | " in out and "| openai | " in out and "| langgraph | " in out
