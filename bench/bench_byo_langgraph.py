@@ -25,10 +25,10 @@ The same code runs in both systems:
   ``MemoryStore``), then ``fork(base, at={"before_call": "support_queue#1/agent/openai:k"},
   change=…, policy={"memoize": True})`` (a ``tool_result`` change with no ``at``: it forks
   right before its lookup, the call whose result LangGraph's ``update_state`` replaces at
-  the checkpoint before turn k — no lookup runs in either): the code re-executes from its start, the calls
-  before the point are answered from the log, the change applies at its call key, later
-  calls run live or are served when their request equals the base's; the write obeys the
-  side-effect guard.
+  the checkpoint before turn k — no lookup runs in either). The code re-executes from its
+  start, the calls before the point are answered from the log, the change applies at its
+  call key, later calls run live or are served when their request equals the base's; the
+  write obeys the side-effect guard.
 
 The changes, each at turn k = the second turn of a ticket (the turn that reads the
 ticket's lookup and asks for its refund), for the first, middle and last ticket:
@@ -47,8 +47,8 @@ the base's requests from turn k; a null fork makes none.
 
 Run from the repository root: ``.venv/bin/python bench/bench_byo_langgraph.py`` (about a
 minute; ``--quick`` for 2 tickets, one run per figure; ``--profile`` for where a forklab
-null fork's time goes). Needs the ``bench`` extra (langgraph,
-langchain-openai). Figures are printed, never asserted.
+null fork's time goes). Needs the ``bench`` extra (langgraph, langchain-openai). Figures
+are printed, never asserted; today's are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -551,7 +551,8 @@ def profile_rows(stub: SlowStub, tickets: int) -> list[Row]:
     profiler.runcall(system.fork, "none", k)
     own: dict[str, float] = {}
     building = 0.0  # the openai client turning each request's arguments into its body
-    for (path, _, function), row in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    for (path, _, function), row in stats.items():
         own[package_of(path)] = own.get(package_of(path), 0.0) + row[2]  # tottime
         if path.endswith("openai/_utils/_transform.py") and function == "maybe_transform":
             building += row[3]  # cumtime
