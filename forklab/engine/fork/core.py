@@ -21,6 +21,7 @@ from forklab.engine.collector import collector_paused
 from forklab.engine.environment import Environment
 from forklab.engine.errors import (
     ForkPointNotFound,
+    InvalidChange,
     LiveBudgetExceeded,
     PointCompacted,
     SourceMissing,
@@ -216,6 +217,34 @@ def first_call_point(base: BaseRun, change: Any) -> dict[str, Any] | None:
     return {"before_call": min(addressed, key=rank)}
 
 
+def _refuse_calls_before(base: BaseRun, point: ForkPoint, changes: Sequence[Change]) -> None:
+    """A per-call change must address a call at or after the point: the calls before it are
+    the fork's past, served as recorded, so a reply, result, rerun or setting there would
+    either be ignored or alter a past the later served calls did not see. Refused
+    (``invalid_change``) rather than applied silently, naming the point to use instead."""
+    points = base.index.points()
+    rank = {(p.seq, p.call): i for i, p in enumerate(points)}
+    here = rank.get((point.seq, point.call))
+    if here is None:  # a boundary the index does not list (a snapshot's): nothing to say
+        return
+    for item in changes:
+        address = item.call_address()
+        if address is None:
+            continue
+        try:
+            at = call_point(base.index, str(address))
+        except ForkPointNotFound:  # a call the base never made: the tail may make it
+            continue
+        there = rank.get((at.seq, at.call))
+        if there is not None and there < here:
+            raise InvalidChange(
+                f"{item.describe()}: call {str(address)!r} comes before the fork point "
+                f"({point.label}), where every call is served as recorded; fork at or "
+                f"before it (leave out 'at' to fork right before that call: "
+                f"{{\"before_call\": \"{address}\"}})",
+                kind=item.kind, call=str(address), point=point.address())
+
+
 def prepare_fork(
     base: str | RecordedRun | BaseRun, *, at: Any = None,
     change: Change | dict[str, Any] | Sequence[Any] | Callable[[ForkPoint], Any] | None = None,
@@ -260,6 +289,7 @@ def plan_at(
         graph = rebase_graph(base, graph_version, point)
     graph = effective_graph(graph, changes)
     check_tool_changes(graph, changes, base.env.tools)
+    _refuse_calls_before(base, point, changes)
     if base.state.changes:
         check_inherited_answer(graph, parse_changes(base.state.changes), changes)
     application = apply_at(base, point, changes)

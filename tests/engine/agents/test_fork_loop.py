@@ -192,3 +192,31 @@ def test_the_calls_before_a_call_point_are_its_past_even_when_a_change_alters_th
                                   ("assist#1/turn:1/tool:1", "reused"),
                                   ("assist#1/turn:2", "changed")]
     assert model.requests[0].system_prompt == "You are the support agent for Other Co."
+
+
+@pytest.mark.parametrize("item", [
+    change.tool_result("assist#1/turn:1/tool:1", {"status": "lost"}),
+    change.reply("assist#1/turn:2", text="No refund is due."),
+    change.rerun("assist#1/turn:1/tool:1"),
+])
+def test_a_per_call_change_before_the_point_is_refused_not_applied_to_the_past(
+        world: Any, item: Any) -> None:
+    """The calls before the point are served as recorded: a change there would be lost or
+    would alter a past the later served turns never saw, so it is refused, naming the call
+    and how to fork at it."""
+    base, model = world
+    with pytest.raises(InvalidChange) as refused:
+        fork(base, at={"before_call": "assist#1/turn:3"}, change=item)
+    assert "comes before the fork point" in str(refused.value)
+    assert refused.value.context["call"] == str(item.call_address())
+    assert model.requests == []
+
+
+def test_a_per_call_change_at_or_after_the_point_applies(world: Any) -> None:
+    base, _ = world
+    node = next(p for p in fork_points(base.event_log) if p.node == "assist" and not p.call)
+    at_node = fork(base, at=node.address(),
+                   change=change.reply("assist#1/turn:1", text="Sorry, no."))
+    at_call = fork(base, at={"before_call": "assist#1/turn:2"},
+                   change=change.reply("assist#1/turn:3", text="Sorry, no."))
+    assert at_node.state.status == at_call.state.status == "completed"
