@@ -94,8 +94,8 @@ def test_a_null_fork_of_a_mapped_imported_run_makes_no_request_and_reproduces_it
     run_id = _imported(fresh_world, clients)
     imported = Run.objects.get(pk=run_id)
     for at in ({"before_call": "support#1/openai:2"}, "start"):
-        status, result = _fork(fresh_world, {"base_run": run_id, "at": at,
-                                             "policy": {"memoize": True}})
+        _, result = _fork(fresh_world, {"base_run": run_id, "at": at,
+                                        "policy": {"memoize": True}})
         assert result["status"] == "completed", result
         assert result["memory"]["output"] == imported.memory["support"]
         assert not result["diff"]["memory"], result["diff"]["memory"]
@@ -109,7 +109,7 @@ def test_a_refund_the_trace_never_made_is_blocked_by_the_guard(
     refunds = world_tools.WORLD.count("refund")
     reply = {"tool_calls": [{"id": "c1", "name": "issue_refund",
                              "arguments": {"order_id": "A-1001", "amount": 500}}]}
-    status, result = _fork(fresh_world, {
+    _, result = _fork(fresh_world, {
         "base_run": run_id, "changes": [{"kind": "reply", "call": "support#1/openai:1",
                                          **reply}]})
     assert result["status"] == "blocked", result
@@ -123,8 +123,8 @@ def test_code_that_changed_since_the_trace_diverges_naming_the_call_and_the_part
         fresh_world: World, clients: VendorStub, monkeypatch: pytest.MonkeyPatch) -> None:
     run_id = _imported(fresh_world, clients)
     monkeypatch.setattr(demo, "SYSTEM", "You are a terse support agent.")
-    status, result = _fork(fresh_world, {"base_run": run_id,
-                                         "at": {"before_call": "support#1/openai:2"}})
+    _, result = _fork(fresh_world, {"base_run": run_id,
+                                    "at": {"before_call": "support#1/openai:2"}})
     assert result["status"] == "failed"
     error = result["error"]
     assert error["type"] == "prefix_diverged"
