@@ -184,3 +184,32 @@ def test_the_cli_lists_and_forks_a_mapped_imported_run(
     assert code == 0, err + out
     code, _, err = cli(capsys, "replay", run_id)
     assert code == 1 and err.startswith("error: imported_run:")
+
+
+@MAPPED
+def test_preflight_and_sweeps_of_a_mapped_imported_run_fork_its_workflow_base(
+        fresh_world: World, clients: VendorStub) -> None:
+    run_id = _imported(fresh_world, clients)
+    client = fresh_world.client("admin")
+    at = {"before_call": "support#1/openai:2"}
+    preflight = client.post(f"{API}/forks/preflight/", {"base_run": run_id, "at": at},
+                            content_type="application/json")
+    assert preflight.status_code == 200, preflight.json()
+    assert preflight.json()["estimate"]["live_calls"] >= 1  # the workflow's model calls
+    variants = {"terse": [{"kind": "prompt", "call": "support#1/openai:2",
+                           "system_prompt": "Be terse."}],
+                "same": []}
+    estimate = client.post(f"{API}/sweeps/estimate/", {"base_run": run_id, "at": at,
+                                                        "variants": variants},
+                           content_type="application/json")
+    assert estimate.status_code == 200, estimate.json()
+    started = client.post(f"{API}/sweeps/", {"base_run": run_id, "at": at,
+                                             "variants": variants,
+                                             "policy": {"memoize": True}},
+                          content_type="application/json")
+    assert started.status_code == 202, started.json()
+    assert drain(timeout=60)
+    sweep = client.get(f"{API}/sweeps/{started.json()['fork_group_id']}/").json()
+    assert {n: v["status"] for n, v in sweep["variants"].items()} == {
+        "terse": "completed", "same": "completed"}
+    assert len(clients.requests) == 1  # only the changed call went out
