@@ -93,12 +93,20 @@ def test_a_null_fork_of_a_mapped_imported_run_makes_no_request_and_reproduces_it
         fresh_world: World, clients: VendorStub) -> None:
     run_id = _imported(fresh_world, clients)
     imported = Run.objects.get(pk=run_id)
+    bases = set()
     for at in ({"before_call": "support#1/openai:2"}, "start"):
         _, result = _fork(fresh_world, {"base_run": run_id, "at": at,
                                         "policy": {"memoize": True}})
         assert result["status"] == "completed", result
+        bases.add(result["base_run_id"])
         assert result["memory"]["output"] == imported.memory["support"]
         assert not result["diff"]["memory"], result["diff"]["memory"]
+    assert len(bases) == 1  # one workflow base, written once
+    # the map may name a workflow by the id it has in the project (its graph is there now)
+    with override_settings(FORKLAB_WORKFLOW_MAP={"support": "support"}):
+        _, result = _fork(fresh_world, {"base_run": run_id, "policy": {"memoize": True},
+                                        "at": {"before_call": "support#1/openai:2"}})
+    assert result["status"] == "completed", result
     assert clients.requests == []
 
 
