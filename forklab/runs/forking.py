@@ -53,16 +53,7 @@ from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import IdempotencyConflict, ImportedRunNotForkable, NotFound
 from forklab.runs.imported_forks import fork_points as mapped_fork_points
 from forklab.runs.imported_forks import imported_fork_kind, workflow_base
-from forklab.runs.models import (
-    Case,
-    Event,
-    ForkRequest,
-    Project,
-    Role,
-    Run,
-    RunKind,
-    RunStatus,
-)
+from forklab.runs.models import Case, ForkRequest, Project, Role, Run, RunKind, RunStatus
 from forklab.runs.planning import plan_for, sweep_plan
 from forklab.runs.readmodel import fork_state
 from forklab.runs.specs import CaseSpec, ForkSpec, InvalidRequest, SweepSpec
@@ -165,18 +156,6 @@ def fork_points_of(run: Run) -> list[dict[str, Any]]:
         return [p.to_wire() for p in mapped_fork_points(run)]
     store = DjangoStore(run.project)
     return [p.to_wire() for p in fork_points(store.read(run.id), store=store)]
-
-
-def require_replayable(run: Run) -> None:
-    """Refuse ``replay`` of a run imported from a trace, or of the workflow base made from
-    one: replay re-drives a run with every call served by its whole-request hash, and a
-    trace captured only part of each request. ``forkcheck`` checks a mapped one."""
-    if run.trace_id or Event.objects.filter(run_id=run.id, type="trace.imported").exists():
-        raise ImportedRunNotForkable(
-            f"run {run.id!r} was imported from a trace; replay checks runs forklab recorded "
-            "whole (every call by its full request) — a trace captured only part of each "
-            "request. Fork-check it instead (forklab forkcheck RUN) when its name is mapped "
-            "to a workflow (FORKLAB_WORKFLOW_MAP)", run_id=run.id, trace_id=run.trace_id)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ from forklab.engine.workflows import (
     workflow_required,
 )
 from forklab.runs.engine_env import build_environment
-from forklab.runs.models import GraphVersion, Run
+from forklab.runs.errors import ImportedRunNotForkable
+from forklab.runs.models import Event, GraphVersion, Run
 from forklab.runs.store import DjangoStore
 from forklab.runs.traces import trace_spans
 
@@ -173,5 +174,17 @@ def fork_points(run: Run) -> list[ForkPoint]:
     return engine_fork_points(recording.events)
 
 
-__all__ = ["ImportedForkKind", "fork_points", "imported_fork_kind", "mapped", "run_names",
-           "supplied_input", "workflow_base"]
+def require_replayable(run: Run) -> None:
+    """Refuse ``replay`` of a run imported from a trace, or of the workflow base made from
+    one: replay re-drives a run with every call served by its whole-request hash, and a
+    trace captured only part of each request. ``forkcheck`` checks a mapped one."""
+    if run.trace_id or Event.objects.filter(run_id=run.id, type="trace.imported").exists():
+        raise ImportedRunNotForkable(
+            f"run {run.id!r} was imported from a trace; replay checks runs forklab recorded "
+            "whole (every call by its full request) — a trace captured only part of each "
+            "request. Fork-check it instead (forklab forkcheck RUN) when its name is mapped "
+            "to a workflow (FORKLAB_WORKFLOW_MAP)", run_id=run.id, trace_id=run.trace_id)
+
+
+__all__ = ["ImportedForkKind", "fork_points", "imported_fork_kind", "mapped",
+           "require_replayable", "run_names", "supplied_input", "workflow_base"]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -55,7 +56,7 @@ from forklab.engine.events import (
 from forklab.engine.graph import GraphSpec, WorkflowNode
 from forklab.engine.planner import node_fingerprint, read_slice
 from forklab.engine.providers.base import ChatRequest, ToolDefinition
-from forklab.engine.traces.mapping import observe
+from forklab.engine.traces.mapping import node_id, observe
 from forklab.engine.traces.observed import Step, loads_maybe
 from forklab.engine.traces.otlp import SpanRecord
 
@@ -81,13 +82,15 @@ class StepIO:
     has_output: bool = False
 
 
-def step_io(spans: Iterable[SpanRecord], names: Collection[str]) -> StepIO:
+def step_io(spans: Iterable[SpanRecord], names: AbstractSet[str]) -> StepIO:
     """The input and output captured by the first span (in start order) that is a step
-    named one of ``names`` (its agent or workflow name, else its span name): OpenInference
+    named one of ``names`` (its agent or workflow name, its span name, or the node id made
+    of its name): OpenInference
     ``input.value`` / ``output.value``, decoded when their mime type is JSON."""
     for span in sorted(spans, key=lambda s: (s.start_ns, s.span_id)):
         found = observe(span)
-        if isinstance(found, Step) and (found.name in names or span.name in names):
+        if isinstance(found, Step) and not names.isdisjoint(
+                (found.name, span.name, node_id(found.name))):
             return StepIO(found=True, input=found.input, output=found.output,
                           has_output=found.output is not None)
     return StepIO(found=False)

@@ -7,7 +7,7 @@ from django.core.management.base import CommandParser
 from forklab.engine.fork.replay import replay
 from forklab.runs import cli
 from forklab.runs.engine_env import build_environment
-from forklab.runs.forking import require_replayable
+from forklab.runs.imported_forks import require_replayable
 from forklab.runs.management.base import ForklabCommand
 
 
