@@ -116,6 +116,29 @@ def envjson(name: str, default: Any) -> Any:
         raise ImproperlyConfigured(f"{name}: not valid JSON ({exc})") from None
 
 
+def envmap(name: str) -> dict[str, str]:
+    """A name -> value map: a JSON object of strings, or ``a=x,b=y`` (names and values
+    stripped; a name may not repeat)."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return {}
+    if raw.lstrip().startswith("{"):
+        data = envjson(name, {})
+        if not all(isinstance(k, str) and isinstance(v, str) and k.strip() and v.strip()
+                   for k, v in data.items()):
+            raise ImproperlyConfigured(f"{name}: expected a JSON object of non-empty strings")
+        return {k.strip(): v.strip() for k, v in data.items()}
+    pairs: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        key, sep, value = (p.strip() for p in item.partition("="))
+        if not sep or not key or not value or key in pairs:
+            raise ImproperlyConfigured(
+                f"{name}={raw!r}: expected NAME=VALUE pairs separated by commas, each name "
+                f"once (or a JSON object); {item!r} is not one")
+        pairs[key] = value
+    return pairs
+
+
 def envprices(name: str) -> dict[str, dict[str, float]]:
     """``{"model": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}, ...}`` (USD per 1M tokens)."""
     data = envjson(name, {})
@@ -466,6 +489,10 @@ FORKLAB_TOOL_MODULES = envlist("FORKLAB_TOOL_MODULES")
 # Module prefixes code-first workflows may be imported from (`record --workflow acme.agents:
 # support`, POST /runs/ with `workflow`), beside forklab.demo_agents (SPEC §7).
 FORKLAB_WORKFLOW_MODULES = envlist("FORKLAB_WORKFLOW_MODULES")
+# A trace's agent or workflow name -> the registered workflow that runs it (module:function,
+# or the id of a workflow recorded in the project): forks of those imported runs re-execute
+# the code with the imported calls answering the prefix (SPEC §8 (b), docs/traces.md).
+FORKLAB_WORKFLOW_MAP = envmap("FORKLAB_WORKFLOW_MAP")
 # Dotted paths of extra model providers (a class or factory called with no argument), each
 # registered under its `name` — which may replace the built-in `scripted`.
 FORKLAB_PROVIDERS = envlist("FORKLAB_PROVIDERS")

@@ -105,6 +105,28 @@ class WorkflowResolutionError(ForklabError):
     code = "unknown_workflow"
 
 
+class WorkflowMapInvalid(ForklabError):
+    """``FORKLAB_WORKFLOW_MAP`` maps a trace's name to a workflow this deployment cannot run
+    (not ``module:function`` under FORKLAB_WORKFLOW_MODULES, nor a workflow recorded in the
+    run's project): a configuration error, named with the setting to fix."""
+
+    code = "workflow_map_invalid"
+
+
+class WorkflowInputMissing(ForklabError):
+    """An imported run mapped to a workflow whose trace did not capture the workflow's
+    arguments (and the fork request supplied none): says where to capture or give them."""
+
+    code = "workflow_input_missing"
+
+
+class CallNotReplayable(ForklabError):
+    """A call before the fork point was imported without its content (inspect-only): it
+    cannot answer the prefix. Names the call, what is missing and how to capture it."""
+
+    code = "call_not_replayable"
+
+
 class RunStateError(ForklabError):
     """An operation does not fit the run's status (e.g. answering a run that is not paused)."""
 

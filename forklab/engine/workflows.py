@@ -68,6 +68,25 @@ def workflow_reads(fn: WorkflowFn) -> list[str]:
     return [p.name for p in inspect.signature(fn).parameters.values() if p.kind in kinds]
 
 
+def workflow_required(fn: WorkflowFn) -> list[str]:
+    """The input keys a workflow cannot run without: its by-name parameters with no default."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in inspect.signature(fn).parameters.values()
+            if p.kind in kinds and p.default is inspect.Parameter.empty]
+
+
+def declared_tools(fn: WorkflowFn) -> dict[str, str]:
+    """The ``@forklab.tool`` functions of a workflow's module, by tool name: their effect
+    (``read`` | ``write``). What a workflow recording made from a trace labels its tool
+    calls with; the guard itself decides on the code's own declaration when it runs."""
+    found: dict[str, str] = {}
+    for value in list(getattr(fn, "__globals__", {}).values()):
+        declared = getattr(value, "__forklab_tool__", None)
+        if isinstance(declared, dict) and isinstance(declared.get("name"), str):
+            found[declared["name"]] = str(declared.get("effect", "read"))
+    return found
+
+
 def workflow_graph(registry: WorkflowRegistry, path: str) -> GraphSpec:
     """The graph a run of workflow ``path`` records: one ``workflow`` node whose id (and
     the graph's) is the id given to ``@forklab.workflow``, reading the function's
@@ -87,5 +106,5 @@ def workflow_graph(registry: WorkflowRegistry, path: str) -> GraphSpec:
                      start=workflow_id, nodes=[node])
 
 
-__all__ = ["DEFAULT_WORKFLOW_PREFIXES", "WorkflowFn", "WorkflowRegistry", "workflow_graph",
-           "workflow_reads"]
+__all__ = ["DEFAULT_WORKFLOW_PREFIXES", "WorkflowFn", "WorkflowRegistry", "declared_tools",
+           "workflow_graph", "workflow_reads", "workflow_required"]

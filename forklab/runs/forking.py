@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import ForklabError, RunInProgress, RunStateError, indefinite
-from forklab.engine.fork import ForkPlan
+from forklab.engine.fork import ForkPlan, fork_points
 from forklab.engine.fork.lifecycle import Case as EngineCase
 from forklab.engine.fork.lifecycle import (
     CaseResult,
@@ -51,6 +51,8 @@ from forklab.runs.control import answer as answer
 from forklab.runs.control import cancel as cancel
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import IdempotencyConflict, ImportedRunNotForkable, NotFound
+from forklab.runs.imported_forks import fork_points as mapped_fork_points
+from forklab.runs.imported_forks import imported_fork_kind, workflow_base
 from forklab.runs.models import Case, ForkRequest, Project, Role, Run, RunKind, RunStatus
 from forklab.runs.planning import plan_for, sweep_plan
 from forklab.runs.readmodel import fork_state
@@ -73,11 +75,35 @@ def _check_fork_rights(user: User, project: Project, spec: ForkSpec | SweepSpec,
 
 
 def preflight(*, user: User, spec: ForkSpec) -> PreflightWire:
-    """What a fork would do and cost; starts nothing."""
+    """What a fork would do and cost; starts nothing (but the workflow base of a mapped
+    imported run, derived data written once)."""
     base, role = readable_run_and_role(user, spec.base_run)
     _check_fork_rights(user, base.project, spec, role=role)
     _require_finished(base)
+    base, spec = _forked_base(user, base, spec)
     return PreflightWire.from_wire(plan_for(spec, base.project, base).preflight())
+
+
+def _forked_base[S: (ForkSpec, SweepSpec)](user: User, run: Run, spec: S) -> tuple[Run, S]:
+    """The run a fork of ``run`` really forks, and the request re-addressed to it: ``run``
+    itself, or — for a run imported from a trace whose name FORKLAB_WORKFLOW_MAP maps to a
+    workflow — its workflow base (``runs.imported_forks``, SPEC §8 (b))."""
+    # a sweep's variants are one base: its input comes from the trace, never from a variant
+    base = fork_base(run, created_by=account(user),
+                     changes=spec.changes if isinstance(spec, ForkSpec) else ())
+    return (run, spec) if base is run else (base, spec.model_copy(update={"base_run": base.id}))
+
+
+def fork_base(run: Run, *, created_by: Any = None, changes: Sequence[Any] = ()) -> Run:
+    """The run a fork (sweep, preflight, fork-check) of ``run`` forks: ``run`` itself; for
+    a run imported from a trace whose name FORKLAB_WORKFLOW_MAP maps to a workflow, its
+    workflow base (``runs.imported_forks``, written once; ``changes``' input patch gives the
+    workflow's arguments when the trace captured none). Any other imported run is refused
+    (``imported_run``)."""
+    require_executable(run)
+    if run.trace_id:
+        return workflow_base(run, created_by=created_by, changes=changes)
+    return run
 
 
 def require_recorded(run: Run) -> None:
@@ -109,15 +135,27 @@ def _require_finished(run: Run) -> None:
 
 
 def require_executable(run: Run) -> None:
-    """Refuse to fork, sweep, replay or fork-check a run imported from a trace — until
-    SPEC §8's forks of imported runs exist (docs/traces.md): its graph only describes the
-    trace, and re-executing it would make live calls with none of the trace's prompts."""
-    if run.trace_id:
+    """Refuse to fork, sweep or fork-check a run imported from a trace unless its name is
+    mapped to a workflow (``FORKLAB_WORKFLOW_MAP``, forked through its workflow base): its
+    graph only describes the trace, and re-executing it would make live calls with none of
+    the trace's prompts."""
+    if run.trace_id and imported_fork_kind(run) != "workflow":
         raise ImportedRunNotForkable(
             f"run {run.id!r} was imported from trace {run.trace_id}; forking or replaying an "
             "imported run is not available yet (its graph only describes the trace, nothing "
             "can execute it) — inspect its calls, diff it against another run, or export it",
             run_id=run.id, trace_id=run.trace_id)
+
+
+def fork_points_of(run: Run) -> list[dict[str, Any]]:
+    """``GET /runs/{id}/fork-points/`` and ``forklab forkpoints``: every addressable point
+    of ``run`` (wire form). A run imported from a trace whose name is mapped to a workflow
+    lists its workflow base's points — before every call the code makes — since a fork of
+    it forks that base (worked out here, nothing stored)."""
+    if run.trace_id and imported_fork_kind(run) == "workflow":
+        return [p.to_wire() for p in mapped_fork_points(run)]
+    store = DjangoStore(run.project)
+    return [p.to_wire() for p in fork_points(store.read(run.id), store=store)]
 
 
 @dataclass(frozen=True)
@@ -140,6 +178,8 @@ def start_fork(*, user: User, spec: ForkSpec) -> StartedFork:
     if known is not None:
         return StartedFork(run=known, created=False)
     _require_finished(base)
+    asked = spec  # what the client sent: the body a repeated client_request_id must match
+    base, spec = _forked_base(user, base, spec)
     plan = plan_for(spec, project, base)  # every validation error surfaces here, first
     run_id = spec.run_id or uuid.uuid4().hex
     if spec.run_id and Run.objects.filter(pk=run_id).exists():
@@ -155,7 +195,7 @@ def start_fork(*, user: User, spec: ForkSpec) -> StartedFork:
                 ForkRequest.objects.create(project=project,
                                            user=signed_in(user, action="forking"),
                                            client_request_id=spec.client_request_id,
-                                           fork_run=run, body=spec.wire())
+                                           fork_run=run, body=asked.wire())
     except IntegrityError:  # the same key raced in from a second request
         raced = _known_request(user, project, spec)
         if raced is None:
@@ -208,6 +248,7 @@ def estimate_sweep(*, user: User, spec: SweepSpec) -> SweepEstimateWire:
     base = _base_run(user, spec.base_run)
     _check_fork_rights(user, base.project, spec)
     _require_finished(base)
+    base, spec = _forked_base(user, base, spec)
     return SweepEstimateWire.from_wire(engine_estimate_sweep(
         bases.loaded(base, build_environment()), at=spec.at, variants=spec.variants,
         policy=spec.policy, budget=spec.budget))
@@ -219,6 +260,7 @@ def start_sweep(*, user: User, spec: SweepSpec) -> str:
     base = _base_run(user, spec.base_run)
     _check_fork_rights(user, base.project, spec)
     _require_finished(base)
+    base, spec = _forked_base(user, base, spec)
     group = uuid.uuid4().hex
     planned = sweep_plan(spec, base)
     run_ids = {}

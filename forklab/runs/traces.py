@@ -147,16 +147,25 @@ def _lock(project: Project) -> None:
     Project.objects.select_for_update().filter(pk=project.pk).first()
 
 
-def _remap(project: Project, trace_id: str) -> ImportedRun | None:
-    """The trace's run mapped from every span and log record stored for it (None: no span
-    yet)."""
+def trace_spans(project: Project, trace_id: str) -> list[SpanRecord]:
+    """Every span stored for a trace, with the log records stored for it put on them (what
+    its run is mapped from); empty when no span arrived yet."""
     spans = [span_from_wire(r) for r in TraceSpan.objects.filter(
         project=project, trace_id=trace_id).values_list("record", flat=True)]
     if not spans:
-        return None
+        return []
     events = [log_from_wire(r) for r in TraceLogEvent.objects.filter(
         project=project, trace_id=trace_id).values_list("record", flat=True)]
-    return map_trace(attach(spans, events), run_id=run_id_for(project, trace_id),
+    return attach(spans, events)
+
+
+def _remap(project: Project, trace_id: str) -> ImportedRun | None:
+    """The trace's run mapped from every span and log record stored for it (None: no span
+    yet)."""
+    spans = trace_spans(project, trace_id)
+    if not spans:
+        return None
+    return map_trace(spans, run_id=run_id_for(project, trace_id),
                      prices=PriceTable(settings.FORKLAB_PRICES))
 
 
@@ -184,4 +193,4 @@ def _write(project: Project, user: User | None, imported: ImportedRun) -> str:
     return run_id
 
 
-__all__ = ["TraceImport", "import_log_events", "import_document", "import_spans", "receiving_project", "run_id_for"]
+__all__ = ["TraceImport", "import_log_events", "import_document", "import_spans", "receiving_project", "run_id_for", "trace_spans"]

@@ -23,6 +23,9 @@ from forklab.runs.engine_env import build_environment
     (lambda: forklab_settings.envprices("X"),
      '{"m": {"input_per_mtok": -1, "output_per_mtok": 1}}', "negative"),
     (lambda: forklab_settings.envchoice("X", "INFO", ("INFO",)), "LOUD", "expected one of"),
+    (lambda: forklab_settings.envmap("X"), "support", "NAME=VALUE"),
+    (lambda: forklab_settings.envmap("X"), "a=x,a=y", "each name once"),
+    (lambda: forklab_settings.envmap("X"), '{"a": 1}', "JSON object of non-empty strings"),
 ])
 def test_a_malformed_environment_value_fails_loudly_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch, helper: object, value: str, fragment: str,
@@ -41,6 +44,11 @@ def test_well_formed_values_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     assert forklab_settings.envlist("L") == ["a", "b", "c"]
     assert forklab_settings.envprices("P") == {"m": {"input_per_mtok": 1.0,
                                                      "output_per_mtok": 2.5}}
+    monkeypatch.setenv("M", " support = acme.agents:support ,weather agent=triage")
+    assert forklab_settings.envmap("M") == {"support": "acme.agents:support",
+                                            "weather agent": "triage"}
+    monkeypatch.setenv("M", '{"support": "acme.agents:support"}')
+    assert forklab_settings.envmap("M") == {"support": "acme.agents:support"}
 
 
 def test_a_postgres_url_gets_a_per_process_test_database() -> None:

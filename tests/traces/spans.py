@@ -143,3 +143,34 @@ def handmade(*, reply: str = "It is sunny.", unmappable: bool = False,
     late_spans = [finished[-2]] if late else []
     early = [s for s in finished if s not in late_spans]
     return encode_spans(early), encode_spans(late_spans)
+
+
+def traced_workflow(stub: VendorStub, fn: Any, arguments: dict[str, Any], *,
+                    name: str, env: dict[str, str] | None = None,
+                    agent_span: bool = True) -> ExportTraceServiceRequest:
+    """``fn`` (a ``@forklab.workflow``) run OUTSIDE forklab as a team runs it: the official
+    ``openai`` client instrumented by openinference-instrumentation-openai (``env`` set),
+    the call wrapped in an AGENT span named ``name`` by OpenInference's own ``tracer.agent``
+    decorator (which records the arguments as ``input.value`` and the result as
+    ``output.value``) — or, with ``agent_span=False``, a plain span of that name recording
+    neither. The spans as the OTLP export request the SDK's exporter would send."""
+    from openinference.instrumentation import OITracer, TraceConfig
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentor = _instrumentor("openinference")
+    values = {"OPENAI_BASE_URL": stub.openai_base_url, "OPENAI_API_KEY": "sk-app",
+              "OPENAI_MAX_RETRIES": "0", **(env or {})}
+    with _env(values):
+        instrumentor.instrument(tracer_provider=provider)
+        try:
+            if agent_span:
+                tracer = OITracer(provider.get_tracer("app"), config=TraceConfig())
+                tracer.agent(name=name)(fn)(**arguments)
+            else:
+                with provider.get_tracer("app").start_as_current_span(name):
+                    fn(**arguments)
+        finally:
+            instrumentor.uninstrument()
+    return encode_spans(exporter.get_finished_spans())

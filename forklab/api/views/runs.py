@@ -22,9 +22,8 @@ from forklab.api.serializers import (
     RunPageSerializer,
     RunSerializer,
 )
-from forklab.engine.fork import fork_points as engine_fork_points
 from forklab.engine.traces.export import export_run
-from forklab.runs import control, queries, readmodel, services
+from forklab.runs import control, forking, queries, readmodel, services
 from forklab.runs.models import Run
 from forklab.runs.serializers_json import readable_payload, run_to_json
 from forklab.runs.specs import AnswerSpec, RunSpec
@@ -122,8 +121,7 @@ def run_otlp(request: Request, run_id: str) -> Response:
 @api_view(["GET"])
 def run_fork_points(request: Request, run_id: str) -> Response:
     run = queries.get_run(run_id, user=request.user)
-    store = DjangoStore(run.project)
-    points = [p.to_wire() for p in engine_fork_points(store.read(run.id), store=store)]
+    points = forking.fork_points_of(run)
     return Response(ForkPointList.model_validate(points).model_dump(mode="json"))
 
 

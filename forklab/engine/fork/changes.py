@@ -12,7 +12,15 @@ import json
 import re
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from forklab.engine.calls import CallAddress, looks_like_call_key, parse_call_key
 from forklab.engine.errors import InvalidChange, InvalidOverrides
@@ -177,10 +185,14 @@ class AgentChange(_Change):
         if self.call is not None:
             _call_address(self.call, self.kind)
 
-    def wire(self) -> dict[str, Any]:
-        wired = super().wire()
+    @model_serializer(mode="wrap")
+    def _one_of_call_or_target(self, handler: Any) -> dict[str, Any]:
+        """Every dump (the change's wire form, and a request or plan holding it: a worker
+        re-parses those) gives one of ``call`` and ``target``: the target is derived from
+        the call, and a form giving both is refused."""
+        wired: dict[str, Any] = handler(self)
         if self.call is not None:
-            del wired["target"]  # derived from the call: the wire form gives one of them
+            wired.pop("target", None)
         else:
             wired.pop("call", None)
         return wired

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from forklab.engine.actions import RouteTaken
+from forklab.engine.captured import check_prefix_servable
 from forklab.engine.collector import collector_paused
 from forklab.engine.environment import Environment
 from forklab.engine.errors import (
@@ -294,6 +295,9 @@ def plan_at(
         check_inherited_answer(graph, parse_changes(base.state.changes), changes)
     application = apply_at(base, point, changes)
     effective = application.point
+    if effective.call is not None and effective.node is not None:
+        check_prefix_servable(base.link(effective.run_id).events, node=effective.node,
+                              occurrence=effective.occurrence or 1, before=effective.call)
     prefix_ref: dict[str, Any] = {}
     prefix: RunState | Callable[[], RunState] | None = resolved.snapshot_prefix
     if prefix is None or application.moved:

@@ -29,6 +29,7 @@ from typing import Any
 from forklab.engine.actions import AgentAnswer, CallFailure, ChildOutcome, ToolResult
 from forklab.engine.calls import turn_call
 from forklab.engine.canonical import fingerprint
+from forklab.engine.captured import differing_parts, is_captured, request_matches
 from forklab.engine.fork.apply import Target, config_targets
 from forklab.engine.fork.changes import (
     Change,
@@ -249,8 +250,10 @@ class ForkOracle:
         return any(t.covers(node, role, index) for t in self.targets)
 
     def _label(self, node: str, role: str | None, index: int | None, recorded: str | None,
-               actual: str) -> CallLabel:
-        if self._targeted(node, role, index) or (recorded is not None and recorded != actual):
+               same: bool) -> CallLabel:
+        """``changed`` for a targeted call or one whose request (args) differs from the
+        recorded call's; else ``live``."""
+        if self._targeted(node, role, index) or (recorded is not None and not same):
             return "changed"
         return "live"
 
@@ -270,15 +273,16 @@ class ForkOracle:
                           finish_reason="tool_calls" if reply.tool_calls else "stop")
         recorded = self.recording.agent_call(node, occurrence, key)
         recorded_hash = None if recorded is None else recorded.request_hash
+        # a call recorded from a trace matches on what the trace captured (engine.captured)
+        same = request_matches(recorded_hash, request)
         rerun = self.calls.reruns(node, occurrence, key)
         if self.prefix.holds(node, occurrence, key) and not rerun:
-            self._check_prefix(call, key, recorded, request)
+            self._check_prefix(call, key, recorded, same, request)
             assert recorded is not None
             return self._reuse_agent(recorded)
-        if (self.memoize and not rerun and recorded is not None
-                and recorded_hash == request.request_hash):
+        if self.memoize and not rerun and recorded is not None and same:
             return self._reuse_agent(recorded)
-        label = self._label(node, role, index, recorded_hash, request.request_hash)
+        label = self._label(node, role, index, recorded_hash, same)
         if self.calls.adjusts(node, occurrence, key):
             label = "changed"
         self.spend.before(call, call.node, worst_case_usd(request, self.prices), request.model)
@@ -293,33 +297,43 @@ class ForkOracle:
         return replace(served, label=label)
 
     def _check_prefix(self, call: NodeCall, key: str, recorded: AgentAnswer | CallFailure | None,
+                      same: bool,
                       request: ChatRequest) -> None:
         """A call before a call-level fork point is the past: served as recorded. A change
         of the fork may have altered its request (a prompt, a memory key the node read) —
         the calls from the point on see the change, the ones before it happened as they
         did. Only a call the recording does not hold cannot be served (``prefix_diverged``);
         and a workflow node, whose requests its own code makes, must make the same ones —
-        the error then names what differs (worked out only then: a match is a hash
-        comparison) and carries it as ``differences``."""
+        compared on what a trace captured when the recording came from one. The error then
+        names what differs (worked out only then: a match is a hash comparison) and carries
+        it as ``differences``."""
         where = f"call {call.node}#{call.occurrence}/{key} comes before the fork point but "
         if recorded is None:
             raise NodeFailure("prefix_diverged", (
                 where + "the base recorded no such call; the code or graph no longer makes "
                 "the recorded calls — fork at the node instead"), label="reused")
-        if call.kind == "workflow" and recorded.request_hash != request.request_hash:
-            was = recorded_request(self.recording.logs, call.node, call.occurrence,
-                                   str(recorded.request_hash))
-            found = ([] if was is None else
-                     request_difference(was, as_recorded(request, self.live.env.redactor)))
-            what = described(found) or (
-                "its messages, tools and settings are as recorded, so a field the log does "
-                "not keep (max_tokens) differs" if was is not None else
-                "its messages, tools or settings differ (the recorded request is not at hand)")
+        if same or call.kind != "workflow":
+            return
+        address = f"{call.node}#{call.occurrence}/{key}"
+        if is_captured(recorded.request_hash):
+            parts = differing_parts(recorded.request_hash, request)
             raise NodeFailure("prefix_diverged", (
-                where + f"now sends a different request than the recording — {what}: the "
-                "code is not deterministic, or changed"), label="reused",
-                detail={"call": f"{call.node}#{call.occurrence}/{key}",
-                        "differences": [d.to_wire() for d in found]})
+                where + f"its request differs from the one the trace captured "
+                f"({', '.join(parts)}): the code changed since the trace was recorded, or "
+                "does not reproduce"), label="reused",
+                detail={"call": address, "differences": [{"part": p} for p in parts]})
+        was = recorded_request(self.recording.logs, call.node, call.occurrence,
+                               str(recorded.request_hash))
+        found = ([] if was is None else
+                 request_difference(was, as_recorded(request, self.live.env.redactor)))
+        what = described(found) or (
+            "its messages, tools and settings are as recorded, so a field the log does "
+            "not keep (max_tokens) differs" if was is not None else
+            "its messages, tools or settings differ (the recorded request is not at hand)")
+        raise NodeFailure("prefix_diverged", (
+            where + f"now sends a different request than the recording — {what}: the "
+            "code is not deterministic, or changed"), label="reused",
+            detail={"call": address, "differences": [d.to_wire() for d in found]})
 
     @staticmethod
     def _reuse_agent(action: AgentAnswer | CallFailure) -> Served:
@@ -399,7 +413,7 @@ class ForkOracle:
                                   label="reused")
             ex = self.recording.by_occurrence[(node.id, call.occurrence)]
             return RecordedTool.of(ex, outcome), "reused"
-        label = self._label(node.id, None, None, recorded_hash, args_hash)
+        label = self._label(node.id, None, None, recorded_hash, recorded_hash == args_hash)
         self.spend.before(call, node.id, 0.0)
         try:
             result, _ = self.live.tool(call, node, args, ctx)

@@ -52,8 +52,18 @@ def read(span: SpanRecord) -> Observed | str:
     name = attrs.get(SpanAttributes.AGENT_NAME) or attrs.get(SpanAttributes.GRAPH_NODE_NAME)
     return Step(span_id=span.span_id, name=str(name or span.name),
                 agent=kind == OpenInferenceSpanKindValues.AGENT.value,
-                input=attrs.get(SpanAttributes.INPUT_VALUE),
-                output=attrs.get(SpanAttributes.OUTPUT_VALUE))
+                input=_value(attrs, SpanAttributes.INPUT_VALUE, SpanAttributes.INPUT_MIME_TYPE),
+                output=_value(attrs, SpanAttributes.OUTPUT_VALUE,
+                              SpanAttributes.OUTPUT_MIME_TYPE))
+
+
+def _value(attrs: dict[str, Any], key: str, mime_key: str) -> Any:
+    """``input.value`` / ``output.value`` as the app gave it: decoded when its mime type
+    says JSON, else the text (a JSON-looking text the app sent as text stays text)."""
+    value = attrs.get(key)
+    if isinstance(value, str) and attrs.get(mime_key) == "application/json":
+        return loads_maybe(value)
+    return value
 
 
 def _model(span: SpanRecord) -> ModelCall | str:

@@ -9,7 +9,7 @@ from forklab.engine.fork.changes import AGENT_CHANGES
 from forklab.engine.fork.wire import Budget, ForkSpec, Policy, build
 from forklab.runs import cli, leases
 from forklab.runs.engine_env import build_environment
-from forklab.runs.forking import require_executable
+from forklab.runs.forking import fork_base
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.serializers_json import run_to_json
 
@@ -84,10 +84,11 @@ class Command(ForklabCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         with leases.held(leases.new_owner("cli")) as owner:
             run, store = cli.store_for(options["run"], lease=owner)
-            require_executable(run)
+            changes = cli.changes_from_options(options)
+            run = fork_base(run, changes=changes)  # an imported run mapped to a workflow
             policy, budget = policy_and_budget(options)
             spec = build(ForkSpec, base_run=run.id, at=cli.point(options["at"]),
-                         changes=cli.changes_from_options(options), policy=policy,
+                         changes=changes, policy=policy,
                          budget=budget, label=options["label"],
                          ignore_budget=options["ignore_budget"], source=options["source"])
             result = fork(run.id, at=spec.at, change=spec.changes, policy=spec.policy,

@@ -4,8 +4,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from forklab.engine.fork import fork_points
 from forklab.runs.cli import store_for
+from forklab.runs.forking import fork_points_of
 from forklab.runs.management.base import ForklabCommand
 
 
@@ -16,9 +16,10 @@ class Command(ForklabCommand):
         parser.add_argument("run", help="run id")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        run, store = store_for(options["run"])
-        points = [p.to_wire() for p in fork_points(store.read(run.id), store=store)]
+        run, _ = store_for(options["run"])
+        points = fork_points_of(run)
+        own = {run.id, *(p["run_id"] for p in points[:1] if run.trace_id)}  # a mapped base's
         lines = [f"seq {p['seq']:>6}  {p['label']}"
-                 + (f"  (inherited: seq:{p['seq']}@{p['run_id']})" if p["run_id"] != run.id
+                 + (f"  (inherited: seq:{p['seq']}@{p['run_id']})" if p["run_id"] not in own
                     else "") for p in points] or ["no fork points"]
         self.out(options, points, "\n".join(lines))

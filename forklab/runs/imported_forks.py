@@ -1,0 +1,190 @@
+"""Forks of imported runs whose trace names a registered workflow (SPEC §8 (b)).
+
+``FORKLAB_WORKFLOW_MAP`` maps a trace's agent or workflow name to a code-first workflow
+(SPEC §7). An imported run whose name is mapped is forked as that workflow: the run is
+re-read as the workflow's recording (``engine.traces.as_workflow``) and stored as a run of
+its own — the **workflow base** — which the fork then forks through the ordinary workflow
+fork path: the code re-executes, the imported calls answer its prefix, memo, guard and
+budgets apply as for any workflow run.
+
+Why a stored run rather than a view built per request: a fork's log refers to its base by
+id (lineage, diff, forks of the fork, fork points, the prefix kept by reference), and an
+imported run's own log is rewritten when late spans arrive — the workflow base is a frozen
+copy. Its id is a hash of the imported run's log, the workflow's graph and its input, so
+asking again finds the same base (nothing is written twice) and a trace that grew gets a
+new one. It is a primary run of the workflow's graph whose ``trace.imported`` event names
+the trace and, per call, the imported call it came from (``imported_call``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from forklab.engine.canonical import fingerprint
+from forklab.engine.errors import ForklabError, WorkflowMapInvalid
+from forklab.engine.fork import ForkPoint
+from forklab.engine.fork import fork_points as engine_fork_points
+from forklab.engine.fork.changes import InputPatchChange, parse_changes
+from forklab.engine.graph import GraphSpec, WorkflowNode, parse_stored_graph
+from forklab.engine.traces.as_workflow import (
+    WorkflowRecording,
+    as_workflow,
+    step_io,
+    workflow_input,
+)
+from forklab.engine.workflows import (
+    declared_tools,
+    workflow_graph,
+    workflow_reads,
+    workflow_required,
+)
+from forklab.runs.engine_env import build_environment
+from forklab.runs.errors import ImportedRunNotForkable
+from forklab.runs.models import Event, GraphVersion, Run
+from forklab.runs.store import DjangoStore
+from forklab.runs.traces import trace_spans
+
+ImportedForkKind = Literal["one_call", "workflow"]
+
+
+def run_names(run: Run) -> list[str]:
+    """The names an imported run goes by, as the trace gave them: its workflow (root) name
+    — the run's label — then each node's agent or span name and node id, in graph order."""
+    names = [run.label] if run.label else []
+    spec = None if run.graph_version_id is None else GraphVersion.objects.filter(
+        pk=run.graph_version_id).values_list("spec", flat=True).first()
+    for node in (spec or {}).get("nodes", []):
+        names += [str(node.get("description") or ""), str(node.get("id") or "")]
+    return [n for i, n in enumerate(names) if n and n not in names[:i]]
+
+
+def mapped(run: Run) -> tuple[str, str] | None:
+    """``(name, target)``: the first of the run's names ``FORKLAB_WORKFLOW_MAP`` maps, and
+    the workflow it maps it to; None for a run that is not imported or not mapped."""
+    table: dict[str, str] = settings.FORKLAB_WORKFLOW_MAP
+    if not run.trace_id or not table:
+        return None
+    return next(((n, table[n]) for n in run_names(run) if n in table), None)
+
+
+def imported_fork_kind(run: Run) -> ImportedForkKind:
+    """How an imported run is forked: ``workflow`` when its name is mapped to registered
+    code (re-executed, this module), else ``one_call`` (a call re-asked on its own)."""
+    return "workflow" if mapped(run) is not None else "one_call"
+
+
+def _workflow(run: Run, name: str, target: str) -> tuple[str, GraphSpec]:
+    """The ``module:function`` and current graph of the workflow ``target`` names: a
+    ``module:function`` itself, else the id of a workflow recorded in the run's project.
+    Anything this deployment cannot run is ``workflow_map_invalid``."""
+    path = target
+    if ":" not in target:
+        spec = (GraphVersion.objects.filter(graph__project=run.project, graph__graph_id=target)
+                .order_by("-version").values_list("spec", flat=True).first())
+        node = parse_stored_graph(spec).nodes[0] if spec else None
+        if not isinstance(node, WorkflowNode):
+            raise WorkflowMapInvalid(
+                f"FORKLAB_WORKFLOW_MAP maps {name!r} to {target!r}, which is neither a "
+                f"'module:function' nor a workflow recorded in project {run.project.slug!r}; "
+                "map it to the workflow's module:function (its module under "
+                "FORKLAB_WORKFLOW_MODULES)", name=name, workflow=target)
+        path = node.fn
+    try:
+        return path, workflow_graph(build_environment().workflows, path)
+    except ForklabError as exc:
+        raise WorkflowMapInvalid(
+            f"FORKLAB_WORKFLOW_MAP maps {name!r} to {target!r}, which cannot be run here: "
+            f"{exc.message}", name=name, workflow=target, cause=exc.code) from None
+
+
+def supplied_input(changes: Sequence[Any]) -> dict[str, Any] | None:
+    """The workflow input a fork request's input patches give (None: no patch)."""
+    patches = [c for c in parse_changes(list(changes)) if isinstance(c, InputPatchChange)]
+    if not patches:
+        return None
+    given: dict[str, Any] = {}
+    for patch in patches:
+        given.update({k: v for k, v in patch.patch.items() if v is not None})
+    return given
+
+
+def _recording(run: Run, *, changes: Sequence[Any] = (),
+               listing: bool = False) -> tuple[str, WorkflowRecording]:
+    """The workflow base's id and recording for imported run ``run`` (mapped). Its input is
+    what the mapped span captured, else what ``changes``' input patches give; ``listing``
+    (fork points only) leaves a missing input empty and stores nothing."""
+    found = mapped(run)
+    assert found is not None
+    name, target = found
+    path, graph = _workflow(run, name, target)
+    fn = build_environment().workflows.resolve(path)
+    io = step_io(trace_spans(run.project, run.trace_id), {name})
+    try:
+        given = workflow_input(io.input, workflow=graph.id, parameters=workflow_reads(fn),
+                               required=workflow_required(fn), span=name,
+                               supplied=None if io.input is not None
+                               else supplied_input(changes))
+    except ForklabError:
+        if not listing:
+            raise
+        given = {}
+    store = DjangoStore(run.project)
+    events = store.read(run.id)
+    version = 0 if listing else store.save_graph(graph)
+    base_id = "wf-" + fingerprint({
+        "run": run.id, "log": [e.untimed_wire() for e in events], "graph": graph.content_hash,
+        "input": given})[:29]
+    recording = as_workflow(events, graph=graph, graph_version=version, run_id=base_id,
+                            input=given, output=io, tool_effects=declared_tools(fn),
+                            label=f"{graph.id} — trace {run.trace_id}")
+    return base_id, recording
+
+
+def workflow_base(run: Run, *, created_by: Any = None,
+                  changes: Sequence[Any] = ()) -> Run:
+    """The stored workflow base of imported run ``run`` (mapped), written once: what a fork
+    of ``run`` forks. ``changes``: the fork request's, whose input patch gives the
+    workflow's arguments when the trace did not capture them (``workflow_input_missing``
+    when neither did)."""
+    base_id, recording = _recording(run, changes=changes)
+    existing = Run.objects.select_related("project").filter(pk=base_id).first()
+    if existing is not None:
+        return existing
+    try:
+        with transaction.atomic():
+            DjangoStore(run.project, created_by=created_by).append(
+                base_id, recording.events, expected_seq=0)
+    except (IntegrityError, ForklabError):  # the same base written by a concurrent request
+        found = Run.objects.select_related("project").filter(pk=base_id).first()
+        if found is None:
+            raise
+        return found
+    return Run.objects.select_related("project").get(pk=base_id)
+
+
+def fork_points(run: Run) -> list[ForkPoint]:
+    """The fork points of imported run ``run`` (mapped): its workflow base's — a point
+    before every call the code makes (``before:WF#1/openai:3``) — worked out without
+    storing anything (the base is written when a fork is asked for)."""
+    _, recording = _recording(run, listing=True)
+    return engine_fork_points(recording.events)
+
+
+def require_replayable(run: Run) -> None:
+    """Refuse ``replay`` of a run imported from a trace, or of the workflow base made from
+    one: replay re-drives a run with every call served by its whole-request hash, and a
+    trace captured only part of each request. ``forkcheck`` checks a mapped one."""
+    if run.trace_id or Event.objects.filter(run_id=run.id, type="trace.imported").exists():
+        raise ImportedRunNotForkable(
+            f"run {run.id!r} was imported from a trace; replay checks runs forklab recorded "
+            "whole (every call by its full request) — a trace captured only part of each "
+            "request. Fork-check it instead (forklab forkcheck RUN) when its name is mapped "
+            "to a workflow (FORKLAB_WORKFLOW_MAP)", run_id=run.id, trace_id=run.trace_id)
+
+
+__all__ = ["ImportedForkKind", "fork_points", "imported_fork_kind", "mapped",
+           "require_replayable", "run_names", "supplied_input", "workflow_base"]
