@@ -26,9 +26,10 @@ UNPROCESSABLE = ("fork_point_not_found", "fork_point_mid_node", "invalid_change"
                  "live_budget_exceeded", "write_not_allowed", "prefix_diverged", "version_skew",
                  "source_missing", "replay_divergence", "unknown_provider", "unknown_tool",
                  "unknown_workflow",
-                 "idempotency_conflict", "store_rejected", "imported_run")
+                 "idempotency_conflict", "store_rejected", "imported_run",
+                 "one_call_only", "call_not_replayable")
 CONFLICT = ("run_in_progress", "promote_conflict", "invalid_run_state", "case_exists",
-            "seq_conflict", "event_gap", "already_answered", "lease_lost")
+            "seq_conflict", "event_gap", "already_answered", "lease_lost", "trace_arriving")
 
 STATUS: dict[str, int] = {
     **dict.fromkeys(BAD_REQUEST, 400),

@@ -12,10 +12,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import Max, QuerySet
+from django.utils import timezone
 
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import ForklabError, RunInProgress, RunStateError, indefinite
@@ -50,8 +52,14 @@ from forklab.runs.access import (
 from forklab.runs.control import answer as answer
 from forklab.runs.control import cancel as cancel
 from forklab.runs.engine_env import build_environment
-from forklab.runs.errors import IdempotencyConflict, ImportedRunNotForkable, NotFound
+from forklab.runs.errors import (
+    IdempotencyConflict,
+    ImportedRunNotForkable,
+    NotFound,
+    TraceArriving,
+)
 from forklab.runs.models import Case, ForkRequest, Project, Role, Run, RunKind, RunStatus
+from forklab.runs.models.traces import TraceLogEvent, TraceSpan
 from forklab.runs.planning import plan_for, sweep_plan
 from forklab.runs.readmodel import fork_state
 from forklab.runs.specs import CaseSpec, ForkSpec, InvalidRequest, SweepSpec
@@ -105,19 +113,50 @@ def _require_finished(run: Run) -> None:
         raise RunInProgress(
             f"run {run.id!r} is {run.status}; only a finished run can be forked — wait for it, "
             "answer it or cancel it first", run_id=run.id, status=run.status)
-    require_executable(run)
+    require_settled(run)
 
 
-def require_executable(run: Run) -> None:
-    """Refuse to fork, sweep, replay or fork-check a run imported from a trace — until
-    SPEC §8's forks of imported runs exist (docs/traces.md): its graph only describes the
-    trace, and re-executing it would make live calls with none of the trace's prompts."""
-    if run.trace_id:
+def imported_fork_kind(run: Run) -> Literal["one_call", "workflow"] | None:
+    """How a run imported from a trace is forked (None: it was not imported): ``one_call``
+    — one replayable model call re-asked (SPEC §8 (a), ``engine.fork.onecall``, which
+    decides the same from the log). The single place where a trace mapped to registered
+    code (``FORKLAB_WORKFLOW_MAP``, SPEC §8 (b)) will return ``workflow``: a full fork."""
+    return "one_call" if run.trace_id else None
+
+
+def require_replayable(run: Run) -> None:
+    """Refuse to replay or fork-check a run imported from a trace whose fork is a one-call
+    fork: both re-execute the whole run, which its synthetic graph only describes."""
+    if imported_fork_kind(run) == "one_call":
         raise ImportedRunNotForkable(
-            f"run {run.id!r} was imported from trace {run.trace_id}; forking or replaying an "
-            "imported run is not available yet (its graph only describes the trace, nothing "
-            "can execute it) — inspect its calls, diff it against another run, or export it",
+            f"run {run.id!r} was imported from trace {run.trace_id}; replaying or "
+            "fork-checking it would re-execute the whole run, which its graph only describes "
+            "— fork one of its replayable model calls instead (forklab fork RUN --at "
+            "before:NODE#N/turn:T --model NODE#N/turn:T=MODEL; list them with forkpoints)",
             run_id=run.id, trace_id=run.trace_id)
+
+
+def require_settled(run: Run) -> None:
+    """Refuse to fork a run imported from a trace that received spans (or log records) in
+    the last ``FORKLAB_TRACE_SETTLE_S`` seconds (``trace_arriving``, with how long to wait):
+    late spans rewrite its log, and a fork should start from the trace as it ends up. A fork
+    already made keeps what it forked (its own log holds its copy)."""
+    if not run.trace_id or settings.FORKLAB_TRACE_SETTLE_S <= 0:
+        return
+    found = [TraceSpan.objects.filter(project=run.project_id, trace_id=run.trace_id)
+             .aggregate(last=Max("received_at"))["last"],
+             TraceLogEvent.objects.filter(project=run.project_id, trace_id=run.trace_id)
+             .aggregate(last=Max("received_at"))["last"]]
+    latest = max((t for t in found if t is not None), default=None)
+    if latest is None:
+        return
+    ago = max(0.0, (timezone.now() - latest).total_seconds())
+    wait = settings.FORKLAB_TRACE_SETTLE_S - ago
+    if wait > 0:
+        raise TraceArriving(
+            f"trace {run.trace_id} of run {run.id!r} received spans {ago:.1f}s ago and may "
+            f"still be arriving (late spans rewrite the run); retry in {wait:.1f}s",
+            run_id=run.id, trace_id=run.trace_id, retry_after_s=round(wait, 1))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ of edits), keeping every row for the traceback. Past ``BITS_MAX_CELLS`` (memory)
 O(ND) algorithm takes over, and past ``MYERS_MAX_D`` edits difflib's matcher. A node the
 variant re-executed at the same place is one ``changed`` step (``write → write@fork``), not a
 deletion plus an insertion. Base steps a variant that stopped early never reached are flagged
-``not_reached`` and kept out of the deltas.
+``not_reached`` and kept out of the deltas — and so are those after a one-call fork's call
+(``path.one_call``: the trace's later calls were not re-executed; memory is not compared).
 """
 
 from __future__ import annotations
@@ -339,6 +340,15 @@ def _not_reached(aligned: list[dict[str, Any]]) -> dict[str, list[str]]:
     return {"not_reached": nodes} if nodes else {}
 
 
+def _one_call(key: str | None, aligned: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"one_call", "not_reexecuted"}`` of a one-call fork's diff: the call it re-asked
+    and the base steps after it, which it did not re-execute (not skipped by its change)."""
+    if key is None:
+        return {}
+    return {"one_call": key, "not_reexecuted": [
+        s["base"]["node"] for s in aligned if s.get("not_reached")]}
+
+
 def diff_runs(base_state: RunState, variant_state: RunState, *,
               scorer: Callable[[RunState], float] | None = None,
               changes: Sequence[str] = ()) -> RunDiff:
@@ -349,7 +359,11 @@ def diff_runs(base_state: RunState, variant_state: RunState, *,
     and wall-clock deltas compare the variant with the base up to where the variant got.
     """
     inherited = variant_state.prefix_executions
-    unreached: list[Execution] | None = [] if variant_state.status in STOPPED_EARLY else None
+    # a one-call fork of an imported run (SPEC §8 (a)) ends after its call on purpose: the
+    # base's later steps were not re-executed (not reached), and no memory was re-derived
+    one_call = variant_state.fork.one_call if variant_state.fork is not None else None
+    unreached: list[Execution] | None = (
+        [] if variant_state.status in STOPPED_EARLY or one_call else None)
     aligned = _align(base_state.executions, variant_state.executions, inherited, unreached)
     reached = _reached(base_state, unreached or [])
     first = next((i for i, s in enumerate(aligned) if s["op"] != "same"), None)
@@ -362,9 +376,10 @@ def diff_runs(base_state: RunState, variant_state: RunState, *,
         divergence=divergence,
         path={"aligned": aligned,
               "inserted": [s["variant"]["node"] for s in aligned if s["op"] == "inserted"],
-              "skipped": [s["base"]["node"] for s in aligned if s["op"] == "skipped"],
-              **_not_reached(aligned)},
-        memory=_memory(base_state, variant_state),
+              "skipped": [s["base"]["node"] for s in aligned if s["op"] == "skipped"
+                          and not (one_call and s.get("not_reached"))],
+              **_not_reached(aligned), **_one_call(one_call, aligned)},
+        memory={} if one_call else _memory(base_state, variant_state),
         terminal={"base": base_state.status, "variant": variant_state.status,
                   "iterations_delta": variant_state.iteration - base_state.iteration,
                   "wall_clock_delta_ms": round(variant_state.duration_ms
@@ -419,7 +434,10 @@ def format_run_diff(diff: RunDiff, header: str = "") -> str:
         status += f" (base {diff.terminal['base']})"
     lines.append(f"  status    {status}")
     lines.append(f"  path      {_render_path(diff)}")
-    if diff.path.get("not_reached"):
+    if diff.path.get("one_call"):
+        lines.append(f"  one call  only {diff.path['one_call']} was asked again: the trace's "
+                     "later calls were not re-executed (?node), memory not compared")
+    elif diff.path.get("not_reached"):
         lines.append(f"  unreached {len(diff.path['not_reached'])} base step(s) the variant "
                      "never reached (?node): left out of the deltas")
     lines.append(f"  cost      {usd_text(diff.cost['incurred_usd'])} incurred, "

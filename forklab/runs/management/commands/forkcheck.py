@@ -10,7 +10,7 @@ from forklab.engine.scenarios import get_scenario
 from forklab.runs import cli
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import InvalidArgument
-from forklab.runs.forking import require_executable
+from forklab.runs.forking import require_replayable
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.models import Run, RunKind
 
@@ -41,7 +41,7 @@ class Command(ForklabCommand):
         run_id = options["run_id"] or options["run"]
         if run_id:
             named = cli.store_for(run_id)[0]
-            require_executable(named)
+            require_replayable(named)
             runs = Run.objects.filter(pk=named.id)
         env = build_environment()
         results, failed = self._null_forks(list(runs.order_by("created_at")), env)

@@ -7,7 +7,7 @@ from django.core.management.base import CommandParser
 from forklab.engine.fork.replay import replay
 from forklab.runs import cli
 from forklab.runs.engine_env import build_environment
-from forklab.runs.forking import require_executable
+from forklab.runs.forking import require_replayable
 from forklab.runs.management.base import ForklabCommand
 
 
@@ -21,7 +21,7 @@ class Command(ForklabCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         run, store = cli.store_for(options["run"])
-        require_executable(run)
+        require_replayable(run)
         state = replay(run.id, store=store, strict=options["strict"], env=build_environment())
         self.out(options, {"run_id": run.id, "status": state.status, "events": state.version,
                            "strict": options["strict"], "diverged": False},

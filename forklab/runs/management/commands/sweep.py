@@ -12,7 +12,7 @@ from forklab.engine.fork.wire import SweepSpec, build
 from forklab.runs import cli, leases
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import InvalidArgument
-from forklab.runs.forking import require_executable
+from forklab.runs.forking import require_settled
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.management.commands.fork import add_policy_flags, policy_and_budget
 
@@ -40,7 +40,7 @@ class Command(ForklabCommand):
             self._sweep(options, *cli.store_for(options["run"], lease=owner))
 
     def _sweep(self, options: dict[str, Any], run: Any, store: Any) -> None:
-        require_executable(run)
+        require_settled(run)
         variants = {}
         for text in options["variant"]:
             name, value = cli.split_pair(text, "variant", VARIANT_FORM, VARIANT_EXAMPLE)
