@@ -227,18 +227,3 @@ def test_traces_of_one_app_share_a_graph_and_its_version(
         assert _post(world, "member", request.SerializeToString()).status_code == 200
         runs.append(Run.objects.get(trace_id=_trace_id(request)))
     assert {(r.graph_slug, r.graph_version_number) for r in runs} == {("otel-weather-agent", 1)}
-
-
-def test_an_imported_run_cannot_be_forked_yet_and_says_why(world: World) -> None:
-    request, _ = handmade()
-    assert _post(world, "member", request.SerializeToString()).status_code == 200
-    run = Run.objects.get(trace_id=_trace_id(request))
-    body = {"base_run": run.pk, "at": "before:weather_agent",
-            "changes": [{"kind": "model", "target": "weather_agent", "model": "gpt-4o"}]}
-    for path in ("forks/preflight/", "forks/"):
-        response = world.client("member").post(f"{API}/{path}", data=body,
-                                               content_type="application/json")
-        assert response.status_code == 422
-        assert response.json()["code"] == "imported_run"
-        assert response.json()["trace_id"] == run.trace_id
-    assert not Run.objects.filter(parent_run=run).exists()

@@ -217,11 +217,16 @@ class AgentChange(_Change):
     @classmethod
     def _target_of_call(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("call") is not None:
-            if data.get("target") is not None:
+            address = parse_call_key(str(data["call"]))
+            node = address.node if address else str(data["call"])
+            key = cls.model_fields["target"].alias or "target"  # ``agent`` for tools
+            given = data.get("target", data.get(key))
+            # the model's own dump holds both (the target derived from the call): accepted
+            if given is not None and given != node:
                 raise ValueError("give 'call' (one model call) or 'target' (a node or role), "
                                  "not both")
-            address = parse_call_key(str(data["call"]))
-            data = {**data, "target": address.node if address else str(data["call"])}
+            data = {k: v for k, v in data.items() if k not in ("target", key)}
+            data[key] = node
         return data
 
     def model_post_init(self, __context: Any) -> None:
