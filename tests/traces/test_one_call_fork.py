@@ -243,3 +243,11 @@ def test_a_messages_change_re_asks_the_vendor_in_its_own_format(stub: VendorStub
     new = [e.text for e in store.read(result.run_id) if isinstance(e, AgentResponded)]
     assert replies == ["You said: Weather in Paris?"] and new == ["You said: Weather in Lyon?"]
     assert json.dumps(result.diff.path["one_call"]) == json.dumps(key)
+
+
+def test_rerun_asks_the_call_again_live_even_with_memoize() -> None:
+    store = imported(workflow())
+    result = fork("imported", store=store, env=offline_env(), policy={"memoize": True},
+                  change={"kind": "rerun", "call": TURN2})
+    last = fold(store.read(result.run_id)).calls[-1]
+    assert (last.call, last.label) == (TURN2, "live") and result.estimate.live_calls == 1

@@ -230,3 +230,17 @@ def test_the_run_page_timeline_marks_the_tool_loop_that_has_a_conversation(
     assert 'data-node="assist"' in assist and 'data-node="close"' in close
     assert "3 turns · 3 tool calls" in assist
     assert 'class="loop"' not in close  # one model call, no tools: no loop
+
+
+def test_an_imported_runs_turns_offer_a_re_ask_and_its_tool_calls_no_fork(
+        world: World) -> None:
+    from forklab.runs.traces import import_spans
+    from tests.traces.test_mapping import workflow
+
+    done = import_spans(user=None, project=world.demo, spans=workflow(), unreadable=[])
+    (run,) = done.runs
+    html = page(world.client("bob").get(f"/runs/{run}/steps/researcher/1/"))
+    assert links(html, "edit_reply") == [] and links(html, "replace_result") == []
+    reruns = [c[0] for _, c in links(html, "rerun")]
+    assert reruns == [{"kind": "rerun", "call": "researcher#1/turn:1"},
+                      {"kind": "rerun", "call": "researcher#1/turn:2"}]

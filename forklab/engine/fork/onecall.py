@@ -14,8 +14,8 @@ gone or skipped by the change.
 Rules (each refusal names what is possible instead):
 - the point is a model call: ``{"before_call": KEY}``, or no ``at`` and changes with
   ``call`` (``one_call_only`` for a node point, a tool call, ``start``/``failure``);
-- changes are ``model``, ``prompt``, ``temperature``, ``messages`` and ``tools`` of that
-  call (``one_call_only`` for any other kind, a change of another call or a whole node);
+- changes are ``model``, ``prompt``, ``temperature``, ``messages``, ``tools`` and
+  ``rerun`` (asked again as it was, even with memoize) of that call (``one_call_only`` for any other kind, a change of another call or a whole node);
   ``tools`` removes tools the call was offered and adds tools offered by any call of the
   trace (imported tools have no registry, so only the trace's own definitions exist);
 - the call must be replayable (``call_not_replayable`` names what is missing and the
@@ -62,6 +62,7 @@ from forklab.engine.fork.changes import (
     MessagesChange,
     ModelChange,
     PromptChange,
+    RerunChange,
     TemperatureChange,
     ToolsChange,
     parse_changes,
@@ -84,8 +85,10 @@ if TYPE_CHECKING:
     from forklab.engine.fork.base import BaseRun
     from forklab.engine.fork.plan import ForkPlan
 
-ALLOWED = (ModelChange, PromptChange, TemperatureChange, MessagesChange, ToolsChange)
-"""The change kinds a one-call fork takes, each given the call it re-asks."""
+ALLOWED = (ModelChange, PromptChange, TemperatureChange, MessagesChange, ToolsChange,
+           RerunChange)
+"""The change kinds a one-call fork takes, each given the call it re-asks (``rerun``: ask
+it again as it was, live even with memoize)."""
 
 PROVIDER_ALIASES = {"openai": "openai", "azure.ai.openai": "openai", "az.ai.openai": "openai",
                     "azure_openai": "openai", "anthropic": "anthropic"}
@@ -348,7 +351,8 @@ def plan_one_call(
         point = dataclasses.replace(point, kind="before_call", call=work.key)
     application = apply_at(base, point, changes)
     recorded = Recording.of(base.state).agent_call(work.node, work.occurrence, work.part)
-    estimate = _estimate(base, final, recorded, memoize=policy.memoize)
+    rerun = any(isinstance(c, RerunChange) for c in changes)
+    estimate = _estimate(base, final, recorded, memoize=policy.memoize and not rerun)
     estimate.events_reused = point.seq
     return ForkPlan(base=base, point=point, effective=point, changes=list(changes),
                     graph=base.graph, prefix=fold(point), new_input=application.new_input,
