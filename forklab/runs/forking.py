@@ -126,7 +126,15 @@ def imported_fork_kind(run: Run) -> Literal["one_call", "workflow"] | None:
 
 def require_replayable(run: Run) -> None:
     """Refuse to replay or fork-check a run imported from a trace whose fork is a one-call
-    fork: both re-execute the whole run, which its synthetic graph only describes."""
+    fork, or such a fork: both re-execute the whole run, which an imported run's synthetic
+    graph only describes (and a one-call fork ended after its call)."""
+    parent = Run.objects.filter(pk=run.parent_run_id).first() if run.parent_run_id else None
+    if parent is not None and imported_fork_kind(parent) == "one_call":
+        raise ImportedRunNotForkable(
+            f"run {run.id!r} is a one-call fork of imported run {parent.id!r}: it re-asked "
+            "one call and ended, so there is no whole run to replay or fork-check — diff it "
+            "against its base, or fork the imported run again", run_id=run.id,
+            trace_id=parent.trace_id)
     if imported_fork_kind(run) == "one_call":
         raise ImportedRunNotForkable(
             f"run {run.id!r} was imported from trace {run.trace_id}; replaying or "

@@ -140,3 +140,20 @@ def test_replaying_an_imported_run_stays_refused_saying_what_is_possible(
     with pytest.raises(ImportedRunNotForkable) as refused:
         require_replayable(run)
     assert "fork one of its replayable model calls" in refused.value.message
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_one_call_fork_is_not_replayed_either(
+        fresh_world: World, settings: Any) -> None:
+    from forklab.runs.errors import ImportedRunNotForkable
+    from forklab.runs.forking import require_replayable
+
+    settings.FORKLAB_TRACE_SETTLE_S = 0
+    run = _import(fresh_world, handmade()[0])
+    started = _post(fresh_world, "/forks/", {
+        "base_run": run.pk, "changes": [{"kind": "model", "call": KEY,
+                                         "model": "scripted-small", "provider": "scripted"}]})
+    assert started.status_code == 202 and drain(timeout=60)
+    with pytest.raises(ImportedRunNotForkable) as refused:
+        require_replayable(Run.objects.get(pk=started.json()["id"]))
+    assert "one-call fork" in refused.value.message

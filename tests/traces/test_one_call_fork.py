@@ -4,6 +4,7 @@ everything else refused with a code saying what is possible."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -15,6 +16,7 @@ from forklab.engine.fork import fork
 from forklab.engine.fork.base import load_base
 from forklab.engine.fork.onecall import re_ask
 from forklab.engine.fork.sweep import fork_each
+from forklab.engine.fork.variant import fork_runner
 from forklab.engine.providers import OpenAICompatibleProvider, ProviderRegistry
 from forklab.engine.reducers import fold
 from forklab.engine.status import RunStatus
@@ -251,3 +253,23 @@ def test_rerun_asks_the_call_again_live_even_with_memoize() -> None:
                   change={"kind": "rerun", "call": TURN2})
     last = fold(store.read(result.run_id)).calls[-1]
     assert (last.call, last.label) == (TURN2, "live") and result.estimate.live_calls == 1
+
+
+def test_a_one_call_fork_cut_short_inside_its_node_resumes_to_the_same_end() -> None:
+    store, env = imported(workflow()), offline_env()
+    done = fork("imported", at={"before_call": TURN2}, store=store, env=env,
+                change={"kind": "prompt", "call": TURN2, "system_prompt": "Be terse."})
+    events = store.read(done.run_id)
+    asked = next(e for e in events if isinstance(e, AgentRequested) and e.call == "turn:2")
+    again = imported(workflow())  # a fresh store holding the base: the process died there
+    again.append("cut", [dataclasses.replace(e, run_id="cut") for e in events
+                         if e.seq <= asked.seq], expected_seq=0)
+    state = fork_runner("cut", store=again, env=offline_env()).resume()
+    assert state.status == RunStatus.COMPLETED
+    assert state.fork is not None and state.fork.one_call == TURN2
+    assert [(c.call, c.label) for c in state.calls][-1] == (TURN2, "changed")
+    assert [e.type for e in again.read("cut")][-3:] == [
+        "agent.responded", "node.completed", "run.completed"]
+    resent = [e for e in again.read("cut") if isinstance(e, AgentRequested)
+              and e.call == "turn:2"][-1]
+    assert resent.system_prompt == "Be terse."

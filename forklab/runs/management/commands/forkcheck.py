@@ -30,7 +30,8 @@ class Command(ForklabCommand):
                             help="also run the metamorphic checks 1, 2 and 4 on every run")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        # imported runs are not forkable (yet): their graph only describes their trace
+        # imported runs are forked one call at a time, never re-executed whole: their graph
+        # only describes their trace (require_replayable says so for a named one)
         runs = Run.objects.filter(run_kind=RunKind.PRIMARY, last_seq__gt=0, trace_id="",
                                   status__in=["completed", "failed", "blocked", "cancelled"])
         if options["scenario"]:
