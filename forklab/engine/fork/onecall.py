@@ -132,10 +132,16 @@ def imported_kind(base: BaseRun) -> Literal["one_call", "workflow"] | None:
     return None
 
 
-def _possible(run_id: str) -> str:
-    return (f"a fork of imported run {run_id!r} re-asks one replayable model call: "
+def _possible(base: BaseRun) -> str:
+    """What a fork of imported run ``base`` can be, with its replayable calls (a few)."""
+    trace = trace_imported(base.events)
+    calls = [str(c["call"]) for c in (trace.calls if trace else ())
+             if c.get("kind") == "agent" and c.get("replayable")]
+    listed = ", ".join(calls[:6]) + (" …" if len(calls) > 6 else "")
+    return (f"a fork of imported run {base.run_id!r} re-asks one replayable model call "
+            f"(here: {listed or 'none'}): "
             'at={"before_call": "NODE#N/turn:T"} (or changes with "call" and no at), with '
-            "model, prompt, temperature, messages or tools changes of that call")
+            "model, prompt, temperature, messages, tools or rerun changes of that call")
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,17 @@ class ReAsk:
                         iteration=self.iteration, fingerprint=self.fingerprint, reads={})
 
 
+def _key(base: BaseRun, text: str) -> str:
+    """The canonical key of call ``text`` in the base (an alias by provider id resolved);
+    ``fork_point_not_found`` for a call the base never made."""
+    point = call_point(base.index, text)
+    if point.call is not None:
+        return point.call
+    address = parse_call_key(text)
+    assert address is not None  # call_point read it
+    return f"{point.node}#{point.occurrence}/{address.call}"  # the node's first call
+
+
 def _call_key(base: BaseRun, at: Any, changes: Sequence[Change]) -> str:
     """The call key the request forks at, checked to be a point before a model call."""
     if isinstance(at, str):
@@ -166,22 +183,18 @@ def _call_key(base: BaseRun, at: Any, changes: Sequence[Change]) -> str:
     if at is None:
         addressed = [str(a) for c in changes if (a := c.call_address()) is not None]
         if not addressed:
-            raise OneCallOnly(f"no call to re-ask: {_possible(base.run_id)}",
+            raise OneCallOnly(f"no call to re-ask: {_possible(base)}",
                               run_id=base.run_id)
         at = {"before_call": addressed[0]}
     if not (isinstance(at, dict) and set(at) == {"before_call"}):
-        raise OneCallOnly(f"fork point {at!r} is not a model call: {_possible(base.run_id)}",
+        raise OneCallOnly(f"fork point {at!r} is not a model call: {_possible(base)}",
                           run_id=base.run_id, at=at)
-    point = call_point(base.index, str(at["before_call"]))
-    node, occurrence = point.node or "", point.occurrence or 1
-    address = parse_call_key(str(at["before_call"]))
-    assert address is not None  # call_point read it
-    part = point.call.split("/", 1)[1] if point.call else address.call
-    if not part.rsplit("/", 1)[-1].startswith("turn:"):
-        raise OneCallOnly(f"call {node}#{occurrence}/{part} is a tool call, which a trace's "
-                          f"fork cannot re-run (its tool is the app's code): "
-                          f"{_possible(base.run_id)}", run_id=base.run_id)
-    return f"{node}#{occurrence}/{part}"
+    key = _key(base, str(at["before_call"]))
+    if not key.rsplit("/", 1)[-1].startswith("turn:"):
+        raise OneCallOnly(f"call {key} is a tool call, which a trace's fork cannot re-run "
+                          f"(its tool is the app's code): {_possible(base)}",
+                          run_id=base.run_id)
+    return key
 
 
 def _check_changes(base: BaseRun, key: str, changes: Sequence[Change]) -> None:
@@ -189,11 +202,9 @@ def _check_changes(base: BaseRun, key: str, changes: Sequence[Change]) -> None:
         address = item.call_address()
         if not isinstance(item, ALLOWED) or address is None:
             raise OneCallOnly(f"{item.describe()}: not possible on a run imported from a "
-                              f"trace; {_possible(base.run_id)}", run_id=base.run_id,
+                              f"trace; {_possible(base)}", run_id=base.run_id,
                               kind=item.kind)
-        named = call_point(base.index, str(address)).call or str(address)
-        if named.split("/", 1)[1] != key.split("/", 1)[1] or address.node != key.split("#")[0] \
-                or address.occurrence != int(key.split("#")[1].split("/")[0]):
+        if _key(base, str(address)) != key:
             raise OneCallOnly(f"{item.describe()}: a one-call fork changes only the call it "
                               f"re-asks, {key!r}; fork {address} on its own (a sweep forks "
                               "one call with several changes)", run_id=base.run_id,
@@ -214,18 +225,14 @@ def _check_replayable(trace: TraceImported, key: str) -> None:
 
 
 def _recorded(base: BaseRun, node: str, occurrence: int, part: str
-              ) -> tuple[list[Event], AgentRequested, AgentResponded | None]:
-    """The node execution's call events before the call, the call's request and reply."""
+              ) -> tuple[list[Event], AgentRequested]:
+    """The node execution's call events before the call, and the call's request."""
     before: list[Event] = []
     for event in base.events:
         if event.node != node or event.occurrence != occurrence:
             continue
         if isinstance(event, AgentRequested) and (event.call or "turn:1") == part:
-            reply = next((e for e in base.events if isinstance(e, AgentResponded)
-                          and e.seq > event.seq and e.node == node
-                          and e.occurrence == occurrence and (e.call or "turn:1") == part),
-                         None)
-            return before, event, reply
+            return before, event
         if isinstance(event, _COPIED):
             before.append(event)
     raise OneCallOnly(f"call {node}#{occurrence}/{part} has no recorded request")
@@ -313,7 +320,7 @@ def re_ask(base: BaseRun, at: Any, changes: Sequence[Change]) -> tuple[ReAsk, Ch
     _check_replayable(trace, key)
     node, rest = key.split("#", 1)
     occurrence, part = int(rest.split("/", 1)[0]), rest.split("/", 1)[1]
-    before, asked, _ = _recorded(base, node, occurrence, part)
+    before, asked = _recorded(base, node, occurrence, part)
     request = _with_tools(_request(asked, trace, key), changes, _offered(base))
     execution = next(ex for ex in base.state.executions
                      if ex.node == node and ex.occurrence == occurrence)
