@@ -72,6 +72,9 @@ def test_a_one_call_fork_re_asks_the_vendor_and_diffs_old_and_new_reply(
     client.force_login(fresh_world.users["member"])
     page = client.get(f"/compare/{run.pk}/{fork['id']}/").content.decode()
     assert "You said: Weather in Paris?" in page and "You said: Weather in Lyon?" in page
+    assert any("one-call fork" in w for w in fork["warnings"])
+    shown = client.get(f"/runs/{fork['id']}/").content.decode()
+    assert f'data-one-call="{KEY}"' in shown and "later calls were not re-executed" in shown
 
 
 @pytest.mark.django_db(transaction=True)
