@@ -13,7 +13,7 @@ from django.test import Client
 from forklab.runs.models import Run
 from forklab.runs.task_backends import drain
 from tests.api.conftest import API, World
-from tests.traces.spans import GENAI_CONTENT, GENAI_NO_CONTENT, handmade, traced
+from tests.traces.spans import GENAI_CONTENT, GENAI_EVENTS, GENAI_NO_CONTENT, handmade, traced
 from tests.vendor_stub import VendorStub
 from tests.vendor_stub.fixtures import server, stub
 
@@ -160,3 +160,17 @@ def test_a_one_call_fork_is_not_replayed_either(
     with pytest.raises(ImportedRunNotForkable) as refused:
         require_replayable(Run.objects.get(pk=started.json()["id"]))
     assert "one-call fork" in refused.value.message
+
+
+def test_a_call_whose_content_arrives_later_as_log_records_becomes_forkable(
+        world: World, settled: VendorStub) -> None:
+    spans, logs = traced(settled, "genai", GENAI_EVENTS, tools=False)
+    run = _import(world, spans)
+    body = {"base_run": run.pk, "at": {"before_call": KEY}}
+    assert _post(world, "/forks/preflight/", body).json()["code"] == "call_not_replayable"
+    response = world.client("member").post(
+        "/v1/logs", data=logs.SerializeToString(), content_type="application/x-protobuf",
+        headers={"X-Forklab-Project": "lab"})
+    assert response.status_code == 200
+    preflight = _post(world, "/forks/preflight/", body)  # the rewritten run, reloaded
+    assert preflight.status_code == 200, preflight.json()
