@@ -273,3 +273,15 @@ def test_a_one_call_fork_cut_short_inside_its_node_resumes_to_the_same_end() -> 
     resent = [e for e in again.read("cut") if isinstance(e, AgentRequested)
               and e.call == "turn:2"][-1]
     assert resent.system_prompt == "Be terse."
+
+
+def test_the_cost_delta_compares_the_re_asked_call_with_the_base_call_alone() -> None:
+    store = imported(workflow())
+    result = fork("imported", store=store, env=offline_env(),
+                  change={"kind": "temperature", "call": "researcher#1/turn:1",
+                          "temperature": 0.0})
+    base, variant = fold(store.read("imported")), fold(store.read(result.run_id))
+    old, new = base.calls[0], variant.calls[-1]
+    assert (old.call, new.call) == ("researcher#1/turn:1", "researcher#1/turn:1")
+    assert result.diff.cost["tokens_delta"] == (
+        new.input_tokens + new.output_tokens - old.input_tokens - old.output_tokens)

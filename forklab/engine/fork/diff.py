@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forklab.engine.canonical import canonical_json, json_size
-from forklab.engine.state import Execution, RunState
+from forklab.engine.state import Call, Execution, RunState
 
 BITS_MAX_CELLS = 200_000_000
 """Largest n·m the bit-parallel LCS runs on (its traceback keeps n rows of m bits: 25 MB)."""
@@ -321,12 +321,24 @@ class _Reached:
     duration_ms: float
 
 
-def _reached(base: RunState, unreached: list[Execution]) -> _Reached:
+def _after_call(base: RunState, key: str | None) -> list[Call]:
+    """The base's calls after call ``key`` in the same execution: a one-call fork ended
+    after ``key``, so they were not re-executed either (kept out of the deltas)."""
+    found = next((c for c in base.calls if c.call == key), None) if key else None
+    if found is None:
+        return []
+    return [c for c in base.calls if (c.node, c.occurrence) == (found.node, found.occurrence)
+            and c.seq > found.seq]
+
+
+def _reached(base: RunState, unreached: list[Execution], later: list[Call]) -> _Reached:
     skip = {id(ex) for ex in unreached}
     kept = [ex for ex in base.executions if id(ex) not in skip]
     tokens = base.input_tokens + base.output_tokens - sum(
-        ex.input_tokens + ex.output_tokens for ex in unreached)
-    usd = base.cost_usd - sum(ex.cost_usd for ex in unreached)
+        ex.input_tokens + ex.output_tokens for ex in unreached) - sum(
+        c.input_tokens + c.output_tokens for c in later)
+    usd = base.cost_usd - sum(ex.cost_usd for ex in unreached) - sum(
+        c.cost_usd or 0.0 for c in later)
     duration = base.duration_ms
     if unreached and base.started_at is not None:  # the base's clock up to the first one
         duration = round((min(ex.started_at for ex in unreached) - base.started_at) * 1000, 3)
@@ -365,7 +377,7 @@ def diff_runs(base_state: RunState, variant_state: RunState, *,
     unreached: list[Execution] | None = (
         [] if variant_state.status in STOPPED_EARLY or one_call else None)
     aligned = _align(base_state.executions, variant_state.executions, inherited, unreached)
-    reached = _reached(base_state, unreached or [])
+    reached = _reached(base_state, unreached or [], _after_call(base_state, one_call))
     first = next((i for i, s in enumerate(aligned) if s["op"] != "same"), None)
     divergence = None if first is None else {
         "index": first,
