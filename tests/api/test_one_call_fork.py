@@ -174,3 +174,23 @@ def test_a_call_whose_content_arrives_later_as_log_records_becomes_forkable(
     assert response.status_code == 200
     preflight = _post(world, "/forks/preflight/", body)  # the rewritten run, reloaded
     assert preflight.status_code == 200, preflight.json()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sweep_asks_one_imported_call_of_each_model(
+        fresh_world: World, settled: VendorStub) -> None:
+    request, _ = traced(settled, "genai", GENAI_CONTENT, tools=False)
+    run = _import(fresh_world, request)
+    body = {"base_run": run.pk, "at": {"before_call": KEY}, "variants": {
+        model: {"kind": "model", "call": KEY, "model": model}
+        for model in ("gpt-4.1", "gpt-4o")}}
+    estimate = _post(fresh_world, "/sweeps/estimate/", body)
+    assert estimate.status_code == 200, estimate.json()
+    started = _post(fresh_world, "/sweeps/", body)
+    assert started.status_code == 202, started.json()
+    assert drain(timeout=60)
+    sweep = fresh_world.client("member").get(
+        f"{API}/sweeps/{started.json()['fork_group_id']}/").json()
+    assert {name: v["status"] for name, v in sweep["variants"].items()} == {
+        "gpt-4.1": "completed", "gpt-4o": "completed"}
+    assert sorted(b["model"] for b in settled.bodies("openai")[-2:]) == ["gpt-4.1", "gpt-4o"]

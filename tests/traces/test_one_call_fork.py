@@ -17,7 +17,13 @@ from forklab.engine.fork.base import load_base
 from forklab.engine.fork.onecall import re_ask
 from forklab.engine.fork.sweep import fork_each
 from forklab.engine.fork.variant import fork_runner
-from forklab.engine.providers import OpenAICompatibleProvider, ProviderRegistry
+from forklab.engine.providers import (
+    AnthropicProvider,
+    ChatRequest,
+    OpenAICompatibleProvider,
+    ProviderRegistry,
+)
+from forklab.engine.providers.anthropic import UNSENT_MAX_TOKENS
 from forklab.engine.reducers import fold
 from forklab.engine.status import RunStatus
 from forklab.engine.store import Store
@@ -285,3 +291,17 @@ def test_the_cost_delta_compares_the_re_asked_call_with_the_base_call_alone() ->
     assert (old.call, new.call) == ("researcher#1/turn:1", "researcher#1/turn:1")
     assert result.diff.cost["tokens_delta"] == (
         new.input_tokens + new.output_tokens - old.input_tokens - old.output_tokens)
+
+
+def test_providers_leave_unsent_fields_to_the_vendor() -> None:
+    request = ChatRequest(provider="anthropic", model="claude", system_prompt="",
+                          temperature=1.0, messages=({"role": "user", "content": "hi"},),
+                          unsent=frozenset({"temperature", "max_tokens"}))
+    body = AnthropicProvider(api_key="x").body(request)
+    assert "temperature" not in body and body["max_tokens"] == UNSENT_MAX_TOKENS
+    captured = dataclasses.replace(request, unsent=frozenset(),
+                                   params={"max_completion_tokens": 50})
+    sent = OpenAICompatibleProvider().body(captured)
+    assert sent["temperature"] == 1.0 and "max_tokens" not in sent  # not beside the other
+    assert sent["max_completion_tokens"] == 50
+    assert dataclasses.replace(request, unsent=frozenset()).request_hash == request.request_hash
