@@ -212,7 +212,8 @@ def test_imported_runs_have_fork_points_and_diff_like_any_run(world: World) -> N
         ids.append(Run.objects.get(trace_id=_trace_id(request)).pk)
     points = world.client("viewer").get(f"{API}/runs/{ids[0]}/fork-points/")
     assert points.status_code == 200
-    assert [p["node"] for p in points.json()][:1] == ["weather_agent"]
+    assert [(p["node"], p["kind"], p["call"]) for p in points.json()] == [
+        ("weather_agent", "before_call", "weather_agent#1/turn:1")]  # one call at a time
     diff = world.client("viewer").get(f"{API}/diff/?base={ids[0]}&variant={ids[1]}")
     assert diff.status_code == 200
     memory = diff.json()["memory"]["weather_agent"]

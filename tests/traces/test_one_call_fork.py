@@ -13,7 +13,7 @@ import pytest
 from forklab.engine.errors import ForklabError
 from forklab.engine.events import AgentRequested, AgentResponded, RunForked
 from forklab.engine.fork import fork
-from forklab.engine.fork.base import load_base
+from forklab.engine.fork.base import fork_points, load_base
 from forklab.engine.fork.onecall import re_ask
 from forklab.engine.fork.sweep import fork_each
 from forklab.engine.fork.variant import fork_runner
@@ -305,3 +305,12 @@ def test_providers_leave_unsent_fields_to_the_vendor() -> None:
     assert sent["temperature"] == 1.0 and "max_tokens" not in sent  # not beside the other
     assert sent["max_completion_tokens"] == 50
     assert dataclasses.replace(request, unsent=frozenset()).request_hash == request.request_hash
+
+
+def test_an_imported_run_lists_a_point_before_each_model_call_and_each_forks() -> None:
+    store, env = imported(workflow()), offline_env()
+    points = fork_points(store.read("imported"), store=store)
+    assert [p.call for p in points] == [
+        "researcher#1/turn:1", "researcher#1/turn:2", "writer#1/turn:1"]
+    for point in points:  # every point listed resolves and forks
+        assert fork("imported", at=point.address(), store=store, env=env).state is not None
