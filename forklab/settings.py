@@ -479,6 +479,9 @@ INSTALLED_APPS += ["drf_spectacular_sidecar"]
 # -- forklab engine --------------------------------------------------------------------------
 
 FORKLAB_PRICES = envprices("FORKLAB_PRICES")
+# A run imported from a trace is forked only once its trace received no span or log record
+# for this long (late spans rewrite its log; docs/traces.md "Storage, re-sends and late spans")
+FORKLAB_TRACE_SETTLE_S = envfloat("FORKLAB_TRACE_SETTLE_S", 5.0, minimum=0.0)
 # Nodes of one run executing at once: the engine's Environment reads FORKLAB_MAX_CONCURRENCY
 # itself (engine code never reads Django settings); checked here so a bad value stops start-up.
 try:

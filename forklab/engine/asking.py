@@ -105,10 +105,13 @@ def ask(ctx: NodeContext, agent: AgentSpec, messages: list[dict[str, Any]],
     stored_key = None if key == turn_call(1, role, index) else key
     params = dict(request.params)
     request_hash = request.request_hash
-    offered = ({"tools": [t.to_wire() for t in request.tools]} if request.tools else {})
+    offered: dict[str, Any] = (
+        {"tools": [t.to_wire() for t in request.tools]} if request.tools else {})
     for name in ("tool_choice", "parallel_tool_calls", "response_format"):
         if getattr(request, name) is not None:
             offered[name] = getattr(request, name)
+    if request.unsent:  # the call's JSON says what was left to the vendor's default
+        offered["unsent"] = sorted(request.unsent)
     ctx.emit(AgentRequested, role=role, index=index, provider=request.provider,
              model=request.model, temperature=request.temperature,
              request_hash=request_hash, call=stored_key, **offered,

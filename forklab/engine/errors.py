@@ -121,10 +121,17 @@ class WorkflowInputMissing(ForklabError):
 
 
 class CallNotReplayable(ForklabError):
-    """A call before the fork point was imported without its content (inspect-only): it
-    cannot answer the prefix. Names the call, what is missing and how to capture it."""
+    """A call imported without its content (inspect-only) cannot be re-asked or answer a
+    fork's prefix. Names the call, what is missing and how to capture it."""
 
     code = "call_not_replayable"
+
+
+class OneCallOnly(ForklabError):
+    """A fork of an imported run not mapped to code that is not a one-call fork (a node
+    point, another change kind, a change of another call, a fork of a one-call fork)."""
+
+    code = "one_call_only"
 
 
 class RunStateError(ForklabError):

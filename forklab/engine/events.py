@@ -54,9 +54,16 @@ class Event:
     def payload(self) -> dict[str, Any]:
         names = _PAYLOAD_FIELDS.get(type(self))
         if names is None:  # the payload's field names, in declaration order, once per class
-            names = tuple(f.name for f in _payload_fields(type(self)))
+            fields = _payload_fields(type(self))
+            names = tuple(f.name for f in fields)
             _PAYLOAD_FIELDS[type(self)] = names
-        return {name: getattr(self, name) for name in names}
+            _OMITTED_NONE[type(self)] = frozenset(
+                f.name for f in fields if f.metadata.get("omit_none"))
+        omitted = _OMITTED_NONE[type(self)]
+        if not omitted:
+            return {name: getattr(self, name) for name in names}
+        return {name: getattr(self, name) for name in names
+                if name not in omitted or getattr(self, name) is not None}
 
     def to_wire(self) -> dict[str, Any]:
         """JSON-ready form: the Event shape of SPEC §4.6 plus ``run_id`` and ``v``."""
@@ -84,6 +91,10 @@ class Event:
 
 _ENVELOPE = frozenset({"run_id", "seq", "at", "node", "occurrence", "iteration"})
 _PAYLOAD_FIELDS: dict[type, tuple[str, ...]] = {}
+_OMITTED_NONE: dict[type, frozenset[str]] = {}
+_OMIT_NONE = {"omit_none": True}
+"""A field's metadata for one added after logs were stored: left out of the payload while
+None (its default), so the events that never set it keep their stored form exactly."""
 _NOT_WIRE = {"wire": False}
 """A field's metadata for what an event carries in memory only: not in its payload."""
 
@@ -140,6 +151,9 @@ class RunForked(Event):
     # log folded to S); empty otherwise (a snapshot fork's rewound state). A durable store
     # may then keep the prefix by reference to R's log instead of a copy (SqliteStore).
     prefix_ref: dict[str, Any] = field(default_factory=dict)
+    # SPEC §8 (a): the call key a one-call fork of an imported run re-asks; the fork ends
+    # after that call (the trace's later calls are not re-executed). None: any other fork
+    one_call: str | None = field(default=None, metadata=_OMIT_NONE)
     # The state ``prefix_state`` is the wire form of, when whoever made the event holds it
     # (a live fork's folded prefix): the reducer branches it instead of decoding the wire
     # form (see ``reducers._apply_fork``). In memory only: not in the payload, so never
@@ -317,6 +331,9 @@ class AgentRequested(Event):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
+    # request fields not sent, so the vendor's default applied (``temperature``,
+    # ``max_tokens`` of a call imported from a trace that did not say them); None: all sent
+    unsent: list[str] | None = field(default=None, metadata=_OMIT_NONE)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

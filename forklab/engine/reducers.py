@@ -362,7 +362,7 @@ def _apply_fork(state: RunState, event: RunForked) -> None:
         base_run_id=event.base_run_id, fork_sequence_id=event.fork_sequence_id,
         fork_node_id=event.fork_node_id, fork_group_id=event.fork_group_id,
         tail_from_call=len(state.calls), prefix_executions=len(state.executions),
-        holders=holders)
+        holders=holders, one_call=event.one_call)
     state.changes = list(event.changes)
 
 

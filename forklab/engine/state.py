@@ -222,13 +222,20 @@ class ForkOrigin:
     tail_from_call: int
     prefix_executions: int
     holders: tuple[tuple[str, int], ...]
+    # a one-call fork of an imported run (SPEC §8 (a)): the call it re-asked, after which
+    # it ended; the base's later calls were not re-executed. None: any other fork
+    one_call: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"base_run_id": self.base_run_id, "fork_sequence_id": self.fork_sequence_id,
-                "fork_node_id": self.fork_node_id, "fork_group_id": self.fork_group_id,
-                "tail_from_call": self.tail_from_call,
-                "prefix_executions": self.prefix_executions,
-                "holders": [list(h) for h in self.holders]}
+        wire: dict[str, Any] = {
+            "base_run_id": self.base_run_id, "fork_sequence_id": self.fork_sequence_id,
+            "fork_node_id": self.fork_node_id, "fork_group_id": self.fork_group_id,
+            "tail_from_call": self.tail_from_call,
+            "prefix_executions": self.prefix_executions,
+            "holders": [list(h) for h in self.holders]}
+        if self.one_call is not None:  # absent otherwise: stored states keep their shape
+            wire["one_call"] = self.one_call
+        return wire
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> ForkOrigin:
@@ -240,7 +247,8 @@ class ForkOrigin:
                    fork_node_id=data.get("fork_node_id"), fork_group_id=data.get("fork_group_id"),
                    tail_from_call=int(data.get("tail_from_call", 0)),
                    prefix_executions=int(data.get("prefix_executions", 0)),
-                   holders=tuple((str(run), int(at)) for run, at in holders))
+                   holders=tuple((str(run), int(at)) for run, at in holders),
+                   one_call=data.get("one_call"))
 
 
 @dataclass(slots=True)

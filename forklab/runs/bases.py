@@ -5,7 +5,7 @@ A finished run's log does not change, so its loaded form (``engine.fork.core.Bas
 events, the folded final state, the index of node executions, the graph) is kept in a small
 per-process LRU keyed by ``(run id, last seq, archived)``; a hit is shared read-only and gets
 the caller's engine environment. Unfinished runs are loaded every time (and refused by the
-engine).
+engine), and so are runs imported from a trace, whose log late spans rewrite.
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ def loaded(run: Run, env: Environment) -> BaseRun:
             if hit is not None:
                 return replace(hit, env=env)
             base = load_base(run.pk, store=DjangoStore(run.project), env=env)
-            if run.finished:
+            # an imported run's log is rewritten when late spans arrive, possibly to as many
+            # events as before (a late log record filling in content): never cached
+            if run.finished and not run.trace_id:
                 _cache.put(key, base)
             return base
     finally:

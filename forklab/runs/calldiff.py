@@ -17,7 +17,9 @@ from forklab.engine.calls import call_key
 from forklab.engine.canonical import canonical_json
 from forklab.engine.state import Execution, RunState
 
-Op = Literal["same", "changed", "inserted", "skipped"]
+Op = Literal["same", "changed", "inserted", "skipped", "not_reexecuted"]
+"""``not_reexecuted``: a base call after a one-call fork's call (SPEC §8 (a)): the fork
+ended after re-asking its call, so the call was not made again — not gone."""
 
 
 @dataclass(frozen=True)
@@ -92,13 +94,14 @@ def _facts(execution: Execution) -> list[CallFacts]:
     return [CallFacts(**entry) for entry in found.values()]
 
 
-def loop_calls(state: RunState) -> list[CallFacts]:
+def loop_calls(state: RunState, *, every: bool = False) -> list[CallFacts]:
     """The calls of every execution that ran a tool loop (asked for at least one tool), in
-    execution order; executions with a single model call and tool nodes are left out."""
+    execution order; executions with a single model call and tool nodes are left out
+    (``every``: they are kept too — a one-call fork may re-ask a lone call)."""
     out: list[CallFacts] = []
     for execution in state.executions:
         facts = _facts(execution)
-        if any(f.kind == "tool" for f in facts):
+        if every or any(f.kind == "tool" for f in facts):
             out += facts
     return out
 
@@ -151,6 +154,8 @@ def summary(rows: list[CallRow]) -> list[str]:
         tool = row.facts.kind == "tool"
         what = (f"the {row.facts.tool} call ({row.key})" if tool else
                 f"{'turn' if row.facts.kind == 'turn' else 'the ask'} {row.key}")
+        if row.op == "not_reexecuted":
+            continue  # one line for all of them, below
         if row.op == "skipped":
             out.append(f"{what} is gone")
         elif row.op == "inserted":
@@ -159,6 +164,10 @@ def summary(rows: list[CallRow]) -> list[str]:
             out.append(f"the reply of {row.key} changed")
         elif row.op == "changed":
             out.append(f"{what} changed: {row.why}")
+    later = sum(1 for row in rows if row.op == "not_reexecuted")
+    if later:
+        out.append(f"{later} later call(s) of the base were not re-executed (a one-call "
+                   "fork asks only its call)")
     return out
 
 
@@ -170,11 +179,16 @@ class CallDiff:
     @property
     def counts(self) -> dict[str, int]:
         return {op: sum(1 for r in self.rows if r.op == op)
-                for op in ("same", "changed", "inserted", "skipped")}
+                for op in ("same", "changed", "inserted", "skipped", "not_reexecuted")}
 
 
 def call_diff(base: RunState, variant: RunState) -> CallDiff | None:
     """The loop calls of two states aligned, with the summary; None when neither ran a
     tool loop."""
-    rows = align_calls(loop_calls(base), loop_calls(variant))
+    one_call = variant.fork.one_call if variant.fork is not None else None
+    rows = align_calls(loop_calls(base, every=bool(one_call)),
+                       loop_calls(variant, every=bool(one_call)))
+    if one_call:  # the fork ended after its call: what the base did later was not redone
+        rows = [CallRow("not_reexecuted", r.key, r.base, None) if r.op == "skipped" else r
+                for r in rows]
     return CallDiff(rows=rows, summary=summary(rows)) if rows else None

@@ -32,7 +32,7 @@ from forklab.runs.models import Run
 from forklab.runs.store import DjangoStore
 
 CHANGE_FLAGS = (*AGENT_CHANGES, "set", "delete", "config", "route", "output", "tool", "human",
-                "input_patch", "reply", "tool_result", "rerun", "tools", "changes")
+                "input_patch", "reply", "tool_result", "rerun", "tools", "messages", "changes")
 
 
 def agent_flag(kind: str) -> str:
@@ -127,7 +127,8 @@ def node_occurrence(target: str, flag: str) -> tuple[str, int | None]:
 
 def per_call_changes(options: dict[str, Any]) -> list[Change]:
     """``--reply CALL=JSON`` (a JSON object ``{text?, tool_calls?}`` or a JSON string: the
-    text), ``--tool-result CALL=JSON``, ``--rerun CALL``, ``--tools AGENT=JSON`` (SPEC §6.3)."""
+    text), ``--tool-result CALL=JSON``, ``--rerun CALL``, ``--tools AGENT=JSON`` (AGENT a
+    node or role, or a call key: that one call), ``--messages CALL=JSON`` (SPEC §6.3)."""
     changes: list[Change] = []
     for text in options.get("reply") or []:
         call, value = split_pair(text, "reply", "CALL=JSON", "assist#1/turn:2='\"Done.\"'")
@@ -146,7 +147,17 @@ def per_call_changes(options: dict[str, Any]) -> list[Change]:
         if not isinstance(spec, dict):
             raise InvalidArgument(f"--tools {agent} takes a JSON object with add, remove and "
                                   "tool_choice")
-        changes.append(parse_change({"kind": "tools", "agent": agent, **spec}))
+        aimed = "call" if looks_like_call_key(agent) else "agent"
+        changes.append(parse_change({"kind": "tools", aimed: agent, **spec}))
+    for text in options.get("messages") or []:
+        call, value = split_pair(text, "messages", "CALL=JSON",
+                                 "agent#1/turn:2='[{\"role\": \"user\", \"content\": \"Hi\"}]'")
+        messages = load_json(value, f"--messages {call}")
+        if not isinstance(messages, list):
+            raise InvalidArgument(f"--messages {call} takes a JSON list of messages "
+                                  "({role, content, tool_calls?, tool_call_id?})")
+        changes.append(parse_change({"kind": "messages", "call": call,
+                                     "messages": messages}))
     return changes
 
 

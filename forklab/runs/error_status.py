@@ -27,9 +27,10 @@ UNPROCESSABLE = ("fork_point_not_found", "fork_point_mid_node", "invalid_change"
                  "source_missing", "replay_divergence", "unknown_provider", "unknown_tool",
                  "unknown_workflow",
                  "idempotency_conflict", "store_rejected", "imported_run",
-                 "workflow_map_invalid", "workflow_input_missing", "call_not_replayable")
+                 "workflow_map_invalid", "workflow_input_missing", "one_call_only",
+                 "call_not_replayable")
 CONFLICT = ("run_in_progress", "promote_conflict", "invalid_run_state", "case_exists",
-            "seq_conflict", "event_gap", "already_answered", "lease_lost")
+            "seq_conflict", "event_gap", "already_answered", "lease_lost", "trace_arriving")
 
 STATUS: dict[str, int] = {
     **dict.fromkeys(BAD_REQUEST, 400),

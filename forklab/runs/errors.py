@@ -40,7 +40,15 @@ class IdempotencyConflict(ForklabError):
 
 
 class ImportedRunNotForkable(ForklabError):
-    """A fork of a run imported from a trace (SPEC §8): not offered yet — the generic fork
-    would re-execute the trace's synthetic graph, which is descriptive only."""
+    """A replay or fork-check of a run imported from a trace (SPEC §8): both re-execute the
+    whole run, and a trace's synthetic graph only describes it (its replayable model calls
+    can be forked one at a time instead)."""
 
     code = "imported_run"
+
+
+class TraceArriving(ForklabError):
+    """A fork of an imported run whose trace received spans moments ago: its log may still
+    be rewritten by late spans; retry once the trace has settled."""
+
+    code = "trace_arriving"

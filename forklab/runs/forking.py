@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import Max, QuerySet
+from django.utils import timezone
 
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import ForklabError, RunInProgress, RunStateError, indefinite
@@ -50,10 +52,15 @@ from forklab.runs.access import (
 from forklab.runs.control import answer as answer
 from forklab.runs.control import cancel as cancel
 from forklab.runs.engine_env import build_environment
-from forklab.runs.errors import IdempotencyConflict, ImportedRunNotForkable, NotFound
+from forklab.runs.errors import (
+    IdempotencyConflict,
+    NotFound,
+    TraceArriving,
+)
 from forklab.runs.imported_forks import fork_points as mapped_fork_points
 from forklab.runs.imported_forks import imported_fork_kind, workflow_base
 from forklab.runs.models import Case, ForkRequest, Project, Role, Run, RunKind, RunStatus
+from forklab.runs.models.traces import TraceLogEvent, TraceSpan
 from forklab.runs.planning import plan_for, sweep_plan
 from forklab.runs.readmodel import fork_state
 from forklab.runs.specs import CaseSpec, ForkSpec, InvalidRequest, SweepSpec
@@ -98,10 +105,9 @@ def fork_base(run: Run, *, created_by: Any = None, changes: Sequence[Any] = ()) 
     """The run a fork (sweep, preflight, fork-check) of ``run`` forks: ``run`` itself; for
     a run imported from a trace whose name FORKLAB_WORKFLOW_MAP maps to a workflow, its
     workflow base (``runs.imported_forks``, written once; ``changes``' input patch gives the
-    workflow's arguments when the trace captured none). Any other imported run is refused
-    (``imported_run``)."""
-    require_executable(run)
-    if run.trace_id:
+    workflow's arguments when the trace captured none). Any other imported run is forked
+    as it is: one replayable call re-asked (``engine.fork.onecall``, SPEC §8 (a))."""
+    if run.trace_id and imported_fork_kind(run) == "workflow":
         return workflow_base(run, created_by=created_by, changes=changes)
     return run
 
@@ -131,20 +137,7 @@ def _require_finished(run: Run) -> None:
         raise RunInProgress(
             f"run {run.id!r} is {run.status}; only a finished run can be forked — wait for it, "
             "answer it or cancel it first", run_id=run.id, status=run.status)
-    require_executable(run)
-
-
-def require_executable(run: Run) -> None:
-    """Refuse to fork, sweep or fork-check a run imported from a trace unless its name is
-    mapped to a workflow (``FORKLAB_WORKFLOW_MAP``, forked through its workflow base): its
-    graph only describes the trace, and re-executing it would make live calls with none of
-    the trace's prompts."""
-    if run.trace_id and imported_fork_kind(run) != "workflow":
-        raise ImportedRunNotForkable(
-            f"run {run.id!r} was imported from trace {run.trace_id}; forking or replaying an "
-            "imported run is not available yet (its graph only describes the trace, nothing "
-            "can execute it) — inspect its calls, diff it against another run, or export it",
-            run_id=run.id, trace_id=run.trace_id)
+    require_settled(run)
 
 
 def fork_points_of(run: Run) -> list[dict[str, Any]]:
@@ -156,6 +149,29 @@ def fork_points_of(run: Run) -> list[dict[str, Any]]:
         return [p.to_wire() for p in mapped_fork_points(run)]
     store = DjangoStore(run.project)
     return [p.to_wire() for p in fork_points(store.read(run.id), store=store)]
+
+
+def require_settled(run: Run) -> None:
+    """Refuse to fork a run imported from a trace that received spans (or log records) in
+    the last ``FORKLAB_TRACE_SETTLE_S`` seconds (``trace_arriving``, with how long to wait):
+    late spans rewrite its log, and a fork should start from the trace as it ends up. A fork
+    already made keeps what it forked (its own log holds its copy)."""
+    if not run.trace_id or settings.FORKLAB_TRACE_SETTLE_S <= 0:
+        return
+    found = [TraceSpan.objects.filter(project=run.project_id, trace_id=run.trace_id)
+             .aggregate(last=Max("received_at"))["last"],
+             TraceLogEvent.objects.filter(project=run.project_id, trace_id=run.trace_id)
+             .aggregate(last=Max("received_at"))["last"]]
+    latest = max((t for t in found if t is not None), default=None)
+    if latest is None:
+        return
+    ago = max(0.0, (timezone.now() - latest).total_seconds())
+    wait = settings.FORKLAB_TRACE_SETTLE_S - ago
+    if wait > 0:
+        raise TraceArriving(
+            f"trace {run.trace_id} of run {run.id!r} received spans {ago:.1f}s ago and may "
+            f"still be arriving (late spans rewrite the run); retry in {wait:.1f}s",
+            run_id=run.id, trace_id=run.trace_id, retry_after_s=round(wait, 1))
 
 
 @dataclass(frozen=True)

@@ -174,16 +174,39 @@ def fork_points(run: Run) -> list[ForkPoint]:
     return engine_fork_points(recording.events)
 
 
-def require_replayable(run: Run) -> None:
-    """Refuse ``replay`` of a run imported from a trace, or of the workflow base made from
-    one: replay re-drives a run with every call served by its whole-request hash, and a
-    trace captured only part of each request. ``forkcheck`` checks a mapped one."""
-    if run.trace_id or Event.objects.filter(run_id=run.id, type="trace.imported").exists():
+def require_replayable(run: Run, *, check: bool = False) -> None:
+    """Refuse to replay (``check``: fork-check) what cannot be re-executed whole
+    (``imported_run``, saying what is possible instead):
+
+    - a one-call fork of an imported run: it re-asked one call and ended;
+    - a run imported from a trace not mapped to a workflow: its graph only describes the
+      trace — a fork re-asks one of its calls instead (SPEC §8 (a));
+    - for replay, any imported run and the workflow base made from one: replay serves
+      every call by its whole-request hash, and a trace captured only part of each request
+      (``forkcheck`` checks a mapped one through its base).
+    """
+    parent = Run.objects.filter(pk=run.parent_run_id).first() if run.parent_run_id else None
+    if parent is not None and parent.trace_id and imported_fork_kind(parent) == "one_call":
+        raise ImportedRunNotForkable(
+            f"run {run.id!r} is a one-call fork of imported run {parent.id!r}: it re-asked "
+            "one call and ended, so there is no whole run to replay or fork-check — diff it "
+            "against its base, or fork the imported run again", run_id=run.id,
+            trace_id=parent.trace_id)
+    if run.trace_id and imported_fork_kind(run) == "one_call":
+        raise ImportedRunNotForkable(
+            f"run {run.id!r} was imported from trace {run.trace_id}; replaying or "
+            "fork-checking it would re-execute the whole run, which its graph only describes "
+            "— fork one of its replayable model calls instead (forklab fork RUN --at "
+            "before:NODE#N/turn:T --model NODE#N/turn:T=MODEL; list them with forkpoints), "
+            "or map its name to your code with FORKLAB_WORKFLOW_MAP",
+            run_id=run.id, trace_id=run.trace_id)
+    if not check and (run.trace_id or Event.objects.filter(
+            run_id=run.id, type="trace.imported").exists()):
         raise ImportedRunNotForkable(
             f"run {run.id!r} was imported from a trace; replay checks runs forklab recorded "
             "whole (every call by its full request) — a trace captured only part of each "
-            "request. Fork-check it instead (forklab forkcheck RUN) when its name is mapped "
-            "to a workflow (FORKLAB_WORKFLOW_MAP)", run_id=run.id, trace_id=run.trace_id)
+            "request. Fork-check it instead (forklab forkcheck RUN)", run_id=run.id,
+            trace_id=run.trace_id)
 
 
 __all__ = ["ImportedForkKind", "fork_points", "imported_fork_kind", "mapped",

@@ -392,3 +392,13 @@ def list_cases(user: User, *,
     if project is not None:
         cases = cases.filter(project__slug=project)
     return cases.order_by("project__slug", "name")
+
+
+def one_call(run: Run) -> str | None:
+    """The call a one-call fork of an imported run re-asked (its ``run.forked`` says it,
+    SPEC §8 (a)); None for any other run."""
+    if run.run_kind != RunKind.COUNTERFACTUAL or not run.last_seq:
+        return None
+    found = (Event.objects.filter(run=run, type="run.forked")
+             .values_list("payload__one_call", flat=True).first())
+    return None if found is None else str(found)

@@ -181,10 +181,15 @@ def _write(project: Project, user: User | None, imported: ImportedRun) -> str:
         if [e.to_wire() for e in store.read(run_id)] == [e.to_wire() for e in events]:
             return run_id
         created_at, created_by = existing.created_at, existing.created_by
+        # its forks (one-call forks, SPEC §8 (a)) hold their own copy of what they forked
+        # and stay its forks: the row's delete would set their parent to null
+        forks = list(Run.objects.filter(parent_run_id=run_id).values_list("pk", flat=True))
         existing.delete()
     else:
-        created_at, created_by = None, account(user)
+        created_at, created_by, forks = None, account(user), []
     store.append(run_id, events, expected_seq=0)
+    if forks:
+        Run.objects.filter(pk__in=forks).update(parent_run_id=run_id)
     fields: dict[str, object] = {"trace_id": imported.trace_id, "created_by": created_by,
                                  "conversation_id": imported.conversation or ""}
     if created_at is not None:

@@ -102,6 +102,9 @@ class Links:
     def __init__(self, run: Run, point: int) -> None:
         self.base = reverse("compose", args=[run.id])
         self.point = point
+        # a run imported from a trace forks one model call at a time (SPEC §8 (a)): its
+        # turns are re-asked (rerun live, or changed in the composer), its tool calls are not
+        self.one_call = bool(run.trace_id)
 
     def fork(self, key: str, changes: list[dict[str, Any]] | None = None) -> str:
         query: dict[str, Any] = {"at": self.point, "call": key}
@@ -120,7 +123,7 @@ def _tool_view(use: ToolUse, links: Links | None) -> ToolView:
                                   use.error if use.error else use.result)
                     if use.done else None,
                     asks=[_turn_view(a, links) for a in use.asks])
-    if links is not None:
+    if links is not None and not links.one_call:
         view.fork_url = links.fork(use.key)
         view.actions = [
             links.action("replace_result", "replace result",
@@ -147,6 +150,8 @@ def _turn_view(turn: Turn, links: Links | None) -> TurnView:
         view.actions = [links.action("edit_reply", "edit reply", [reply]),
                         links.action("rerun", "rerun live", [{"kind": "rerun",
                                                               "call": turn.key}])]
+        if links.one_call:
+            view.actions = view.actions[1:]
     return view
 
 

@@ -41,6 +41,8 @@ def test_every_forklab_error_code_has_a_status() -> None:
     ("permission_denied", 403), ("not_found", 404),
     ("run_in_progress", 409), ("promote_conflict", 409), ("invalid_run_state", 409),
     ("case_exists", 409),
+    ("imported_run", 422), ("one_call_only", 422), ("call_not_replayable", 422),
+    ("trace_arriving", 409),
 ])
 def test_the_status_map_follows_the_spec(code: str, status: int) -> None:
     assert status_for(code) == status

@@ -5,15 +5,21 @@ from __future__ import annotations
 import json
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command, load_command_class
 from google.protobuf.json_format import MessageToDict
 
-from forklab.runs.models import Run
+from forklab.runs.models import Event, Run
 from tests.traces.spans import handmade
+from tests.vendor_stub import VendorStub
+from tests.vendor_stub.fixtures import server, stub
+
+__all__ = ["server", "stub"]  # the vendor stub fixtures, for this module
 
 pytestmark = pytest.mark.django_db
+KEY = "weather_agent#1/turn:1"
 
 
 def _import(*args: str) -> dict[str, object]:
@@ -90,20 +96,80 @@ def test_import_reads_a_langfuse_trace_export(tmp_path: Path) -> None:
     assert (run.label, run.conversation_id, run.input_tokens) == ("support", "s-1", 80)
 
 
-@pytest.mark.parametrize("verb", [("fork", "--at", "before:weather_agent"), ("replay",),
-                                  ("forkcheck",),
-                                  ("sweep", "--at", "before:weather_agent", "--variant",
-                                   'a={"kind": "model", "target": "weather_agent", '
-                                   '"model": "gpt-4o"}')])
-def test_commands_that_execute_a_run_refuse_an_imported_one(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: tuple[str, ...]) -> None:
+def _imported_run(tmp_path: Path) -> str:
     path = tmp_path / "traces.json"
     path.write_text(json.dumps(MessageToDict(handmade()[0])))
     (run_id,) = _import(str(path))["runs"]  # type: ignore[misc]
-    command = load_command_class("forklab.runs", verb[0])
+    return str(run_id)
+
+
+def _refusal(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    command = load_command_class("forklab.runs", argv[0])
     with pytest.raises(SystemExit):
-        command.run_from_argv(["manage.py", verb[0], run_id, *verb[1:]])
-    assert capsys.readouterr().err.startswith("error: imported_run: ")
+        command.run_from_argv(["manage.py", *argv])
+    said = capsys.readouterr()  # a sweep reports a variant's error on stdout, exits 1
+    return said.err + said.out
+
+
+@pytest.mark.parametrize("verb", [("replay",), ("forkcheck",)])
+def test_commands_that_re_execute_a_whole_run_refuse_an_imported_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: tuple[str, ...]) -> None:
+    err = _refusal(capsys, verb[0], _imported_run(tmp_path), *verb[1:])
+    assert err.startswith("error: imported_run: ")
+    assert "fork one of its replayable model calls" in err
+
+
+@pytest.mark.parametrize("verb", [
+    ("fork", "--at", "before:weather_agent"),
+    ("sweep", "--at", "before:weather_agent", "--variant",
+     'a={"kind": "model", "target": "weather_agent", "model": "gpt-4o"}')])
+def test_a_fork_or_sweep_of_an_imported_run_at_a_node_says_what_is_possible(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], settings: Any,
+        verb: tuple[str, ...]) -> None:
+    settings.FORKLAB_TRACE_SETTLE_S = 0
+    said = _refusal(capsys, verb[0], _imported_run(tmp_path), *verb[1:])
+    assert "one_call_only: " in said and "before_call" in said
+
+
+def test_a_fork_of_a_trace_still_arriving_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _refusal(capsys, "fork", _imported_run(tmp_path), "--at",
+                   "before:weather_agent#1/turn:1")
+    assert err.startswith("error: trace_arriving: ") and "retry in" in err
+
+
+def test_fork_re_asks_one_imported_call_with_a_messages_change(
+        tmp_path: Path, settings: Any, stub: VendorStub) -> None:
+    settings.FORKLAB_TRACE_SETTLE_S = 0
+    settings.FORKLAB_OPENAI_BASE_URL = stub.openai_base_url
+    run_id = _imported_run(tmp_path)
+    out = StringIO()
+    call_command("fork", run_id, "--at", f"before:{KEY}", "--messages",
+                 f'{KEY}=[{{"role": "user", "content": "Weather in Lyon?"}}]', "--json",
+                 stdout=out)
+    data = json.loads(out.getvalue())
+    assert data["status"] == "completed" and data["diff"]["path"]["one_call"] == KEY
+    assert [(c["call"], c["label"]) for c in data["calls"]] == [(KEY, "changed")]
+    replies = [e.payload["text"] for e in Event.objects.filter(
+        run_id=data["run_id"], type="agent.responded")]
+    assert replies == ["You said: Weather in Lyon?"]
+
+
+@pytest.mark.django_db(transaction=True)  # the sweep's threads write the database
+def test_sweep_asks_one_imported_call_of_two_models(
+        tmp_path: Path, settings: Any, stub: VendorStub) -> None:
+    settings.FORKLAB_TRACE_SETTLE_S = 0
+    settings.FORKLAB_OPENAI_BASE_URL = stub.openai_base_url
+    run_id = _imported_run(tmp_path)
+    out = StringIO()
+    call_command("sweep", run_id, "--at", f"before:{KEY}", "--json", "--concurrency", "1", *[
+        arg for model in ("gpt-4.1", "gpt-4o") for arg in (
+            "--variant", f'{model}={{"kind": "model", "call": "{KEY}", "model": "{model}"}}')],
+        stdout=out)
+    variants = json.loads(out.getvalue())["variants"]
+    assert {name: v["status"] for name, v in variants.items()} == {
+        "gpt-4.1": "completed", "gpt-4o": "completed"}
+    assert sorted(b["model"] for b in stub.bodies("openai")) == ["gpt-4.1", "gpt-4o"]
 
 
 def test_forkcheck_leaves_imported_runs_out(tmp_path: Path) -> None:

@@ -29,7 +29,10 @@ __all__ = ["fresh_world"]
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TICKET = "Order A-1001 arrived damaged, please refund 39.98"
-MAPPED = override_settings(FORKLAB_WORKFLOW_MAP={"support": "forklab.demo_agents.support:support"})
+# forked right after the import: no wait for late spans (trace_arriving has its own tests)
+MAPPED = override_settings(
+    FORKLAB_WORKFLOW_MAP={"support": "forklab.demo_agents.support:support"},
+    FORKLAB_TRACE_SETTLE_S=0)
 # the model calls' messages hidden; the agent span's arguments (input.value) still recorded
 HIDDEN_MESSAGES = {"OPENINFERENCE_HIDE_INPUT_MESSAGES": "true",
                    "OPENINFERENCE_HIDE_OUTPUT_MESSAGES": "true"}
@@ -155,12 +158,14 @@ def test_a_map_naming_no_runnable_workflow_is_a_configuration_error(
         fresh_world: World, clients: VendorStub) -> None:
     run_id = _imported(fresh_world, clients)
     for target in ("nope", "os:system"):
-        with override_settings(FORKLAB_WORKFLOW_MAP={"support": target}):
+        with override_settings(FORKLAB_WORKFLOW_MAP={"support": target},
+                               FORKLAB_TRACE_SETTLE_S=0):
             status, body = _fork(fresh_world, {"base_run": run_id})
         assert (status, body["code"]) == (422, "workflow_map_invalid"), body
         assert "FORKLAB_WORKFLOW_MAP" in body["detail"]
-    status, body = _fork(fresh_world, {"base_run": run_id})  # not mapped: refused as before
-    assert (status, body["code"]) == (422, "imported_run")
+    with override_settings(FORKLAB_TRACE_SETTLE_S=0):  # not mapped: one call at a time
+        status, body = _fork(fresh_world, {"base_run": run_id})
+    assert (status, body["code"]) == (422, "one_call_only")
 
 
 @MAPPED

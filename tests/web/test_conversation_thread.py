@@ -5,6 +5,7 @@ and the per-call actions as fork links that prefill the composer."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html as htmllib
 import json
 import re
@@ -230,3 +231,33 @@ def test_the_run_page_timeline_marks_the_tool_loop_that_has_a_conversation(
     assert 'data-node="assist"' in assist and 'data-node="close"' in close
     assert "3 turns · 3 tool calls" in assist
     assert 'class="loop"' not in close  # one model call, no tools: no loop
+
+
+def test_an_imported_runs_turns_offer_a_re_ask_and_its_tool_calls_no_fork(
+        world: World) -> None:
+    from forklab.runs.traces import import_spans
+    from tests.traces.test_mapping import workflow
+
+    done = import_spans(user=None, project=world.demo, spans=workflow(), unreadable=[])
+    (run,) = done.runs
+    html = page(world.client("bob").get(f"/runs/{run}/steps/researcher/1/"))
+    assert links(html, "edit_reply") == [] and links(html, "replace_result") == []
+    reruns = [c[0] for _, c in links(html, "rerun")]
+    assert reruns == [{"kind": "rerun", "call": "researcher#1/turn:1"},
+                      {"kind": "rerun", "call": "researcher#1/turn:2"}]
+
+
+def test_an_imported_runs_composer_at_a_node_point_says_what_is_possible(
+        world: World, settings: Any) -> None:
+    from forklab.runs.traces import import_spans
+    from tests.traces.test_mapping import workflow
+
+    settings.FORKLAB_TRACE_SETTLE_S = 0
+    spans = [dataclasses.replace(s, trace_id="1" * 32) for s in workflow()]
+    (run,) = import_spans(user=None, project=world.demo, spans=spans, unreadable=[]).runs
+    response = world.client("bob").get(f"/runs/{run}/?at={start_seq(run, 'researcher') - 1}")
+    assert response.status_code == 200
+    forked = world.client("bob").post(f"/runs/{run}/fork/", {
+        "at": start_seq(run, "researcher") - 1, "action": "preflight"})
+    assert forked.status_code == 422
+    assert "re-asks one replayable model call" in htmllib.unescape(forked.content.decode())

@@ -25,6 +25,7 @@ from forklab.engine.fork.changes import (
     ChangeBase,
     ConfigChange,
     HumanResponseChange,
+    MessagesChange,
     OutputChange,
     ReplyChange,
     RerunChange,
@@ -192,7 +193,7 @@ def _check_state_change(graph: GraphSpec, item: Change) -> None:
                     f"route change {item.source!r} -> {item.to!r} closes a loop in graph "
                     f"{graph.id!r}, which sets no max_iterations: forced every time, it would "
                     "never end; force it once (once=True)", kind="route", target=node.id)
-        case ReplyChange() | ToolResultChange() | RerunChange():
+        case ReplyChange() | ToolResultChange() | RerunChange() | MessagesChange():
             _check_call_change(graph, item)
         case HumanResponseChange() if item.call is not None:
             _check_call_change(graph, item)  # one tool call's gate

@@ -19,7 +19,7 @@ from forklab.engine.errors import (
     SourceMissing,
     VersionSkewError,
 )
-from forklab.engine.events import REPLAY_VERSION, AnyEvent, RunForked
+from forklab.engine.events import REPLAY_VERSION, AnyEvent, RunForked, TraceImported
 from forklab.engine.fork.lineage import Lineage, Link, forked_event
 from forklab.engine.fork.points import ForkPoint, RunIndex
 from forklab.engine.graph import GraphSpec, parse_stored_graph
@@ -157,7 +157,15 @@ def fork_points(events: Sequence[AnyEvent], *, store: Any = None) -> list[ForkPo
                              require_finished=False).index.points()
         except ForklabError:  # listing never fails: the log alone still lists its points
             pass
-    return RunIndex.build(events).points()
+    index = RunIndex.build(events)
+    if (len(events) > 1 and isinstance(events[1], TraceImported)
+            and not any(e.kind == "workflow" for e in index.forkable())):
+        # a run imported from a trace forks one model call at a time (SPEC §8 (a)): a point
+        # before each of its model turns, none at its nodes (nothing re-executes them); the
+        # workflow base a mapped trace became re-executes its code and lists every point
+        return [e.call_point(part) for e in index.forkable() for part, _ in e.calls
+                if part.rsplit("/", 1)[-1].startswith("turn:")]
+    return index.points()
 
 
 __all__ = ["BaseRun", "fork_points", "graph_of", "load_base"]

@@ -157,6 +157,57 @@ class RerunChange(_CallChange):
         return f"rerun {self.call!r} live"
 
 
+class MessageSpec(BaseModel):
+    """One request message a ``messages`` change sends (the provider-neutral shapes of
+    :mod:`forklab.engine.providers.base`): ``tool_calls`` only on an assistant message,
+    ``tool_call_id`` on (and required by) a tool message."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[ToolCallSpec] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> MessageSpec:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError(f"only an assistant message carries tool_calls (got role "
+                             f"{self.role!r})")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        if self.role != "tool" and self.tool_call_id is not None:
+            raise ValueError("only a tool message carries tool_call_id")
+        return self
+
+    def message(self) -> dict[str, Any]:
+        """The message as requests carry it (unset optional fields left out)."""
+        found: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            found["tool_calls"] = [{"id": c.id or f"call_{i}", "name": c.name,
+                                    "arguments": c.arguments}
+                                   for i, c in enumerate(self.tool_calls, start=1)]
+        if self.tool_call_id is not None:
+            found["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            found["name"] = self.name
+        return found
+
+
+class MessagesChange(_CallChange):
+    """One model call's request messages, replaced (the system prompt stays: ``prompt``
+    changes it); the call runs live with them (label ``changed``)."""
+
+    kind: Literal["messages"] = "messages"
+    messages: list[MessageSpec] = Field(min_length=1)
+
+    def describe(self) -> str:
+        return f"messages of {self.call!r} ({len(self.messages)} message(s))"
+
+    def request_messages(self) -> tuple[dict[str, Any], ...]:
+        return tuple(m.message() for m in self.messages)
+
+
 class AgentChange(_Change):
     """A change of one agent setting, scoped to the node, role or instance it names.
 
@@ -174,11 +225,16 @@ class AgentChange(_Change):
     @classmethod
     def _target_of_call(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("call") is not None:
-            if data.get("target") is not None:
+            address = parse_call_key(str(data["call"]))
+            node = address.node if address else str(data["call"])
+            key = cls.model_fields["target"].alias or "target"  # ``agent`` for tools
+            given = data.get("target", data.get(key))
+            # the model's own dump holds both (the target derived from the call): accepted
+            if given is not None and given != node:
                 raise ValueError("give 'call' (one model call) or 'target' (a node or role), "
                                  "not both")
-            address = parse_call_key(str(data["call"]))
-            data = {**data, "target": address.node if address else str(data["call"])}
+            data = {k: v for k, v in data.items() if k not in ("target", key)}
+            data[key] = node
         return data
 
     def model_post_init(self, __context: Any) -> None:
@@ -293,6 +349,14 @@ class ToolsChange(AgentChange):
         elif agent.tool_choice is not None and not tools:
             update["tool_choice"] = None  # nothing left to choose from
         return AgentSpec.model_validate({**agent.model_dump(), **update})
+
+    def wire(self) -> dict[str, Any]:
+        wired = _Change.wire(self)  # by alias: the target is ``agent``
+        if self.call is not None:
+            del wired["agent"]  # derived from the call: the wire form gives one of them
+        else:
+            wired.pop("call", None)
+        return wired
 
     def describe(self) -> str:
         parts = [f"+{t}" for t in self.add] + [f"-{t}" for t in self.remove]
@@ -447,7 +511,7 @@ class InputPatchChange(_Change):
 Change = Annotated[
     ModelChange | PromptChange | TemperatureChange | MemoryChange | ConfigChange | RouteChange
     | OutputChange | ToolChange | HumanResponseChange | InputPatchChange | ReplyChange
-    | ToolResultChange | RerunChange | ToolsChange,
+    | ToolResultChange | RerunChange | ToolsChange | MessagesChange,
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[Change] = TypeAdapter(Change)
@@ -548,6 +612,10 @@ class change:
               tool_choice: Any = None) -> ToolsChange:
         return _build(ToolsChange, agent=agent, add=add or [], remove=remove or [],
                       tool_choice=tool_choice)
+
+    @staticmethod
+    def messages(call: str, messages: list[dict[str, Any]]) -> MessagesChange:
+        return _build(MessagesChange, call=call, messages=messages)
 
     @staticmethod
     def input_patch(patch: dict[str, Any]) -> InputPatchChange:

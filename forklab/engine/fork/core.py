@@ -38,6 +38,7 @@ from forklab.engine.fork.base import BaseRun, load_base
 from forklab.engine.fork.changes import Change, RouteChange, parse_changes, wire
 from forklab.engine.fork.effective import apply_at
 from forklab.engine.fork.estimate import estimate_tail
+from forklab.engine.fork.onecall import imported_kind, plan_one_call
 from forklab.engine.fork.plan import ForkPlan, PlanInputs
 from forklab.engine.fork.points import ForkPoint
 from forklab.engine.fork.resolve import (
@@ -262,11 +263,28 @@ def prepare_fork(
     :func:`~forklab.engine.collector.collector_paused`)."""
     with collector_paused():
         base = base if isinstance(base, BaseRun) else load_base(base, store=store, env=env)
+        if imported_kind(base) == "one_call":
+            return plan_imported(base, at=at, change=change, policy=policy, budget=budget,
+                                 ignore_budget=ignore_budget)
         if at is None and where is None and change is not None and not callable(change):
             at = first_call_point(base, change)
         return plan_at(base, resolve_request(base, at=at, source=source, where=where),
                        change=change, policy=policy, budget=budget,
                        ignore_budget=ignore_budget, graph_version=graph_version)
+
+
+def plan_imported(
+    base: BaseRun, *, at: Any, change: Any, policy: Policy | dict[str, Any] | None = None,
+    budget: Budget | dict[str, Any] | None = None, ignore_budget: bool = False,
+    prefixes: SharedPrefixes | None = None,
+) -> ForkPlan:
+    """The plan of a fork of a run imported from a trace: a one-call fork
+    (:mod:`~forklab.engine.fork.onecall`), budget-checked like every plan."""
+    plan = plan_one_call(base, at=at, change=change, policy=Policy.parse(policy),
+                         budget=Budget.parse(budget),
+                         fold=lambda point: _folder(base, point, prefixes))
+    _check_budget(plan, ignore_budget)
+    return plan
 
 
 def plan_at(
@@ -340,6 +358,12 @@ def plan_from_inputs(
     """
     given = inputs if isinstance(inputs, PlanInputs) else PlanInputs.model_validate(inputs)
     policy, budget = Policy.parse(policy), Budget.parse(budget)
+    if given.one_call is not None:  # checked again against the base as it is now
+        plan = plan_one_call(base, at={"before_call": given.one_call},
+                             change=list(given.changes), policy=policy, budget=budget,
+                             fold=lambda point: _folder(base, point, prefixes))
+        plan.estimate = given.estimate.estimate()
+        return plan
     point, effective = given.point.point(), given.effective.point()
     changes = list(given.changes)
     graph = base.graph
@@ -436,5 +460,5 @@ def plan_targets(plan: ForkPlan) -> list[Any]:
 
 
 __all__ = ["BaseRun", "ForkPlan", "Resolved", "SharedPrefixes", "begin_variant", "fork_runner",
-           "load_base", "plan_at", "plan_from_inputs", "prefix_at", "prepare_fork",
+           "load_base", "plan_at", "plan_from_inputs", "plan_imported", "prefix_at", "prepare_fork",
            "resolve_request", "run_plan"]

@@ -7,7 +7,8 @@ of edits), keeping every row for the traceback. Past ``BITS_MAX_CELLS`` (memory)
 O(ND) algorithm takes over, and past ``MYERS_MAX_D`` edits difflib's matcher. A node the
 variant re-executed at the same place is one ``changed`` step (``write → write@fork``), not a
 deletion plus an insertion. Base steps a variant that stopped early never reached are flagged
-``not_reached`` and kept out of the deltas.
+``not_reached`` and kept out of the deltas — and so are those after a one-call fork's call
+(``path.one_call``: the trace's later calls were not re-executed; memory is not compared).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forklab.engine.canonical import canonical_json, json_size
-from forklab.engine.state import Execution, RunState
+from forklab.engine.state import Call, Execution, RunState
 
 BITS_MAX_CELLS = 200_000_000
 """Largest n·m the bit-parallel LCS runs on (its traceback keeps n rows of m bits: 25 MB)."""
@@ -320,12 +321,24 @@ class _Reached:
     duration_ms: float
 
 
-def _reached(base: RunState, unreached: list[Execution]) -> _Reached:
+def _after_call(base: RunState, key: str | None) -> list[Call]:
+    """The base's calls after call ``key`` in the same execution: a one-call fork ended
+    after ``key``, so they were not re-executed either (kept out of the deltas)."""
+    found = next((c for c in base.calls if c.call == key), None) if key else None
+    if found is None:
+        return []
+    return [c for c in base.calls if (c.node, c.occurrence) == (found.node, found.occurrence)
+            and c.seq > found.seq]
+
+
+def _reached(base: RunState, unreached: list[Execution], later: list[Call]) -> _Reached:
     skip = {id(ex) for ex in unreached}
     kept = [ex for ex in base.executions if id(ex) not in skip]
     tokens = base.input_tokens + base.output_tokens - sum(
-        ex.input_tokens + ex.output_tokens for ex in unreached)
-    usd = base.cost_usd - sum(ex.cost_usd for ex in unreached)
+        ex.input_tokens + ex.output_tokens for ex in unreached) - sum(
+        c.input_tokens + c.output_tokens for c in later)
+    usd = base.cost_usd - sum(ex.cost_usd for ex in unreached) - sum(
+        c.cost_usd or 0.0 for c in later)
     duration = base.duration_ms
     if unreached and base.started_at is not None:  # the base's clock up to the first one
         duration = round((min(ex.started_at for ex in unreached) - base.started_at) * 1000, 3)
@@ -339,6 +352,15 @@ def _not_reached(aligned: list[dict[str, Any]]) -> dict[str, list[str]]:
     return {"not_reached": nodes} if nodes else {}
 
 
+def _one_call(key: str | None, aligned: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"one_call", "not_reexecuted"}`` of a one-call fork's diff: the call it re-asked
+    and the base steps after it, which it did not re-execute (not skipped by its change)."""
+    if key is None:
+        return {}
+    return {"one_call": key, "not_reexecuted": [
+        s["base"]["node"] for s in aligned if s.get("not_reached")]}
+
+
 def diff_runs(base_state: RunState, variant_state: RunState, *,
               scorer: Callable[[RunState], float] | None = None,
               changes: Sequence[str] = ()) -> RunDiff:
@@ -349,9 +371,13 @@ def diff_runs(base_state: RunState, variant_state: RunState, *,
     and wall-clock deltas compare the variant with the base up to where the variant got.
     """
     inherited = variant_state.prefix_executions
-    unreached: list[Execution] | None = [] if variant_state.status in STOPPED_EARLY else None
+    # a one-call fork of an imported run (SPEC §8 (a)) ends after its call on purpose: the
+    # base's later steps were not re-executed (not reached), and no memory was re-derived
+    one_call = variant_state.fork.one_call if variant_state.fork is not None else None
+    unreached: list[Execution] | None = (
+        [] if variant_state.status in STOPPED_EARLY or one_call else None)
     aligned = _align(base_state.executions, variant_state.executions, inherited, unreached)
-    reached = _reached(base_state, unreached or [])
+    reached = _reached(base_state, unreached or [], _after_call(base_state, one_call))
     first = next((i for i, s in enumerate(aligned) if s["op"] != "same"), None)
     divergence = None if first is None else {
         "index": first,
@@ -362,9 +388,10 @@ def diff_runs(base_state: RunState, variant_state: RunState, *,
         divergence=divergence,
         path={"aligned": aligned,
               "inserted": [s["variant"]["node"] for s in aligned if s["op"] == "inserted"],
-              "skipped": [s["base"]["node"] for s in aligned if s["op"] == "skipped"],
-              **_not_reached(aligned)},
-        memory=_memory(base_state, variant_state),
+              "skipped": [s["base"]["node"] for s in aligned if s["op"] == "skipped"
+                          and not (one_call and s.get("not_reached"))],
+              **_not_reached(aligned), **_one_call(one_call, aligned)},
+        memory={} if one_call else _memory(base_state, variant_state),
         terminal={"base": base_state.status, "variant": variant_state.status,
                   "iterations_delta": variant_state.iteration - base_state.iteration,
                   "wall_clock_delta_ms": round(variant_state.duration_ms
@@ -419,7 +446,10 @@ def format_run_diff(diff: RunDiff, header: str = "") -> str:
         status += f" (base {diff.terminal['base']})"
     lines.append(f"  status    {status}")
     lines.append(f"  path      {_render_path(diff)}")
-    if diff.path.get("not_reached"):
+    if diff.path.get("one_call"):
+        lines.append(f"  one call  only {diff.path['one_call']} was asked again: the trace's "
+                     "later calls were not re-executed (?node), memory not compared")
+    elif diff.path.get("not_reached"):
         lines.append(f"  unreached {len(diff.path['not_reached'])} base step(s) the variant "
                      "never reached (?node): left out of the deltas")
     lines.append(f"  cost      {usd_text(diff.cost['incurred_usd'])} incurred, "

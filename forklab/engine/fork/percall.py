@@ -3,7 +3,7 @@
 :class:`CallChanges` indexes a fork's per-call changes by the call they address
 (``(node, occurrence, call part)``): a ``reply`` or ``tool_result`` supplies that call
 (label ``simulated``), ``rerun`` makes a call the fork would serve run live, and ``model`` /
-``prompt`` / ``temperature`` with ``call`` rewrite that one request. :class:`PrefixCalls` is
+``prompt`` / ``temperature`` with ``call`` and ``messages`` rewrite that one request. :class:`PrefixCalls` is
 what a fork at a call-level point serves from the log: the calls its execution recorded
 before the point.
 
@@ -25,6 +25,7 @@ from forklab.engine.fork.changes import (
     AgentChange,
     Change,
     HumanResponseChange,
+    MessagesChange,
     ModelChange,
     PromptChange,
     ReplyChange,
@@ -69,7 +70,7 @@ class CallChanges:
     replies: dict[CallId, ReplyChange] = field(default_factory=dict)
     results: dict[CallId, ToolResultChange] = field(default_factory=dict)
     rerun: set[CallId] = field(default_factory=set)
-    settings: dict[CallId, list[AgentChange]] = field(default_factory=dict)
+    settings: dict[CallId, list[AgentChange | MessagesChange]] = field(default_factory=dict)
     answers: dict[CallId, HumanResponseChange] = field(default_factory=dict)
 
     @classmethod
@@ -87,7 +88,7 @@ class CallChanges:
                     found.results[key] = item
                 case RerunChange():
                     found.rerun.add(key)
-                case ModelChange() | PromptChange() | TemperatureChange():
+                case ModelChange() | PromptChange() | TemperatureChange() | MessagesChange():
                     found.settings.setdefault(key, []).append(item)
                 case HumanResponseChange():
                     found.answers[key] = item
@@ -122,7 +123,8 @@ class CallChanges:
 
     def adjust(self, node: str, occurrence: int, call: str,
                request: ChatRequest) -> ChatRequest:
-        """``request`` with that call's model / prompt / temperature changes applied."""
+        """``request`` with that call's model / prompt / temperature / messages changes
+        applied (a temperature set is then sent: it leaves ``unsent``)."""
         for item in self.settings.get((node, occurrence, call), ()):
             match item:
                 case ModelChange():
@@ -131,7 +133,11 @@ class CallChanges:
                 case PromptChange():
                     request = dataclasses.replace(request, system_prompt=item.system_prompt)
                 case TemperatureChange():
-                    request = dataclasses.replace(request, temperature=item.temperature)
+                    request = dataclasses.replace(
+                        request, temperature=item.temperature,
+                        unsent=request.unsent - {"temperature"})
+                case MessagesChange():
+                    request = dataclasses.replace(request, messages=item.request_messages())
         return request
 
 

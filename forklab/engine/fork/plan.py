@@ -72,6 +72,7 @@ class PlanInputs(_Inputs):
     warnings: list[str]
     point_notes: list[str]
     routes_used: list[str]
+    one_call: str | None = None  # a one-call fork of an imported run: the call it re-asks
 
     def wire(self) -> dict[str, Any]:
         """The JSON a queue carries (validates back with ``model_validate``)."""
@@ -110,6 +111,9 @@ class ForkPlan:
     # what the result says about the point (``application.warnings()``); set when the plan
     # was rebuilt from its inputs, whose application no longer knows how the point moved
     point_notes: list[str] | None = None
+    # a one-call fork of an imported run (SPEC §8 (a), ``fork.onecall``): the call it
+    # re-asks; its tail is that call alone
+    one_call: str | None = None
 
     @property
     def notes(self) -> list[str]:
@@ -136,7 +140,7 @@ class ForkPlan:
                                      warnings=list(est.warnings),
                                      events_reused=est.events_reused),
             warnings=list(self.warnings), point_notes=self.notes,
-            routes_used=list(self.routes_used))
+            routes_used=list(self.routes_used), one_call=self.one_call)
 
     @property
     def prefix_state(self) -> RunState:

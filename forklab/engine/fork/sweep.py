@@ -25,9 +25,11 @@ from forklab.engine.fork.core import (
     SharedPrefixes,
     load_base,
     plan_at,
+    plan_imported,
     resolve_request,
     run_plan,
 )
+from forklab.engine.fork.onecall import imported_kind
 from forklab.engine.fork.result import ForkResult, result_of
 from forklab.engine.fork.tail import Policy, SharedMemo
 from forklab.engine.recording import RecordedRun
@@ -104,6 +106,15 @@ def plan_sweep(
     (an unresolvable point is every variant's error), each variant applies its own change
     there. Never raises a variant's ForklabError: see :meth:`SweepPlan.raise_first`."""
     sweep = SweepPlan(base=_base(base, store, env))
+    if imported_kind(sweep.base) == "one_call":  # each variant re-asks the one call
+        for name, change in variants.items():
+            try:
+                sweep.plans[name] = plan_imported(
+                    sweep.base, at=at, change=change, policy=policy, budget=budget,
+                    ignore_budget=ignore_budget, prefixes=sweep.prefixes)
+            except Exception as exc:  # a variant's bug must not sink the other variants
+                sweep.errors[name] = exc
+        return sweep
     try:
         resolved = resolve_request(sweep.base, at=at)
     except ForklabError as exc:

@@ -34,6 +34,7 @@ from forklab.engine.fork.changes import parse_changes
 from forklab.engine.fork.effective import DELETE
 from forklab.engine.fork.lineage import forked_event
 from forklab.engine.fork.memo import Recording, SharedMemo
+from forklab.engine.fork.onecall import one_call_runner
 from forklab.engine.fork.points import ForkPoint
 from forklab.engine.fork.spend import Spend
 from forklab.engine.fork.tail import ForkOracle, Policy
@@ -93,7 +94,8 @@ def _opening(plan: ForkPlan, *, label: str, fork_group_id: str | None,
             "estimate": {**plan.estimate.wire(), "warnings": plan.warnings,
                          "point_notes": plan.notes},
             "point": plan.point.to_wire(), "prefix_call": plan.effective.call, "routes_used": plan.routes_used,
-            "prefix_ref": plan.prefix_ref}),
+            "prefix_ref": plan.prefix_ref,
+            **({"one_call": plan.one_call} if plan.one_call is not None else {})}),
         *((ChangeApplied, {"change": item.wire()}) for item in plan.application.applied),
     ]
     for key, value in plan.application.writes():
@@ -113,6 +115,8 @@ def launch_before_opening(runner: Runner, plan: ForkPlan, *, label: str,
     (:meth:`~forklab.engine.runner.Runner.launch_opening`). Only where something may run
     beside the head: a prefix whose frontier holds more than one node (a chain's single
     next node executes in place, as ever)."""
+    if plan.one_call is not None:  # its one call is asked after the opening, in order
+        return
     if len(plan.prefix_state.frontier) < 2 or not overlapping(runner.max_concurrency,
                                                               runner.oracle):
         return
@@ -164,9 +168,11 @@ def run_plan(
         if on_event is not None:
             on_event(event)
 
-    runner = Runner(plan.graph, store=store or base.store, run_id=run_id or env.ids(), env=env,
-                    oracle=oracle, cancel=cancel, on_event=observe,
-                    graph_version=base.state.graph_version)
+    make = Runner if plan.one_call is None else one_call_runner(base, plan.one_call,
+                                                                 plan.changes)
+    runner = make(plan.graph, store=store or base.store, run_id=run_id or env.ids(), env=env,
+                  oracle=oracle, cancel=cancel, on_event=observe,
+                  graph_version=base.state.graph_version)
     logging.getLogger("forklab.engine.fork").info("replay.fork.fork_started", extra={
         "base_run_id": base.run_id, "fork_run_id": runner.run_id,
         "fork_sequence_id": plan.point.seq, "fork_node_id": plan.point.node})
@@ -251,9 +257,11 @@ def fork_runner(
         policy=Policy.parse(forked.policy), spend=spend, prices=env.prices,
         memoize=forked.memoize, hitl=hitl, routes_used=sorted(used),
         point=_recorded_point(forked))
-    runner = Runner(parse_stored_graph(forked.graph), store=store, run_id=run_id, env=env,
-                    oracle=oracle, cancel=cancel, on_event=on_event,
-                    graph_version=state.graph_version)
+    make = Runner if forked.one_call is None else one_call_runner(
+        base, forked.one_call, changes[forked.inherited_changes:])
+    runner = make(parse_stored_graph(forked.graph), store=store, run_id=run_id, env=env,
+                  oracle=oracle, cancel=cancel, on_event=on_event,
+                  graph_version=state.graph_version)
     runner.state = state
     return runner
 

@@ -426,6 +426,10 @@ class DiffPath(OutModel):
     inserted: list[str]
     skipped: list[str]
     not_reached: list[str] | None = Field(default=None, exclude=True)
+    # a one-call fork of an imported run (SPEC §8 (a)): the call it re-asked, and the base
+    # steps after it, not re-executed (so not in ``skipped``)
+    one_call: str | None = None
+    not_reexecuted: list[str] | None = None
 
 
 class Divergence(OutModel):

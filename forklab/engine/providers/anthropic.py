@@ -21,8 +21,9 @@ Translation of the provider-neutral conversation:
   ``output_config: {"format": {"type": "json_schema", "schema": …}}``: the answer's text is
   the JSON document (a model without structured outputs answers 400, reported with the
   API's message);
-- ``max_tokens`` is always sent (the API requires it); other ``params`` pass through as body
-  fields (``choices``, the scripted provider's, excepted).
+- ``max_tokens`` is always sent (the API requires it: one the request leaves ``unsent`` is
+  ``UNSENT_MAX_TOKENS``); an unsent ``temperature`` is left out; other ``params`` pass
+  through as body fields (``choices``, the scripted provider's, excepted).
 
 The reply's text blocks are joined into ``text`` and its ``tool_use`` blocks are its
 ``tool_calls``; ``stop_reason`` is normalized (``end_turn`` / ``stop_sequence`` → ``stop``,
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
     import httpx
 
 ANTHROPIC_VERSION = "2023-06-01"
+UNSENT_MAX_TOKENS = 4096
+"""The ``max_tokens`` sent for a request that leaves it unsent (the API has no default)."""
 _STOP = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls",
          "max_tokens": "length", "refusal": "content_filter"}
 _CHOICE = {"auto": "auto", "required": "any", "any": "any", "none": "none"}
@@ -89,11 +92,15 @@ class AnthropicProvider:
         """The Messages API request body for ``request``."""
         system = [request.system_prompt] if request.system_prompt else []
         system += [str(m["content"]) for m in request.messages if m["role"] == "system"]
-        body: dict[str, Any] = {"model": request.model, "max_tokens": request.max_tokens}
+        # the API requires max_tokens: one left unsent (a trace did not say it) is the
+        # generous UNSENT_MAX_TOKENS rather than a short stand-in
+        limit = UNSENT_MAX_TOKENS if "max_tokens" in request.unsent else request.max_tokens
+        body: dict[str, Any] = {"model": request.model, "max_tokens": limit}
         if system:
             body["system"] = "\n\n".join(system)
         body["messages"] = _messages(request.messages)
-        body["temperature"] = request.temperature
+        if "temperature" not in request.unsent:
+            body["temperature"] = request.temperature
         if request.tools:
             body["tools"] = [_tool(tool.to_wire()) for tool in request.tools]
             choice = _tool_choice(request.tool_choice, request.parallel_tool_calls)

@@ -67,10 +67,15 @@ class ChatRequest:
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
+    # request fields the provider leaves out of what it sends, so the vendor's default
+    # applies: ``temperature`` / ``max_tokens`` of a call imported from a trace that did not
+    # say them (its stored value is then a stand-in, not what the app sent). Not part of the
+    # request's identity: a request is what forklab records and matches on
+    unsent: frozenset[str] = frozenset()
 
     @property
     def request_hash(self) -> str:
-        """Fingerprint of every field but ``latency_ms``.
+        """Fingerprint of every field but ``latency_ms`` and ``unsent``.
 
         Invariant: a request whose tool fields (``tools``, ``tool_choice``,
         ``parallel_tool_calls``, ``response_format``) are all at their defaults hashes

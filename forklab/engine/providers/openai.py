@@ -8,7 +8,9 @@ message becomes ``{"role": "tool", "tool_call_id", "content"}``; tools are offer
 ``tool_choice`` ``{"name": X}`` becomes ``{"type": "function", "function": {"name": X}}``;
 ``parallel_tool_calls`` and ``tool_choice`` are sent only with tools; ``response_format`` (a JSON Schema) becomes
 ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``. Other ``params``
-pass through as body fields (``choices``, the scripted provider's, excepted).
+pass through as body fields (``choices``, the scripted provider's, excepted). A field named
+in the request's ``unsent`` (``temperature``, ``max_tokens``) is left out: the vendor's
+default applies.
 
 Retries and failures are :mod:`forklab.engine.providers.http`'s: a malformed body, an HTTP
 error status or a refused connection raises ``ProviderError``; a timeout
@@ -76,12 +78,12 @@ class OpenAICompatibleProvider:
         if request.system_prompt:
             messages.append({"role": "system", "content": request.system_prompt})
         messages.extend(_message(m) for m in request.messages)
-        body: dict[str, Any] = {
-            "model": request.model,
-            "messages": messages,
-            "temperature": request.temperature,
-            "max_tokens": request.max_tokens,
-        }
+        body: dict[str, Any] = {"model": request.model, "messages": messages}
+        if "temperature" not in request.unsent:
+            body["temperature"] = request.temperature
+        # newer models refuse max_tokens beside max_completion_tokens (a captured param)
+        if "max_tokens" not in request.unsent and "max_completion_tokens" not in request.params:
+            body["max_tokens"] = request.max_tokens
         if request.tools:
             body["tools"] = [{"type": "function", "function": tool.to_wire()}
                              for tool in request.tools]

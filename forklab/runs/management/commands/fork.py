@@ -9,7 +9,7 @@ from forklab.engine.fork.changes import AGENT_CHANGES
 from forklab.engine.fork.wire import Budget, ForkSpec, Policy, build
 from forklab.runs import cli, leases
 from forklab.runs.engine_env import build_environment
-from forklab.runs.forking import fork_base
+from forklab.runs.forking import fork_base, require_settled
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.serializers_json import run_to_json
 
@@ -36,8 +36,11 @@ def add_change_flags(parser: CommandParser) -> None:
         help="replace one tool call's result, e.g. assist#1/turn:1/tool:1='{...}'")
     add("--rerun", action="append", metavar="CALL", help="run a call live instead of reusing it")
     add("--tools", action="append", metavar="AGENT=JSON",
-        help='change the tools an agent is offered: {"add": [...], "remove": [...], '
-             '"tool_choice": ...}')
+        help='change the tools an agent (or one model call: a call key) is offered: '
+             '{"add": [...], "remove": [...], "tool_choice": ...}')
+    add("--messages", action="append", metavar="CALL=JSON",
+        help="replace one model call's request messages: a JSON list of {role, content, "
+             "tool_calls?, tool_call_id?}")
     # repeatable like every change flag, so a repeat is refused as conflicting, not lost
     add("--human", action="append", choices=("approved", "rejected", "edited"),
         help="answer approval gates")
@@ -84,6 +87,7 @@ class Command(ForklabCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         with leases.held(leases.new_owner("cli")) as owner:
             run, store = cli.store_for(options["run"], lease=owner)
+            require_settled(run)
             changes = cli.changes_from_options(options)
             run = fork_base(run, changes=changes)  # an imported run mapped to a workflow
             policy, budget = policy_and_budget(options)

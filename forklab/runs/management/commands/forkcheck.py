@@ -11,6 +11,7 @@ from forklab.runs import cli
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import InvalidArgument
 from forklab.runs.forking import fork_base
+from forklab.runs.imported_forks import require_replayable
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.models import Run, RunKind
 
@@ -30,7 +31,8 @@ class Command(ForklabCommand):
                             help="also run the metamorphic checks 1, 2 and 4 on every run")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        # imported runs are not forkable (yet): their graph only describes their trace
+        # imported runs are forked one call at a time, never re-executed whole: their graph
+        # only describes their trace (require_replayable says so for a named one)
         runs = Run.objects.filter(run_kind=RunKind.PRIMARY, last_seq__gt=0, trace_id="",
                                   status__in=["completed", "failed", "blocked", "cancelled"])
         if options["scenario"]:
@@ -40,7 +42,9 @@ class Command(ForklabCommand):
                                   f"{options['run']!r}); give one")
         run_id = options["run_id"] or options["run"]
         if run_id:
-            named = fork_base(cli.store_for(run_id)[0])  # a mapped imported run: its base
+            named = cli.store_for(run_id)[0]
+            require_replayable(named, check=True)
+            named = fork_base(named)  # a mapped imported run: its workflow base
             runs = Run.objects.filter(pk=named.id)
         env = build_environment()
         results, failed = self._null_forks(list(runs.order_by("created_at")), env)

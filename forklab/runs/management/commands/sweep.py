@@ -12,7 +12,7 @@ from forklab.engine.fork.wire import SweepSpec, build
 from forklab.runs import cli, leases
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import InvalidArgument
-from forklab.runs.forking import fork_base
+from forklab.runs.forking import fork_base, require_settled
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.management.commands.fork import add_policy_flags, policy_and_budget
 
@@ -40,6 +40,7 @@ class Command(ForklabCommand):
             self._sweep(options, *cli.store_for(options["run"], lease=owner))
 
     def _sweep(self, options: dict[str, Any], run: Any, store: Any) -> None:
+        require_settled(run)
         run = fork_base(run)  # an imported run mapped to a workflow: its workflow base
         variants = {}
         for text in options["variant"]:
