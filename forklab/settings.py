@@ -456,6 +456,11 @@ INSTALLED_APPS += ["drf_spectacular_sidecar"]
 # -- forklab engine --------------------------------------------------------------------------
 
 FORKLAB_PRICES = envprices("FORKLAB_PRICES")
+# The OTLP receiver re-maps a trace from all its stored spans. A trace that already holds
+# this many spans is re-mapped in the background instead of in the request, at most once per
+# FORKLAB_TRACE_REMAP_DELAY seconds however many requests extend it (docs/traces.md)
+FORKLAB_TRACE_INLINE_SPANS = envint("FORKLAB_TRACE_INLINE_SPANS", 128, minimum=0)
+FORKLAB_TRACE_REMAP_DELAY = envfloat("FORKLAB_TRACE_REMAP_DELAY", 1.0, minimum=0.0)
 # Nodes of one run executing at once: the engine's Environment reads FORKLAB_MAX_CONCURRENCY
 # itself (engine code never reads Django settings); checked here so a bad value stops start-up.
 try:

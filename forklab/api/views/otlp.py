@@ -63,7 +63,7 @@ def traces(request: Request) -> HttpResponse:
     kind, data = _body(request, decode_protobuf)
     spans, unreadable = read_otlp_json(data)
     result = import_spans(user=request.user, project=project, spans=spans,
-                          unreadable=unreadable)
+                          unreadable=unreadable, defer=True)
     answer = ExportTraceServiceResponse()
     if result.rejected:
         answer.partial_success.CopyFrom(ExportTracePartialSuccess(
