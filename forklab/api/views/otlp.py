@@ -40,7 +40,7 @@ from forklab.engine.errors import ForklabError
 from forklab.engine.traces import OtlpDecodeError, decode_protobuf, read_otlp_json
 from forklab.engine.traces.logs import decode_logs_protobuf, read_otlp_logs_json
 from forklab.runs.models import Run
-from forklab.runs.serializers_json import run_to_json
+from forklab.runs.serializers_json import runs_to_json
 from forklab.runs.traces import (
     import_document,
     import_log_events,
@@ -144,5 +144,5 @@ def imports(request: Request) -> Response:
     project = receiving_project(request.user, request.headers.get("X-Forklab-Project"))
     result = import_document(user=request.user, project=project, data=request.data)
     runs = {r.pk: r for r in Run.objects.filter(pk__in=result.runs).select_related("project")}
-    body = {**result.to_json(), "runs": [run_to_json(runs[r]) for r in result.runs]}
+    body = {**result.to_json(), "runs": runs_to_json(runs[r] for r in result.runs)}
     return Response(body, status=status.HTTP_201_CREATED)

@@ -26,7 +26,7 @@ from forklab.engine.fork import fork_points as engine_fork_points
 from forklab.engine.traces.export import export_run
 from forklab.runs import control, queries, readmodel, services
 from forklab.runs.models import Run
-from forklab.runs.serializers_json import readable_payload, run_to_json
+from forklab.runs.serializers_json import readable_payload, run_to_json, runs_to_json
 from forklab.runs.specs import AnswerSpec, RunSpec
 from forklab.runs.store import DjangoStore
 
@@ -36,7 +36,7 @@ RUN_ID = path_id("run_id", "run id")
 def run_page(request: Request, runs: QuerySet[Run]) -> Response:
     pages = Pages()
     page = pages.paginate_queryset(runs, request)
-    return pages.get_paginated_response(RunSerializer([run_to_json(r) for r in page or []],
+    return pages.get_paginated_response(RunSerializer(runs_to_json(page or []),
                                                       many=True).data)
 
 
