@@ -242,3 +242,35 @@ def test_an_imported_run_cannot_be_forked_yet_and_says_why(world: World) -> None
         assert response.json()["code"] == "imported_run"
         assert response.json()["trace_id"] == run.trace_id
     assert not Run.objects.filter(parent_run=run).exists()
+
+
+def test_a_forks_export_carries_its_served_nodes_calls_from_the_recording(
+        fresh_world: World) -> None:
+    """``right`` is served whole from the base's recording (``node.reused``: answers, no
+    requests); the fork's OTLP export still has its chat span, request included, labelled
+    ``reused`` (read from the base's log)."""
+    from tests.api.test_fork_lifecycle import SHORT, post, settled
+
+    client = fresh_world.client("member")
+    started = post(client, "/forks/", {"base_run": fresh_world.lab_diamond,
+                                       "at": {"before_node": "left"}, "changes": [SHORT],
+                                       "policy": {"memoize": True}})
+    fork = settled(client, f"/forks/{started.json()['id']}/")
+    assert fork["memo_hits"] == [{"node": "right", "occurrence": 1}]
+    spans = client.get(f"{API}/runs/{fork['id']}/otlp/").json()[
+        "resourceSpans"][0]["scopeSpans"][0]["spans"]
+    by_id = {s["spanId"]: s for s in spans}
+
+    def attrs(span: dict[str, Any]) -> dict[str, Any]:
+        return {a["key"]: next(iter(a["value"].values())) for a in span["attributes"]}
+
+    chats = [s for s in spans if s["name"].startswith("chat ")
+             and by_id[s["parentSpanId"]]["name"] == "right"]
+    (served,) = chats
+    assert attrs(served)["forklab.call.label"] == "reused"
+    assert attrs(served)["forklab.call.key"] == "right#1/turn:1"
+    base_request = Event.objects.get(run_id=fresh_world.lab_diamond, node="right",
+                                     type="agent.requested").payload
+    sent = json.loads(attrs(served)["gen_ai.input.messages"])
+    assert [p["content"] for m in sent for p in m["parts"]] == [
+        m["content"] for m in base_request["messages"]]

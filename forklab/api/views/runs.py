@@ -112,7 +112,8 @@ def run_events(request: Request, run_id: str) -> Response:
 @api_view(["GET"])
 def run_otlp(request: Request, run_id: str) -> Response:
     run = queries.get_run(run_id, user=request.user)
-    return Response(export_run(DjangoStore(run.project).read(run.id)))
+    store = DjangoStore(run.project)
+    return Response(export_run(store.read(run.id), recording=store.read))
 
 
 @extend_schema(
