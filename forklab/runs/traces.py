@@ -24,6 +24,8 @@ import dataclasses
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +35,7 @@ from django.db.models import Count
 from django.tasks import task
 
 from forklab.engine.canonical import fingerprint
+from forklab.engine.errors import ForklabError
 from forklab.engine.events import RunStarted, TraceImported
 from forklab.engine.providers.pricing import PriceTable
 from forklab.engine.traces import ImportedRun, Rejected, SpanRecord, map_trace, read_otlp_json
@@ -45,6 +48,36 @@ from forklab.runs.access import User, account, require_role, signed_in
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Event, Project, Run, TraceLogEvent, TraceSpan
 from forklab.runs.store import DjangoStore
+
+
+class ReceiverBusy(ForklabError):
+    """The receiver has been importing other requests for longer than
+    ``FORKLAB_OTLP_WAIT`` seconds: retry later (OTLP's back-pressure, ``429`` with
+    ``Retry-After``, which exporters honour)."""
+
+    code = "throttled"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.retry_after = retry_after
+
+
+# One import at a time in this process: requests queue here (and answer 429 when the wait
+# is too long) rather than on the database's write lock, whose timeout is a 500 on SQLite
+_importing = threading.Lock()
+
+
+@contextmanager
+def _one_import() -> Iterator[None]:
+    wait = settings.FORKLAB_OTLP_WAIT
+    if not _importing.acquire(timeout=wait):
+        raise ReceiverBusy(f"the trace receiver has been busy for {wait:g} s importing other "
+                           "requests; retry later (nothing of this request was stored)",
+                           retry_after=max(1, round(wait / 4)))
+    try:
+        yield
+    finally:
+        _importing.release()
 
 
 @dataclass(frozen=True)
@@ -121,7 +154,7 @@ def import_spans(*, user: User | None, project: Project, spans: list[SpanRecord]
         if isinstance(found, str):
             rejected.append(Rejected(span.span_id, span.name, found))
     runs: list[str] = []
-    with transaction.atomic():
+    with _one_import(), transaction.atomic():
         _lock(project)
         known, counts = _stored(project, by_trace)
         writer = _Writer(project, user)
@@ -156,7 +189,7 @@ def import_log_events(*, user: User | None, project: Project, events: list[LogEv
     for event in events:
         by_trace[event.trace_id].append(event)
     runs: list[str] = []
-    with transaction.atomic():
+    with _one_import(), transaction.atomic():
         _lock(project)
         writer = _Writer(project, user)
         for trace_id in sorted(by_trace):
@@ -254,7 +287,7 @@ def remap_trace(project_id: int, trace_id: str, due: float) -> str:
     project = Project.objects.filter(pk=project_id).first()
     if project is None:
         return "skipped: the project is gone"
-    with transaction.atomic():
+    with _importing, transaction.atomic():  # a task waits its turn, however long
         _lock(project)
         stored = TraceSpan.objects.filter(project=project, trace_id=trace_id).count()
         if not _behind(project, trace_id, stored):
@@ -319,6 +352,6 @@ class _Writer:
         return run_id
 
 
-__all__ = ["TraceImport", "import_document", "import_log_events", "import_spans",
+__all__ = ["ReceiverBusy", "TraceImport", "import_document", "import_log_events", "import_spans",
            "receiving_project", "remap_trace", "run_id_for", "unmapped_traces"]
 

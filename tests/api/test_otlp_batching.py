@@ -124,3 +124,19 @@ def test_a_large_trace_sent_a_span_at_a_time_is_mapped_in_the_background(
     calls = [e.payload.get("call") for e in Event.objects.filter(run=run,
                                                                  type="agent.requested")]
     assert calls == [None, "turn:2"] and run.status == "completed"
+
+
+@pytest.mark.django_db
+def test_a_receiver_busy_past_its_wait_answers_429_with_retry_after(world: World) -> None:
+    """Requests queue for the import ahead of them; past ``FORKLAB_OTLP_WAIT`` the answer
+    is OTLP's back-pressure (429, Retry-After: exporters retry), never a 500."""
+    from forklab.runs import traces
+
+    request, _ = handmade()
+    with override_settings(FORKLAB_OTLP_WAIT=0.05), traces._importing:  # another import
+        answer = world.client("member").post(
+            "/v1/traces", data=request.SerializeToString(),
+            content_type="application/x-protobuf", headers={"X-Forklab-Project": "lab"})
+    assert answer.status_code == 429 and int(answer.headers["Retry-After"]) >= 1
+    assert not Run.objects.filter(
+        trace_id=request.resource_spans[0].scope_spans[0].spans[0].trace_id.hex()).exists()
