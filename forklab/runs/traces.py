@@ -1,17 +1,26 @@
 """Use case: runs from OpenTelemetry traces (SPEC §8 "In"), for the OTLP receiver.
 
-One request's spans are stored and mapped atomically: the spans are kept (once per project,
-trace and span id), each trace they belong to is re-mapped whole — from every span received
-for it so far — by the engine's pure mapping, and its run's log is written in the same
-transaction. Nothing is ever half-stored.
+A request's spans are stored (once per project, trace and span id) and each trace they
+extend is re-mapped whole — from every span received for it so far — by the engine's pure
+mapping; its run's log is written in the same transaction. Nothing is ever half-stored.
 
-- **Idempotent**: a span already received is ignored; a trace whose mapping did not change
-  leaves its run untouched.
+- **Idempotent**: a request that adds no span to a trace re-maps nothing (a re-send); a
+  trace whose mapping did not change leaves its run untouched.
 - **Late spans**: a trace whose mapping changed has its run's log *rewritten* (the run row
   is replaced under the same id, keeping its creation time and creator). An imported run's
   log is derived data — the spans are its truth — so rewriting it is sound as long as
   nothing was derived from the old log: forking an imported run (not yet offered) must wait
   until its trace is complete, or fork from a copy.
+- **Large traces** (the receiver, ``defer``): a trace that already holds
+  ``FORKLAB_TRACE_INLINE_SPANS`` spans is re-mapped by a background task
+  (:func:`remap_trace`) once per ``FORKLAB_TRACE_REMAP_DELAY``, however many requests
+  extend it — not once per request, which costs O(n²) for a trace sent a span at a time.
+  Its run lags its spans until then; a run behind its spans (its ``trace.imported`` counts
+  fewer than are stored: a re-map pending or lost with its process) is caught up by the
+  next request for the trace.
+- **Back-pressure**: one import at a time per process; a request that waited
+  ``FORKLAB_OTLP_WAIT`` seconds is refused ``throttled`` (429 with ``Retry-After``, which
+  exporters retry) with nothing stored.
 - GenAI content sent as log events (``POST /v1/logs``) is kept per trace too and put on
   its spans whenever the trace is mapped, whichever of spans and records came first.
 - The run id is a function of the project and the trace id, so each project has one run per
