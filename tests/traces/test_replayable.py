@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from forklab.engine.events import TraceImported
 from forklab.engine.traces import genai, map_trace, openinference
 from forklab.engine.traces.replayable import ImportedCalls, badge, calls_json, status
@@ -37,8 +39,8 @@ def test_the_run_json_lists_every_call_with_its_status() -> None:
 
 
 def test_a_tool_span_no_turn_asked_for_is_found_by_its_execution_and_order() -> None:
-    run = map_trace([span(1, "app"), span(2, "tool x", 1, **{
-        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "x"})], run_id="r")
+    tool: dict[str, Any] = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "x"}
+    run = map_trace([span(1, "app"), span(2, "tool x", 1, **tool)], run_id="r")
     calls = ImportedCalls.from_payload({"calls": run.calls})
     found = calls.of(None, execution="app#1", index=0)
     assert found is not None and found["missing"] == ["tool arguments", "tool result"]

@@ -120,6 +120,7 @@ def test_a_memoized_fork_exports_its_served_nodes_with_their_recorded_calls(
     executions = base.state.executions
     at = executions[point % len(executions)].node
     forked = fork(base, at={"before_node": at}, policy={"memoize": True})
+    assert forked.run_id is not None and forked.state is not None
     events = forked.store.read(forked.run_id)
     assert any(isinstance(e, NodeReused) for e in events) or forked.state.status != "completed"
     back = _trip(events, forked.store.read)
@@ -139,6 +140,7 @@ def test_without_its_base_a_served_node_is_exported_without_calls() -> None:
     base = _base("research-write")
     forked = fork(base, at={"before_node": base.state.executions[0].node},
                   policy={"memoize": True})
+    assert forked.run_id is not None
     events = forked.store.read(forked.run_id)
     assert calls(_trip(events)) == []  # no recording to read the calls from
     served = [e for e in _trip(events, forked.store.read) if type(e) is AgentRequested]
