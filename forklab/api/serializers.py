@@ -117,6 +117,12 @@ class RunSerializer(Shape):
     created_at = s.DateTimeField()
     finished_at = s.DateTimeField(allow_null=True)
     error = JSON_OBJECT(allow_null=True, help_text="{code, message, ...} when failed")
+    imported = JSON_OBJECT(
+        allow_null=True,
+        help_text="a run imported from an OpenTelemetry trace: {trace_id, spans, "
+                  "conversation, rejected_spans, calls: [{call, kind, tool?, span_id, "
+                  "replayable, missing?, capture_hint?}]} (missing and capture_hint when "
+                  "the call is inspect-only); null for any other run")
 
 
 class EventSerializer(Shape):

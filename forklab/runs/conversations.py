@@ -16,10 +16,12 @@ from typing import Any
 
 from forklab.engine.calls import call_key, is_code_tool_call, turn_call
 from forklab.engine.canonical import canonical_equals
+from forklab.engine.traces.replayable import ImportedCalls
 from forklab.runs import steps
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Run
 from forklab.runs.queries import graph_of
+from forklab.runs.serializers_json import imported_calls
 
 TURN_EVENTS = frozenset({"agent.requested", "agent.responded", "tool.called", "tool.returned",
                          "call.failed", "human.requested", "human.answered"})
@@ -42,6 +44,11 @@ class ToolUse:
     done: bool = False  # a result or an error was recorded
     asks: list[Turn] = field(default_factory=list)  # models the tool asked (``…/ask:1``)
     approval: dict[str, Any] | None = None  # a gated tool's {decision, answered_by, label}
+    # an imported run's call: replayable or not (None: not imported); when not, what was
+    # not captured and the setting that captures it (forklab.engine.traces.replayable)
+    replayable: bool | None = None
+    missing: list[str] = field(default_factory=list)
+    capture_hint: str | None = None
 
 
 @dataclass
@@ -65,6 +72,9 @@ class Turn:
     error: dict[str, Any] | None = None
     answered: bool = False
     tools: list[ToolUse] = field(default_factory=list)
+    replayable: bool | None = None  # as ToolUse's
+    missing: list[str] = field(default_factory=list)
+    capture_hint: str | None = None
 
 
 @dataclass
@@ -268,7 +278,27 @@ def conversation(run: Run, node: str, occurrence: int) -> Thread | None:
                           occurrence=occurrence, inherited_from=where.inherited_from)
     if thread is not None and thread.served:
         effects_from_graph(thread, run)
+    if thread is not None:
+        imported = imported_calls(where.run_id)
+        if imported is not None:
+            mark_replayable(thread, imported)
     return thread
+
+
+def mark_replayable(thread: Thread, imported: ImportedCalls) -> None:
+    """Each turn and tool call of an imported run's thread says whether it is replayable
+    (and, when not, what is missing and how to turn capture on)."""
+    def mark(call: Turn | ToolUse) -> None:
+        found = imported.of(call.key)
+        if found is not None:
+            call.replayable = bool(found["replayable"])
+            call.missing = list(found.get("missing") or [])
+            call.capture_hint = found.get("capture_hint")
+
+    for turn in thread.turns:
+        mark(turn)
+        for use in turn.tools:
+            mark(use)
 
 
 def effects_from_graph(thread: Thread, run: Run) -> None:

@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 from django.urls import reverse
 
+from forklab.engine.traces.replayable import badge
 from forklab.runs.conversations import Thread, ToolUse, Turn
 from forklab.runs.models import Run
 from forklab.web.steps import Value, text_of
@@ -49,6 +50,14 @@ class CallView:
     key: str
     fork_url: str = ""
     actions: list[Action] = field(default_factory=list)
+    badge: str = ""  # an imported run's call: replayable / inspect-only — missing: …
+
+
+def _badge(call: Turn | ToolUse) -> str:
+    if call.replayable is None:
+        return ""
+    return badge({"replayable": call.replayable, "missing": call.missing,
+                  "capture_hint": call.capture_hint or ""})
 
 
 @dataclass
@@ -122,7 +131,7 @@ def _tool_view(use: ToolUse, links: Links | None) -> ToolView:
                     result=_value("error" if use.error else "result",
                                   use.error if use.error else use.result)
                     if use.done else None,
-                    asks=[_turn_view(a, links) for a in use.asks])
+                    asks=[_turn_view(a, links) for a in use.asks], badge=_badge(use))
     if links is not None and not links.one_call:
         view.fork_url = links.fork(use.key)
         view.actions = [
@@ -141,7 +150,7 @@ def _turn_view(turn: Turn, links: Links | None) -> TurnView:
     view = TurnView(key=turn.key, turn=turn, earlier=[_message(m) for m in turn.earlier],
                     new=[_message(m) for m in turn.new],
                     reply=_value("reply", turn.text) if turn.text else None,
-                    tools=[_tool_view(u, links) for u in turn.tools])
+                    tools=[_tool_view(u, links) for u in turn.tools], badge=_badge(turn))
     if links is not None:
         view.fork_url = links.fork(turn.key)
         reply: dict[str, Any] = {"kind": "reply", "call": turn.key, "text": turn.text}

@@ -15,8 +15,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from forklab.engine.calls import call_key, turn_call
 from forklab.engine.reused_form import expand_all
 from forklab.engine.status import ExecutionStatus
+from forklab.engine.traces.replayable import ImportedCalls, badge
 
 LONG_CHARS = 600
 LONG_LINES = 12
@@ -60,6 +62,14 @@ class Exchange:
     latency_ms: float | None = None
     seq: int = 0
     text: str = ""  # the reply text (agents), compared word by word in the diff
+    call: str = ""  # the call key (``assist#1/turn:2``); empty for a call without one
+    # an imported run's call: {replayable, missing?, capture_hint?} (None: not imported)
+    imported: dict[str, Any] | None = None
+
+    @property
+    def badge(self) -> str:
+        """``replayable`` / ``inspect-only — missing: …; turn on: …`` (imported runs)."""
+        return "" if self.imported is None else badge(self.imported)
 
 
 @dataclass
@@ -217,14 +227,15 @@ def _agent_requested(step: Step, event: dict[str, Any], p: dict[str, Any],
     if role:
         sent.append(value("role", role))
     pending.append(Exchange(kind="agent", title=f"{role or step.node} → {p.get('model', '')}",
-                            sent=sent, model=p.get("model", ""), role=role, seq=event["seq"]))
+                            sent=sent, model=p.get("model", ""), role=role, seq=event["seq"],
+                            call=_key(step, p, agent=True)))
 
 
 def _agent_responded(step: Step, event: dict[str, Any], p: dict[str, Any],
                      pending: list[Exchange], context: Context) -> None:
-    exchange = pending.pop(0) if pending and pending[0].kind == "agent" else Exchange(
+    exchange = _take(pending, "agent") or Exchange(
         kind="agent", title=f"{step.node} → {p.get('model', '')}", model=p.get("model", ""),
-        seq=event["seq"])
+        seq=event["seq"], call=_key(step, p, agent=True))
     label = p.get("label", "")
     exchange.label, exchange.reason = label, reason(label, step.node, context)
     exchange.text = p.get("text", "")
@@ -240,18 +251,52 @@ def _tool_called(step: Step, event: dict[str, Any], p: dict[str, Any],
                  pending: list[Exchange], context: Context) -> None:
     effect = f" ({p['effect']})" if p.get("effect") else ""  # a served call does not say
     pending.append(Exchange(kind="tool", title=f"tool {p.get('tool', '')}{effect}",
-                            sent=[value("arguments", p.get("args", {}))], seq=event["seq"]))
+                            sent=[value("arguments", p.get("args", {}))], seq=event["seq"],
+                            call=_key(step, p, agent=False)))
 
 
 def _tool_returned(step: Step, event: dict[str, Any], p: dict[str, Any],
                    pending: list[Exchange], context: Context) -> None:
-    exchange = pending.pop(0) if pending and pending[0].kind == "tool" else Exchange(
+    exchange = _take(pending, "tool") or Exchange(
         kind="tool", title="tool result", seq=event["seq"])
     label = p.get("label", "")
     exchange.label, exchange.reason = label, reason(label, step.node, context)
     exchange.answer = [value("result", p.get("result"))]
     exchange.latency_ms = p.get("latency_ms")
     step.exchanges.append(exchange)
+
+
+def _take(pending: list[Exchange], kind: str) -> Exchange | None:
+    """The oldest pending request of ``kind``: an answer closes it even when an earlier
+    request of another kind never got one (an imported tool call whose result was not
+    captured stays open while the next turn is asked and answered)."""
+    for i, exchange in enumerate(pending):
+        if exchange.kind == kind:
+            return pending.pop(i)
+    return None
+
+
+def _key(step: Step, p: dict[str, Any], *, agent: bool) -> str:
+    """The event's full call key (a first turn's ``call`` is stored as None, as the loop
+    stores it); empty for a tool call without one."""
+    call = p.get("call")
+    if call is None and agent:
+        call = turn_call(1, p.get("role"), p.get("index"))
+    return (call_key(step.node, step.occurrence, call) or "") if call else ""
+
+
+def mark_imported(step: Step, imported: ImportedCalls) -> None:
+    """Each model and tool call of an imported run's step says whether it is replayable
+    (a tool call without a key is matched by its order in the execution)."""
+    execution, unkeyed = f"{step.node}#{step.occurrence}", 0
+    for exchange in step.exchanges:
+        if exchange.kind not in ("agent", "tool"):
+            continue
+        if exchange.call:
+            exchange.imported = imported.of(exchange.call)
+        elif exchange.kind == "tool":
+            exchange.imported = imported.of(None, execution=execution, index=unkeyed)
+            unkeyed += 1
 
 
 def _human_requested(step: Step, event: dict[str, Any], p: dict[str, Any],

@@ -228,3 +228,35 @@ def test_traces_of_one_app_share_a_graph_and_its_version(
         assert _post(world, "member", request.SerializeToString()).status_code == 200
         runs.append(Run.objects.get(trace_id=_trace_id(request)))
     assert {(r.graph_slug, r.graph_version_number) for r in runs} == {("otel-weather-agent", 1)}
+
+
+def test_a_forks_export_carries_its_served_nodes_calls_from_the_recording(
+        fresh_world: World) -> None:
+    """``right`` is served whole from the base's recording (``node.reused``: answers, no
+    requests); the fork's OTLP export still has its chat span, request included, labelled
+    ``reused`` (read from the base's log)."""
+    from tests.api.test_fork_lifecycle import SHORT, post, settled
+
+    client = fresh_world.client("member")
+    started = post(client, "/forks/", {"base_run": fresh_world.lab_diamond,
+                                       "at": {"before_node": "left"}, "changes": [SHORT],
+                                       "policy": {"memoize": True}})
+    fork = settled(client, f"/forks/{started.json()['id']}/")
+    assert fork["memo_hits"] == [{"node": "right", "occurrence": 1}]
+    spans = client.get(f"{API}/runs/{fork['id']}/otlp/").json()[
+        "resourceSpans"][0]["scopeSpans"][0]["spans"]
+    by_id = {s["spanId"]: s for s in spans}
+
+    def attrs(span: dict[str, Any]) -> dict[str, Any]:
+        return {a["key"]: next(iter(a["value"].values())) for a in span["attributes"]}
+
+    chats = [s for s in spans if s["name"].startswith("chat ")
+             and by_id[s["parentSpanId"]]["name"] == "right"]
+    (served,) = chats
+    assert attrs(served)["forklab.call.label"] == "reused"
+    assert attrs(served)["forklab.call.key"] == "right#1/turn:1"
+    base_request = Event.objects.get(run_id=fresh_world.lab_diamond, node="right",
+                                     type="agent.requested").payload
+    sent = json.loads(attrs(served)["gen_ai.input.messages"])
+    assert [p["content"] for m in sent for p in m["parts"]] == [
+        m["content"] for m in base_request["messages"]]

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 RUN_KEYS = {"id", "project", "graph", "graph_version", "run_kind", "status", "label",
             "parent_run_id", "fork_sequence_id", "fork_node_id", "fork_mutations",
             "fork_group_id", "replay_version", "input", "memory", "path", "cost", "created_at",
-            "finished_at", "error"}
+            "finished_at", "error", "imported"}
 
 
 def test_runs_lists_only_the_runs_of_your_projects_newest_first(world: World) -> None:

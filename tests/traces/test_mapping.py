@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from forklab.engine.events import CallFailed, ToolCalled, ToolReturned
 from forklab.engine.reducers import fold
 from forklab.engine.status import RunStatus
-from forklab.engine.traces import SpanRecord, map_trace
+from forklab.engine.traces import SpanRecord, genai, map_trace
 from forklab.engine.traces.otlp import SpanEvent
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -80,6 +80,29 @@ def workflow() -> list[SpanRecord]:
     ]
 
 
+def mixed_capture(trace: str = TRACE) -> list[SpanRecord]:
+    """An agent whose first turn was captured whole (replayable), whose tool span kept no
+    result, and whose second turn was traced without content (both inspect-only)."""
+    spans = [
+        span(1, "invoke_agent researcher", **{"gen_ai.operation.name": "invoke_agent",
+                                              "gen_ai.agent.name": "researcher"}),
+        chat(2, 1, [text("user", "find x")], [CALL], gen_ai__tool__definitions=TOOLS),
+        span(3, "execute_tool lookup", 1, **{
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup",
+            "gen_ai.tool.call.id": "c1"}),
+        chat(4, 1, None, None),
+    ]
+    return [dataclasses.replace(s, trace_id=trace) for s in spans]
+
+
+def test_each_call_says_what_is_missing_and_how_to_capture_it() -> None:
+    calls = map_trace(mixed_capture(), run_id="r").calls
+    assert [(c["call"], c["replayable"], c["missing"], c.get("capture_hint")) for c in calls] == [
+        ("researcher#1/turn:1", True, [], None),
+        ("researcher#1/turn:1/tool:1", False, ["tool result"], genai.CAPTURE_HINT),
+        ("researcher#1/turn:2", False, ["request messages", "reply"], genai.CAPTURE_HINT)]
+
+
 def test_agents_under_a_workflow_are_nodes_and_the_workflow_labels_the_run() -> None:
     run = map_trace(workflow(), run_id="r")
     state = fold(run.events)
@@ -137,8 +160,10 @@ def test_a_tool_span_no_turn_asked_for_is_a_tool_call_without_a_key() -> None:
     run = map_trace(spans, run_id="r")
     (called,) = [e for e in run.events if isinstance(e, ToolCalled)]
     assert called.call is None and called.tool == "x"
-    assert run.calls == [{"call": None, "kind": "tool", "span_id": f"{2:016x}", "tool": "x",
-                          "replayable": False, "missing": ["tool arguments", "tool result"]}]
+    assert run.calls == [{"call": None, "node": "app#1", "kind": "tool",
+                          "span_id": f"{2:016x}", "tool": "x", "replayable": False,
+                          "missing": ["tool arguments", "tool result"],
+                          "capture_hint": genai.CAPTURE_HINT}]
 
 
 @settings(max_examples=30, deadline=None)

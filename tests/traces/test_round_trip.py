@@ -6,10 +6,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forklab.engine import fork
 from forklab.engine.events import (
     AgentRequested,
     AgentResponded,
     AnyEvent,
+    NodeReused,
     ToolCalled,
     ToolReturned,
 )
@@ -18,6 +23,7 @@ from forklab.engine.reducers import fold
 from forklab.engine.traces import map_trace, read_otlp_json
 from forklab.engine.traces.export import export_run
 from tests.engine.agents.helpers import TICKET, FollowingModel, env_with, support_graph
+from tests.engine.fork.helpers import NAMES, record
 from tests.traces.test_mapping import workflow
 
 _FIELDS = {
@@ -67,3 +73,76 @@ def test_an_imported_run_exports_and_imports_back_into_an_equal_run() -> None:
     assert fold(back).memory == fold(events).memory
     assert fold(back).label == fold(events).label
     assert round_trip(back) == back  # a fixed point from the first trip on
+
+
+# -- forks: nodes served whole from a recording (node.reused) ------------------------------
+
+_BASES: dict[str, Any] = {}
+
+
+def _base(name: str) -> Any:
+    if name not in _BASES:
+        _BASES[name] = record(name)
+    return _BASES[name]
+
+
+def _trip(events: list[AnyEvent], recording: Any = None) -> list[AnyEvent]:
+    document = json.loads(json.dumps(export_run(events, recording=recording)))
+    spans, rejected = read_otlp_json(document)
+    assert not rejected
+    return map_trace(spans, run_id=events[0].run_id).events
+
+
+def _executions(events: list[AnyEvent]) -> list[tuple[str, int]]:
+    return [(x.node, x.occurrence) for x in fold(events).executions]
+
+
+def _by_execution(events: list[AnyEvent], renumber: dict[tuple[str, int], tuple[str, int]]
+                  ) -> list[tuple[Any, ...]]:
+    """The calls of the executions ``renumber`` names, as those executions (node,
+    occurrence) — an imported trace numbers occurrences from its first span."""
+    out = []
+    for call in calls(events):
+        where = renumber.get((call[1], call[2]))
+        if where is not None:
+            out.append((call[0], *where, *call[3:]))
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(name=st.sampled_from(NAMES), point=st.integers(0, 30))
+def test_a_memoized_fork_exports_its_served_nodes_with_their_recorded_calls(
+        name: str, point: int) -> None:
+    """A null fork with memoize on serves its tail from the base's recording; its export
+    carries each served node's calls (requests from the recording), so it imports back
+    into the calls the base's own export imports into, execution by execution."""
+    base = _base(name)
+    executions = base.state.executions
+    at = executions[point % len(executions)].node
+    forked = fork(base, at={"before_node": at}, policy={"memoize": True})
+    assert forked.run_id is not None and forked.state is not None
+    events = forked.store.read(forked.run_id)
+    assert any(isinstance(e, NodeReused) for e in events) or forked.state.status != "completed"
+    back = _trip(events, forked.store.read)
+    tail = fold(events).executions[fold(events).prefix_executions:]
+    mine = dict(zip(_executions(back), [(x.node, x.occurrence) for x in tail], strict=True))
+    theirs = {(x.node, x.occurrence): (x.node, x.occurrence) for x in tail}
+    base_back = _trip(base.store.read(base.run_id))
+    base_numbers = dict(zip([(x.node, x.occurrence) for x in executions],
+                            _executions(base_back), strict=True))
+    expected = _by_execution(base_back, {base_numbers[k]: v for k, v in theirs.items()})
+    assert _by_execution(back, mine) == expected
+    if point % len(executions) == 0:  # forked at its start: the whole run comes back
+        assert calls(back) == calls(base_back)
+
+
+def test_without_its_base_a_served_node_is_exported_without_calls() -> None:
+    base = _base("research-write")
+    forked = fork(base, at={"before_node": base.state.executions[0].node},
+                  policy={"memoize": True})
+    assert forked.run_id is not None
+    events = forked.store.read(forked.run_id)
+    assert calls(_trip(events)) == []  # no recording to read the calls from
+    served = [e for e in _trip(events, forked.store.read) if type(e) is AgentRequested]
+    assert [e.messages for e in served] == [
+        e.messages for e in base.store.read(base.run_id) if type(e) is AgentRequested]

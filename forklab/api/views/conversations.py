@@ -40,6 +40,9 @@ class ToolUseWire(BaseModel):
     done: bool
     asks: list[dict[str, Any]]  # models the tool asked (``…/tool:1/ask:1``), turn-shaped
     approval: dict[str, Any] | None  # a gated tool's decision, answered_by, label
+    replayable: bool | None  # an imported run's call: null for a run not imported
+    missing: list[str]  # an inspect-only call: what was not captured
+    capture_hint: str | None  # an inspect-only call: the setting that captures it
 
 
 class TurnWire(BaseModel):
@@ -60,6 +63,9 @@ class TurnWire(BaseModel):
     error: dict[str, Any] | None
     answered: bool
     tools: list[ToolUseWire]
+    replayable: bool | None  # an imported run's call: null for a run not imported
+    missing: list[str]  # an inspect-only call: what was not captured
+    capture_hint: str | None  # an inspect-only call: the setting that captures it
 
 
 class ConversationWire(BaseModel):
@@ -82,7 +88,10 @@ class ConversationWire(BaseModel):
                 "call key (`assist#1/turn:2`, `assist#1/turn:2/tool:1`), the address of a "
                 "`before_call` fork point and of the per-call changes `reply`, "
                 "`tool_result` and `rerun`. An execution this run inherited is read from its "
-                "base (`inherited_from`); a served one (`served`) lists no messages.",
+                "base (`inherited_from`); a served one (`served`) lists no messages. A call "
+                "of a run imported from a trace says whether it is `replayable` and, when "
+                "not, what is `missing` and the `capture_hint` that captures it (null for "
+                "other runs).",
     responses=responses({200: ConversationWire}, 400, *READ))
 @api_view(["GET"])
 def run_conversation(request: Request, run_id: str) -> Response:

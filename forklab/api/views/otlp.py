@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
@@ -32,6 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from rest_framework import status
 from rest_framework.decorators import api_view
+from rest_framework.exceptions import Throttled
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -40,8 +42,9 @@ from forklab.engine.errors import ForklabError
 from forklab.engine.traces import OtlpDecodeError, decode_protobuf, read_otlp_json
 from forklab.engine.traces.logs import decode_logs_protobuf, read_otlp_logs_json
 from forklab.runs.models import Run
-from forklab.runs.serializers_json import run_to_json
+from forklab.runs.serializers_json import runs_to_json
 from forklab.runs.traces import (
+    ReceiverBusy,
     import_document,
     import_log_events,
     import_spans,
@@ -62,8 +65,9 @@ def traces(request: Request) -> HttpResponse:
     project = receiving_project(request.user, request.headers.get("X-Forklab-Project"))
     kind, data = _body(request, decode_protobuf)
     spans, unreadable = read_otlp_json(data)
-    result = import_spans(user=request.user, project=project, spans=spans,
-                          unreadable=unreadable)
+    with _back_pressure():
+        result = import_spans(user=request.user, project=project, spans=spans,
+                              unreadable=unreadable, defer=True)
     answer = ExportTraceServiceResponse()
     if result.rejected:
         answer.partial_success.CopyFrom(ExportTracePartialSuccess(
@@ -79,13 +83,23 @@ def logs(request: Request) -> HttpResponse:
     project = receiving_project(request.user, request.headers.get("X-Forklab-Project"))
     kind, data = _body(request, decode_logs_protobuf)
     events, unreadable = read_otlp_logs_json(data)
-    result = import_log_events(user=request.user, project=project, events=events,
-                               unreadable=unreadable)
+    with _back_pressure():
+        result = import_log_events(user=request.user, project=project, events=events,
+                                   unreadable=unreadable)
     answer = ExportLogsServiceResponse()
     if result.rejected:
         answer.partial_success.CopyFrom(ExportLogsPartialSuccess(
             rejected_log_records=len(result.rejected), error_message=result.error_message))
     return _answer(kind, answer)
+
+
+@contextmanager
+def _back_pressure() -> Iterator[None]:
+    """A busy receiver answers 429 with ``Retry-After``: OTLP exporters retry it."""
+    try:
+        yield
+    except ReceiverBusy as exc:
+        raise Throttled(wait=exc.retry_after, detail=exc.message) from None
 
 
 def _body(request: Request, decode: Callable[[bytes], dict[str, Any]]) -> tuple[str, Any]:
@@ -144,5 +158,5 @@ def imports(request: Request) -> Response:
     project = receiving_project(request.user, request.headers.get("X-Forklab-Project"))
     result = import_document(user=request.user, project=project, data=request.data)
     runs = {r.pk: r for r in Run.objects.filter(pk__in=result.runs).select_related("project")}
-    body = {**result.to_json(), "runs": [run_to_json(runs[r]) for r in result.runs]}
+    body = {**result.to_json(), "runs": runs_to_json(runs[r] for r in result.runs)}
     return Response(body, status=status.HTTP_201_CREATED)

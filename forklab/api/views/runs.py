@@ -25,7 +25,7 @@ from forklab.api.serializers import (
 from forklab.engine.traces.export import export_run
 from forklab.runs import control, forking, queries, readmodel, services
 from forklab.runs.models import Run
-from forklab.runs.serializers_json import readable_payload, run_to_json
+from forklab.runs.serializers_json import readable_payload, run_to_json, runs_to_json
 from forklab.runs.specs import AnswerSpec, RunSpec
 from forklab.runs.store import DjangoStore
 
@@ -35,7 +35,7 @@ RUN_ID = path_id("run_id", "run id")
 def run_page(request: Request, runs: QuerySet[Run]) -> Response:
     pages = Pages()
     page = pages.paginate_queryset(runs, request)
-    return pages.get_paginated_response(RunSerializer([run_to_json(r) for r in page or []],
+    return pages.get_paginated_response(RunSerializer(runs_to_json(page or []),
                                                       many=True).data)
 
 
@@ -111,7 +111,8 @@ def run_events(request: Request, run_id: str) -> Response:
 @api_view(["GET"])
 def run_otlp(request: Request, run_id: str) -> Response:
     run = queries.get_run(run_id, user=request.user)
-    return Response(export_run(DjangoStore(run.project).read(run.id)))
+    store = DjangoStore(run.project)
+    return Response(export_run(store.read(run.id), recording=store.read))
 
 
 @extend_schema(

@@ -12,14 +12,22 @@ the run's own data (the live spans of :mod:`forklab.engine.telemetry` carry none
 Ids are deterministic: the trace id and every span id are hashes of the run id (and the
 event's seq); an imported run's export names its source trace on the root span
 (``forklab.source.trace_id``) but is a trace of its own, so importing it beside its source
-makes a second run rather than merging the two. Nodes served whole from a recording
-(``node.reused``) are exported as node spans without their calls.
+makes a second run rather than merging the two.
+
+A fork's log holds its tail only: its export is the tail (what it inherited before its fork
+point is in its base's export). A node the tail served whole from a recording
+(``node.reused``: it carries the answers, not the requests) is exported with the calls of
+the execution it was served from — found in the base's log by node and fingerprint (up the
+lineage when the base served it too) through ``recording`` — each labelled ``reused``, so
+importing a memoized fork's export gives its calls back, requests included. Without
+``recording`` (or when the base is gone) a served node is a node span without calls.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
@@ -35,6 +43,7 @@ from forklab.engine.events import (
     NodeFailed,
     NodeReused,
     NodeStarted,
+    RunForked,
     RunStarted,
     ToolCalled,
     ToolReturned,
@@ -52,9 +61,65 @@ _PARAMS = {"max_tokens": ga.GEN_AI_REQUEST_MAX_TOKENS, "top_p": ga.GEN_AI_REQUES
            "presence_penalty": ga.GEN_AI_REQUEST_PRESENCE_PENALTY}
 
 
-def export_run(events: Sequence[AnyEvent]) -> dict[str, Any]:
-    """The run's ``ExportTraceServiceRequest`` as OTLP JSON (hex ids). Deterministic."""
-    return _Exporter(events).run()
+Recording = Callable[[str], Sequence[AnyEvent]]
+"""A run's log by run id (``store.read``): where a served node's calls are found."""
+_CALLS = (AgentRequested, AgentResponded, ToolCalled, ToolReturned, CallFailed)
+MAX_LINEAGE = 50
+
+
+def export_run(events: Sequence[AnyEvent], *, recording: Recording | None = None
+               ) -> dict[str, Any]:
+    """The run's ``ExportTraceServiceRequest`` as OTLP JSON (hex ids). Deterministic.
+    ``recording`` reads other runs' logs: a served node's calls come from its base's."""
+    return _Exporter(events, recording).run()
+
+
+def served_calls(reused: NodeReused, base_run_id: str | None, recording: Recording
+                 ) -> list[AnyEvent]:
+    """The call events of the recorded execution ``reused`` was served from, as this
+    execution's (its occurrence, the ``node.reused`` event's time, labelled ``reused``):
+    the execution of the same node with the same fingerprint in the base's log — the
+    same occurrence when it matches, else the first — followed up the lineage while the
+    base served it too. Empty when none is found."""
+    run_id = base_run_id
+    for _ in range(MAX_LINEAGE):
+        if not run_id:
+            return []
+        log = recording(run_id)  # a base that is gone reads empty: no calls are found
+        starts = [e for e in log if isinstance(e, NodeStarted | NodeReused)
+                  and e.node == reused.node and e.fingerprint == reused.fingerprint]
+        if not starts:
+            return []
+        start = next((e for e in starts if e.occurrence == reused.occurrence), starts[0])
+        if isinstance(start, NodeReused):
+            forked = next((e for e in log if isinstance(e, RunForked)), None)
+            run_id = forked.base_run_id if forked else None
+            continue
+        return [_as_served(e, reused) for e in _execution(log, start)
+                if isinstance(e, _CALLS)]
+    return []
+
+
+def _execution(log: Sequence[AnyEvent], start: NodeStarted) -> list[AnyEvent]:
+    """The events of ``start``'s execution (parallel branches interleave in a log)."""
+    out: list[AnyEvent] = []
+    for event in log:
+        if event.seq <= start.seq or event.node != start.node \
+                or event.occurrence != start.occurrence:
+            continue
+        if isinstance(event, NodeStarted | NodeReused):
+            break
+        out.append(event)
+        if isinstance(event, NodeCompleted | NodeFailed):
+            break
+    return out
+
+
+def _as_served(event: AnyEvent, reused: NodeReused) -> AnyEvent:
+    changes: dict[str, Any] = {"occurrence": reused.occurrence, "at": reused.at}
+    if isinstance(event, AgentResponded | ToolReturned | CallFailed):
+        changes["label"] = "reused"
+    return dataclasses.replace(event, **changes)
 
 
 def value(v: Any) -> dict[str, Any]:
@@ -96,8 +161,12 @@ def genai_message(message: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Exporter:
-    def __init__(self, events: Sequence[AnyEvent]) -> None:
+    def __init__(self, events: Sequence[AnyEvent], recording: Recording | None) -> None:
         self.events = events
+        self.recording = recording
+        forked = next((e for e in events if isinstance(e, RunForked)), None)
+        self.base = forked.base_run_id if forked else None
+        self.served: tuple[int, int] | None = None  # (node.reused seq, served call seq)
         self.run_id = events[0].run_id if events else ""
         imported = next((e for e in events if isinstance(e, TraceImported)), None)
         # forklab's rendition is a trace of its own: importing it next to the trace an
@@ -111,6 +180,9 @@ class _Exporter:
         self.last_ns = 0
 
     def span_id(self, seq: int) -> str:
+        if self.served is not None:  # a served call: not an event of this run's log
+            return fingerprint({"run": self.run_id, "seq": self.served[0],
+                                "served": self.served[1]})[:16]
         return fingerprint({"run": self.run_id, "seq": seq})[:16]
 
     def start(self, seq: int, name: str, at: float, parent: dict[str, Any] | None,
@@ -162,6 +234,11 @@ class _Exporter:
                      ga.GEN_AI_AGENT_NAME: event.node} if event.kind == "agent" else {}
             self.node = self.start(event.seq, event.node or "", event.at, self.root, attrs)
             if isinstance(event, NodeReused):
+                if self.recording is not None:
+                    for call in served_calls(event, self.base, self.recording):
+                        self.served = (event.seq, call.seq)
+                        self.event(call)
+                    self.served = None
                 self.end(self.node, event.at)
         elif isinstance(event, NodeCompleted | NodeFailed) and self.node is not None:
             self.end(self.node, event.at, error=event.error.get("message", "failed")
@@ -224,4 +301,5 @@ class _Exporter:
                 CALL_LABEL: event.label}
 
 
-__all__ = ["CALL_KEY", "CALL_LABEL", "export_run", "genai_message"]
+__all__ = ["CALL_KEY", "CALL_LABEL", "Recording", "export_run", "genai_message",
+           "served_calls"]

@@ -26,8 +26,8 @@ from forklab.engine.traces.observed import (
 )
 from forklab.engine.traces.otlp import SpanRecord
 
-CAPTURE_HINT = (
-    "content capture is off: set OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true "
+CAPTURE_HINT = (  # what turns capture on (the badge reads "turn on: <this>")
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true "
     "(with OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental: SPAN_ONLY or "
     "SPAN_AND_EVENT) in the traced app")
 MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})

@@ -27,8 +27,8 @@ from forklab.engine.traces.observed import (
 )
 from forklab.engine.traces.otlp import SpanRecord
 
-CAPTURE_HINT = (
-    "content capture is off: unset OPENINFERENCE_HIDE_INPUTS, OPENINFERENCE_HIDE_OUTPUTS, "
+CAPTURE_HINT = (  # what turns capture on (the badge reads "turn on: <this>")
+    "unset OPENINFERENCE_HIDE_INPUTS, OPENINFERENCE_HIDE_OUTPUTS, "
     "OPENINFERENCE_HIDE_INPUT_MESSAGES and OPENINFERENCE_HIDE_OUTPUT_MESSAGES (or the "
     "TraceConfig flags of the same names) in the traced app")
 _KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND

@@ -26,6 +26,7 @@ from forklab.engine.providers.base import ChatRequest
 from forklab.engine.providers.pricing import PriceTable
 from forklab.engine.traces.observed import ModelCall, ToolExec
 from forklab.engine.traces.otlp import SpanRecord
+from forklab.engine.traces.replayable import HINTS
 
 API_DEFAULT_TEMPERATURE = 1.0
 """What the vendors' APIs use when a request sets no temperature (recorded as a default
@@ -186,6 +187,8 @@ def _tool_turn(plan: Plan, prefix: str, key: str, turn: _Turn, asked: dict[str, 
     info: dict[str, Any] = {"call": prefix + key, "kind": "tool",
                             "span_id": matched[0].span_id if matched else None,
                             "replayable": has, "missing": [] if has else ["tool result"]}
+    if not has:  # the result was in neither the tool span nor the next request
+        info["capture_hint"] = turn.call.capture_hint
     if has:
         info["result_from"] = source
         end = matched[0].end_ns if matched else start
@@ -205,8 +208,12 @@ def _orphan(plan: Plan, prefix: str, span: SpanRecord, found: ToolExec) -> None:
         "call_id": found.call_id}))
     missing = [what for what, ok in (("tool arguments", found.captured_arguments),
                                      ("tool result", found.captured_result)) if not ok]
-    plan.info.append({"call": None, "kind": "tool", "span_id": span.span_id,
-                      "tool": found.name, "replayable": not missing, "missing": missing})
+    info: dict[str, Any] = {"call": None, "node": prefix.rstrip("/"), "kind": "tool",
+                            "span_id": span.span_id, "tool": found.name,
+                            "replayable": not missing, "missing": missing}
+    if missing:
+        info["capture_hint"] = HINTS.get(found.dialect, "")
+    plan.info.append(info)
     if found.captured_result:
         plan.steps.append((ToolReturned, span.end_ns, {
             "result": found.result, "label": "live", "call": None,

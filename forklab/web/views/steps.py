@@ -18,9 +18,10 @@ from forklab.runs import conversations, queries, sharing
 from forklab.runs import steps as step_reads
 from forklab.runs.errors import NotFound
 from forklab.runs.models import Run, ShareLink
+from forklab.runs.serializers_json import imported_calls
 from forklab.web import steppair
 from forklab.web.conversation import ThreadView, thread_view
-from forklab.web.steps import Context, Step, build
+from forklab.web.steps import Context, Step, build, mark_imported
 from forklab.web.views.common import htmx_target, page_errors, roles
 
 
@@ -41,8 +42,12 @@ def load_step(run: Run, node: str, occurrence: int) -> Step | None:
     events = step_reads.events(where)
     if not events:
         return None
-    return build(events, run_id=where.run_id, context=context_of(run),
+    step = build(events, run_id=where.run_id, context=context_of(run),
                  inherited_from=where.inherited_from)
+    imported = imported_calls(where.run_id)
+    if imported is not None:
+        mark_imported(step, imported)
+    return step
 
 
 def conversation_of(run: Run, step: Step, *, forkable: bool) -> ThreadView | None:

@@ -21,7 +21,8 @@ class Command(ForklabCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         run = queries.get_run(options["run"])
-        document = export_run(DjangoStore(run.project).read(run.id))
+        store = DjangoStore(run.project)
+        document = export_run(store.read(run.id), recording=store.read)
         text = json.dumps(document, ensure_ascii=False)
         if options.get("output"):
             with open(options["output"], "w", encoding="utf-8") as out:

@@ -7,7 +7,7 @@ from django.core.management.base import CommandParser
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.models import Run, RunKind, RunStatus
 from forklab.runs.queries import list_runs
-from forklab.runs.serializers_json import run_to_json, usd
+from forklab.runs.serializers_json import runs_to_json, usd
 
 
 class Command(ForklabCommand):
@@ -30,7 +30,7 @@ class Command(ForklabCommand):
         if options["limit"] is not None:
             runs = runs[: max(0, options["limit"])]
         rows = list(runs)
-        self.out(options, [run_to_json(r) for r in rows], table(rows))
+        self.out(options, runs_to_json(rows), table(rows))
 
 
 def table(runs: list[Run]) -> str:
