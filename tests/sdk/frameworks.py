@@ -1,6 +1,8 @@
-"""The support agent written with two agent frameworks, unchanged but for the decorator:
-the OpenAI Agents SDK (Responses API over AsyncOpenAI) and PydanticAI (Chat Completions
-over AsyncOpenAI). Both reach the vendor through the official client, so both are recorded."""
+"""The support agent written with agent frameworks, unchanged but for the decorator: the
+OpenAI Agents SDK (Responses API over AsyncOpenAI), PydanticAI (Chat Completions over
+AsyncOpenAI) and LangGraph over langchain-anthropic (the Messages API over the official
+``anthropic`` client). Each reaches the vendor through an official client, so each is
+recorded."""
 
 from __future__ import annotations
 
@@ -46,3 +48,32 @@ def support_pydantic_ai(ticket: str) -> str:
         return support.issue_refund(order_id, amount)
 
     return str(agent.run_sync(ticket).output)
+
+
+@forklab.workflow("support_langgraph_anthropic")
+def support_langgraph_anthropic(ticket: str) -> str:
+    """forklab.demo_agents.support_langgraph's graph, its model ChatAnthropic."""
+    from langchain_anthropic import ChatAnthropic
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from forklab.demo_agents.support_langgraph import issue_refund, lookup_order
+
+    tools = [lookup_order, issue_refund]
+    llm = ChatAnthropic(model_name="claude-sonnet-4-5", max_retries=0, timeout=30,
+                        stop=None).bind_tools(tools)  # stop, timeout: required by its typing
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [llm.invoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode(tools))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    compiled: Any = graph.compile()  # typed for a MessagesState dict; given tuples, as docs do
+    final = compiled.invoke({"messages": [("system", support.SYSTEM), ("user", ticket)]})
+    content = final["messages"][-1].content
+    return content if isinstance(content, str) else "".join(
+        part.get("text", "") for part in content if isinstance(part, dict))
