@@ -28,12 +28,13 @@ def issue_refund(order_id: str, amount: float) -> dict[str, Any]:
     return support.issue_refund(order_id, amount)
 
 
-def build(model: str) -> Any:
+def compile_graph(llm: Any) -> Any:
+    """The agent's graph around a LangChain chat model (any vendor's)."""
     tools = [lookup_order, issue_refund]
-    llm = ChatOpenAI(model=model, max_retries=0).bind_tools(tools)
+    bound = llm.bind_tools(tools)
 
     def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [llm.invoke(state["messages"])]}
+        return {"messages": [bound.invoke(state["messages"])]}
 
     graph = StateGraph(MessagesState)
     graph.add_node("agent", agent)
@@ -44,8 +45,16 @@ def build(model: str) -> Any:
     return graph.compile()
 
 
+def answer(graph: Any, ticket: str) -> str:
+    """Run the compiled graph on a ticket; the last message's text (a vendor's content
+    blocks joined)."""
+    final = graph.invoke({"messages": [("system", support.SYSTEM), ("user", ticket)]})
+    content = final["messages"][-1].content
+    return content if isinstance(content, str) else "".join(
+        part.get("text", "") for part in content if isinstance(part, dict))
+
+
 @forklab.workflow("support_langgraph")
 def support_langgraph(ticket: str, model: str = "gpt-4.1-mini") -> str:
     """The support agent as a LangGraph graph."""
-    final = build(model).invoke({"messages": [("system", support.SYSTEM), ("user", ticket)]})
-    return str(final["messages"][-1].content)
+    return answer(compile_graph(ChatOpenAI(model=model, max_retries=0)), ticket)

@@ -54,26 +54,9 @@ def support_pydantic_ai(ticket: str) -> str:
 def support_langgraph_anthropic(ticket: str) -> str:
     """forklab.demo_agents.support_langgraph's graph, its model ChatAnthropic."""
     from langchain_anthropic import ChatAnthropic
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
 
-    from forklab.demo_agents.support_langgraph import issue_refund, lookup_order
+    from forklab.demo_agents.support_langgraph import answer, compile_graph
 
-    tools = [lookup_order, issue_refund]
     llm = ChatAnthropic(model_name="claude-sonnet-4-5", max_retries=0, timeout=30,
-                        stop=None).bind_tools(tools)  # stop, timeout: required by its typing
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [llm.invoke(state["messages"])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode(tools))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    compiled: Any = graph.compile()  # typed for a MessagesState dict; given tuples, as docs do
-    final = compiled.invoke({"messages": [("system", support.SYSTEM), ("user", ticket)]})
-    content = final["messages"][-1].content
-    return content if isinstance(content, str) else "".join(
-        part.get("text", "") for part in content if isinstance(part, dict))
+                        stop=None)  # stop, timeout: required by its typing
+    return answer(compile_graph(llm), ticket)

@@ -39,28 +39,3 @@ def test_a_framework_agent_is_recorded_unchanged_and_a_null_fork_reproduces_it(
     assert canonical_equals(result.state.memory, base.state.memory)
     assert clients.requests == []
 
-
-def test_a_langgraph_agent_over_langchain_anthropic_is_recorded_and_forked_call_by_call(
-        clients: VendorStub, env: Environment) -> None:
-    """LangGraph's nodes are steps, the Messages API calls its ``anthropic:N`` calls; a null
-    fork sends nothing, and a reply change at the last call reaches the code's answer."""
-    pytest.importorskip("langchain_anthropic")
-    graph = workflow_graph(env.workflows, "tests.sdk.frameworks:support_langgraph_anthropic")
-    base = run_recorded(graph, {"ticket": TICKET}, env=env)
-    assert base.state.status == "completed", base.state.error
-    assert "Results: " in base.memory["output"]
-    assert [b["model"] for b in clients.bodies("anthropic")] == ["claude-sonnet-4-5"] * 2
-    calls = {getattr(e, "call", None) for e in base.event_log
-             if e.TYPE in ("agent.requested", "tool.called")}
-    assert calls == {"agent/anthropic:1", "tools/tool:lookup_order#1",
-                     "tools/tool:issue_refund#1", "agent/anthropic:2"}
-    clients.reset()
-    result = fork(base, at="start", policy={"memoize": True})
-    assert result.state is not None and result.state.status == "completed", result.state
-    assert canonical_equals(result.state.memory, base.state.memory)
-    assert clients.requests == []
-    result = fork(base, change={"kind": "reply",
-                                "call": "support_langgraph_anthropic/agent/anthropic:2",
-                                "text": "No refund."})
-    assert result.state is not None and result.state.memory["output"] == "No refund."
-    assert clients.requests == []
