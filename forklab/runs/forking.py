@@ -14,10 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Max, QuerySet
-from django.utils import timezone
+from django.db.models import QuerySet
 
 from forklab.engine.canonical import canonical_equals
 from forklab.engine.errors import ForklabError, RunInProgress, RunStateError, indefinite
@@ -55,12 +53,10 @@ from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import (
     IdempotencyConflict,
     NotFound,
-    TraceArriving,
 )
 from forklab.runs.imported_forks import fork_points as mapped_fork_points
-from forklab.runs.imported_forks import imported_fork_kind, workflow_base
+from forklab.runs.imported_forks import imported_fork_kind, require_settled, workflow_base
 from forklab.runs.models import Case, ForkRequest, Project, Role, Run, RunKind, RunStatus
-from forklab.runs.models.traces import TraceLogEvent, TraceSpan
 from forklab.runs.planning import plan_for, sweep_plan
 from forklab.runs.readmodel import fork_state
 from forklab.runs.specs import CaseSpec, ForkSpec, InvalidRequest, SweepSpec
@@ -149,29 +145,6 @@ def fork_points_of(run: Run) -> list[dict[str, Any]]:
         return [p.to_wire() for p in mapped_fork_points(run)]
     store = DjangoStore(run.project)
     return [p.to_wire() for p in fork_points(store.read(run.id), store=store)]
-
-
-def require_settled(run: Run) -> None:
-    """Refuse to fork a run imported from a trace that received spans (or log records) in
-    the last ``FORKLAB_TRACE_SETTLE_S`` seconds (``trace_arriving``, with how long to wait):
-    late spans rewrite its log, and a fork should start from the trace as it ends up. A fork
-    already made keeps what it forked (its own log holds its copy)."""
-    if not run.trace_id or settings.FORKLAB_TRACE_SETTLE_S <= 0:
-        return
-    found = [TraceSpan.objects.filter(project=run.project_id, trace_id=run.trace_id)
-             .aggregate(last=Max("received_at"))["last"],
-             TraceLogEvent.objects.filter(project=run.project_id, trace_id=run.trace_id)
-             .aggregate(last=Max("received_at"))["last"]]
-    latest = max((t for t in found if t is not None), default=None)
-    if latest is None:
-        return
-    ago = max(0.0, (timezone.now() - latest).total_seconds())
-    wait = settings.FORKLAB_TRACE_SETTLE_S - ago
-    if wait > 0:
-        raise TraceArriving(
-            f"trace {run.trace_id} of run {run.id!r} received spans {ago:.1f}s ago and may "
-            f"still be arriving (late spans rewrite the run); retry in {wait:.1f}s",
-            run_id=run.id, trace_id=run.trace_id, retry_after_s=round(wait, 1))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,9 @@
-"""Forks of imported runs whose trace names a registered workflow (SPEC §8 (b)).
+"""What forking an imported run may do, and forks of imported runs whose trace names a
+registered workflow (SPEC §8 (b)).
+
+Every fork of an imported run waits for its trace to settle (``require_settled``); replay
+and fork-check take only what can be re-executed whole (``require_replayable``); an
+unmapped run is forked one call at a time (``engine.fork.onecall``, SPEC §8 (a)).
 
 ``FORKLAB_WORKFLOW_MAP`` maps a trace's agent or workflow name to a code-first workflow
 (SPEC §7). An imported run whose name is mapped is forked as that workflow: the run is
@@ -23,6 +28,8 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.utils import timezone
 
 from forklab.engine.canonical import fingerprint
 from forklab.engine.errors import ForklabError, WorkflowMapInvalid
@@ -43,8 +50,9 @@ from forklab.engine.workflows import (
     workflow_required,
 )
 from forklab.runs.engine_env import build_environment
-from forklab.runs.errors import ImportedRunNotForkable
+from forklab.runs.errors import ImportedRunNotForkable, TraceArriving
 from forklab.runs.models import Event, GraphVersion, Run
+from forklab.runs.models.traces import TraceLogEvent, TraceSpan
 from forklab.runs.store import DjangoStore
 from forklab.runs.traces import trace_spans
 
@@ -209,5 +217,28 @@ def require_replayable(run: Run, *, check: bool = False) -> None:
             trace_id=run.trace_id)
 
 
+def require_settled(run: Run) -> None:
+    """Refuse to fork a run imported from a trace that received spans (or log records) in
+    the last ``FORKLAB_TRACE_SETTLE_S`` seconds (``trace_arriving``, with how long to wait):
+    late spans rewrite its log, and a fork should start from the trace as it ends up. A fork
+    already made keeps what it forked (its own log holds its copy)."""
+    if not run.trace_id or settings.FORKLAB_TRACE_SETTLE_S <= 0:
+        return
+    found = [TraceSpan.objects.filter(project=run.project_id, trace_id=run.trace_id)
+             .aggregate(last=Max("received_at"))["last"],
+             TraceLogEvent.objects.filter(project=run.project_id, trace_id=run.trace_id)
+             .aggregate(last=Max("received_at"))["last"]]
+    latest = max((t for t in found if t is not None), default=None)
+    if latest is None:
+        return
+    ago = max(0.0, (timezone.now() - latest).total_seconds())
+    wait = settings.FORKLAB_TRACE_SETTLE_S - ago
+    if wait > 0:
+        raise TraceArriving(
+            f"trace {run.trace_id} of run {run.id!r} received spans {ago:.1f}s ago and may "
+            f"still be arriving (late spans rewrite the run); retry in {wait:.1f}s",
+            run_id=run.id, trace_id=run.trace_id, retry_after_s=round(wait, 1))
+
+
 __all__ = ["ImportedForkKind", "fork_points", "imported_fork_kind", "mapped",
-           "require_replayable", "run_names", "supplied_input", "workflow_base"]
+           "require_replayable", "require_settled", "run_names", "supplied_input", "workflow_base"]

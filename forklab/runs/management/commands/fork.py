@@ -9,7 +9,8 @@ from forklab.engine.fork.changes import AGENT_CHANGES
 from forklab.engine.fork.wire import Budget, ForkSpec, Policy, build
 from forklab.runs import cli, leases
 from forklab.runs.engine_env import build_environment
-from forklab.runs.forking import fork_base, require_settled
+from forklab.runs.forking import fork_base
+from forklab.runs.imported_forks import require_settled
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.serializers_json import run_to_json
 

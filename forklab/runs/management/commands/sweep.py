@@ -12,7 +12,8 @@ from forklab.engine.fork.wire import SweepSpec, build
 from forklab.runs import cli, leases
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import InvalidArgument
-from forklab.runs.forking import fork_base, require_settled
+from forklab.runs.forking import fork_base
+from forklab.runs.imported_forks import require_settled
 from forklab.runs.management.base import ForklabCommand
 from forklab.runs.management.commands.fork import add_policy_flags, policy_and_budget
 
