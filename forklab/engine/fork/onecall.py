@@ -8,14 +8,15 @@ of that call. The fork's log is the base's prefix before the call's node, the no
 before the point as recorded (label ``reused``), then the call asked (label ``changed``, or
 ``live`` for a null fork; ``reused`` when memoize serves an unchanged request), and the fork
 ends there: ``run.forked`` says ``one_call``, the node completes and the run completes. The
-trace's later calls are **not re-executed** — the diff marks them ``not_reached``, never
-gone or skipped by the change.
+trace's later calls are **not re-executed** — the diff lists them under
+``path.not_reexecuted`` (its steps ``not_reached``), never gone or skipped by the change.
 
 Rules (each refusal names what is possible instead):
 - the point is a model call: ``{"before_call": KEY}``, or no ``at`` and changes with
   ``call`` (``one_call_only`` for a node point, a tool call, ``start``/``failure``);
 - changes are ``model``, ``prompt``, ``temperature``, ``messages``, ``tools`` and
-  ``rerun`` (asked again as it was, even with memoize) of that call (``one_call_only`` for any other kind, a change of another call or a whole node);
+  ``rerun`` (asked again as it was, even with memoize) of that call (``one_call_only`` for
+  any other kind, a change of another call or a whole node);
   ``tools`` removes tools the call was offered and adds tools offered by any call of the
   trace (imported tools have no registry, so only the trace's own definitions exist);
 - the call must be replayable (``call_not_replayable`` names what is missing and the
