@@ -19,6 +19,9 @@ Rules:
 - turns number in start order within a node; a tool call of a turn is matched to an
   execute_tool/TOOL span by call id, else by name in order; its result comes from that
   span, else from the next turn's ``tool`` message answering it; never guessed;
+- a node of forklab's own export (its call spans carry ``forklab.seq``) is read by what
+  the spans say: call keys, roles, recorded order, human gates and subgraphs
+  (:mod:`forklab.engine.traces.turns`); no other trace is read that way;
 - a call is *replayable* when its whole request (messages, and tool definitions when tools
   were in play) and its reply were captured, else inspect-only with what is missing;
 - cost is the usage priced by the price table (``None`` for an unpriced model).

@@ -76,7 +76,7 @@ class _Turn:
 def plan_calls(node: str, occurrence: int, calls: list[tuple[SpanRecord, Call]],
                prices: PriceTable) -> Plan:
     """The plan of one node's calls, in span order (see the module docstring)."""
-    if calls and all(SEQ in span.attributes for span, _ in calls):
+    if calls and all(isinstance(span.attributes.get(SEQ), int) for span, _ in calls):
         return _recorded(node, occurrence, calls, prices)
     turns: list[_Turn] = []
     orphans: list[tuple[int, SpanRecord, ToolExec]] = []
@@ -162,7 +162,8 @@ def _recorded(node: str, occurrence: int, calls: list[tuple[SpanRecord, Call]],
             _orphan(one, prefix, span, found, key=key,
                     effect=str(attrs.get(TOOL_EFFECT) or "read"), failed=span.is_error)
         first = float(attrs[SEQ])
-        last = float(attrs.get(END_SEQ, first + 0.5))
+        end = attrs.get(END_SEQ)
+        last = float(end) if isinstance(end, int) else first + 0.5
         steps.extend(zip((first, last), one.steps, strict=False))
         info.extend((first, entry) for entry in one.info)
         if one.answer is not None:
