@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,9 +22,13 @@ from forklab.engine.events import (
 from forklab.engine.recording import run_recorded
 from forklab.engine.reducers import fold
 from forklab.engine.traces import map_trace, read_otlp_json
-from forklab.engine.traces.export import export_run
+from forklab.engine.traces.export import EVENT, export_run
 from tests.engine.agents.helpers import TICKET, FollowingModel, env_with, support_graph
 from tests.engine.fork.helpers import NAMES, record
+from tests.engine.properties.graphs import graph_cases
+from tests.engine.properties.profiles import examples
+from tests.engine.properties.recording import record_case
+from tests.engine.properties.world import Harness
 from tests.traces.test_mapping import workflow
 
 _FIELDS = {
@@ -146,3 +151,66 @@ def test_without_its_base_a_served_node_is_exported_without_calls() -> None:
     served = [e for e in _trip(events, forked.store.read) if type(e) is AgentRequested]
     assert [e.messages for e in served] == [
         e.messages for e in base.store.read(base.run_id) if type(e) is AgentRequested]
+
+
+# -- every demo scenario and generated graphs: a primary run comes back equal -------------
+
+
+def _primary_trip(events: list[AnyEvent]) -> None:
+    """``events`` (a primary run's log) exported and imported back is an *equal run*:
+
+    - the same executions, in order: (node, occurrence, status);
+    - the same calls, in log order, with the same stored keys and the same request and
+      response fields (``_FIELDS``: model turns, a tool node's own tool call, the tool calls
+      a model asked for, parallel ones interleaved as recorded, a panel's role instances);
+    - the same entries in the fold's ``calls``: kind, full call key, node, role and index
+      (model and tool failures, human gate decisions and subgraph outcomes included);
+    - the same token totals.
+
+    Not kept, because no span carries them: memory and state values (an imported node
+    writes its last reply under its own id), the graph (the import's is synthetic), routing
+    decisions, ids (seq numbering gains ``trace.imported``), times (nanosecond-shifted to
+    keep span order), latencies, costs (re-priced by the price table) and labels (an
+    imported call is ``live``)."""
+    back = round_trip(events)
+    original, again = fold(events), fold(back)
+    assert [(x.node, x.occurrence, x.status) for x in again.executions] == [
+        (x.node, x.occurrence, x.status) for x in original.executions]
+    assert calls(back) == calls(events)
+    assert [(c.kind, c.call, c.node, c.role, c.index) for c in again.calls] == [
+        (c.kind, c.call, c.node, c.role, c.index) for c in original.calls]
+    assert (again.input_tokens, again.output_tokens) == (original.input_tokens,
+                                                         original.output_tokens)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_demo_scenarios_run_exports_and_imports_back_into_an_equal_run(name: str
+                                                                             ) -> None:
+    base = _base(name)
+    _primary_trip(base.store.read(base.run_id))
+
+
+@examples(25)
+@given(case=graph_cases())
+def test_a_generated_graphs_run_exports_and_imports_back_into_an_equal_run(case: Any
+                                                                           ) -> None:
+    base = record_case(case, Harness())
+    _primary_trip(base.store.read(base.run_id))
+
+
+def test_a_forklab_event_attribute_rebuilds_only_a_gates_or_subgraphs_events() -> None:
+    """``forklab.event`` names the events it rebuilds: any other type (a trace claiming a
+    fork, say) is rejected with its span, never appended to the imported run."""
+    base = _base("order-fulfilment")
+    document = json.loads(json.dumps(export_run(base.store.read(base.run_id))))
+    spans = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    gate = next(s for s in spans if s["name"].startswith("human "))
+    for attribute in gate["attributes"]:
+        if attribute["key"] == EVENT:
+            attribute["value"] = {"stringValue": json.dumps(
+                {"type": "run.forked", "payload": {"base_run_id": "x"}})}
+    read, _ = read_otlp_json(document)
+    imported = map_trace(read, run_id="r")
+    assert [(r.name, r.reason) for r in imported.rejected] == [
+        (gate["name"], "a forklab.event that is not a human gate's or subgraph's event")]
+    assert not any(e.type.startswith(("human.", "run.forked")) for e in imported.events)

@@ -1,13 +1,19 @@
 """A run's calls as an OTLP JSON trace in the GenAI conventions (SPEC §8 "Out").
 
 ``forklab export RUN`` and ``GET /api/v1/runs/{id}/otlp/`` give this document, which
-``forklab import`` reads back into a run with the same nodes, calls, call keys, messages,
-replies, tool calls and usage (the round-trip test checks it). Spans: one root span for the
-run (``invoke_workflow``), one per node execution (``invoke_agent`` for agent nodes, named
-by the node id), a ``chat {model}`` span per model turn and an ``execute_tool {tool}`` span
-per tool call under its node's span — each with the call key (``forklab.call.key``) and its
-provenance label (``forklab.call.label``). Message content is always included: the file is
-the run's own data (the live spans of :mod:`forklab.engine.telemetry` carry none).
+``forklab import`` reads back into an equal run: the same executions, calls (stored keys,
+roles, requests, replies, tool calls and results, in recorded order), human decisions,
+subgraph outcomes and token totals (the round-trip property test defines it and checks it
+over every demo scenario and generated graphs). Spans: one root span for the run
+(``invoke_workflow``), one per node execution (``invoke_agent`` for agent nodes, named by
+the node id), a ``chat {model}`` span per model turn and an ``execute_tool {tool}`` span per
+tool call under its node's span — each with the call key (``forklab.call.key``; none for a
+tool node's own tool call), its provenance label (``forklab.call.label``), a role
+instance's role and index, and the seqs of the events that opened and closed it
+(``forklab.seq``, ``forklab.seq.end``) — and a ``human {node}`` / ``subgraph {graph}`` span
+per human gate or subgraph holding its events (``forklab.event``, ``forklab.event.end``).
+Message content is always included: the file is the run's own data (the live spans of
+:mod:`forklab.engine.telemetry` carry none).
 
 Ids are deterministic: the trace id and every span id are hashes of the run id (and the
 event's seq); an imported run's export names its source trace on the root span
@@ -39,12 +45,16 @@ from forklab.engine.events import (
     AgentResponded,
     AnyEvent,
     CallFailed,
+    HumanAnswered,
+    HumanRequested,
     NodeCompleted,
     NodeFailed,
     NodeReused,
     NodeStarted,
     RunForked,
     RunStarted,
+    SubgraphCompleted,
+    SubgraphStarted,
     ToolCalled,
     ToolReturned,
     TraceImported,
@@ -52,6 +62,21 @@ from forklab.engine.events import (
 
 CALL_KEY = "forklab.call.key"
 CALL_LABEL = "forklab.call.label"
+CALL_ROLE = "forklab.call.role"
+CALL_INDEX = "forklab.call.index"
+SEQ = "forklab.seq"
+"""On a call span: the seq of the event that opened the call (``agent.requested``,
+``tool.called``); with :data:`END_SEQ`, the seq of the event that closed it. Together they
+let the import put a node's call events back in the order they were recorded."""
+END_SEQ = "forklab.seq.end"
+TOOL_EFFECT = "forklab.tool.effect"
+EVENT = "forklab.event"
+"""On a human gate's or a subgraph's span (calls the GenAI conventions have no span for):
+the event that opened it as JSON ``{"type", "payload"}``; :data:`EVENT_END` the one that
+closed it. The import rebuilds exactly these events (:data:`OWN_EVENTS`), nothing else."""
+EVENT_END = "forklab.event.end"
+OWN_EVENTS: dict[str, type[AnyEvent]] = {cls.TYPE: cls for cls in (
+    HumanRequested, HumanAnswered, SubgraphStarted, SubgraphCompleted)}
 RUN_ID = "forklab.run.id"
 SOURCE_TRACE = "forklab.source.trace_id"
 _PARAMS = {"max_tokens": ga.GEN_AI_REQUEST_MAX_TOKENS, "top_p": ga.GEN_AI_REQUEST_TOP_P,
@@ -143,6 +168,11 @@ def attributes(values: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"key": k, "value": value(v)} for k, v in values.items() if v is not None]
 
 
+def own_event(event: AnyEvent) -> str:
+    """``event`` as the JSON an :data:`EVENT` attribute holds (its type and payload)."""
+    return json.dumps({"type": event.type, "payload": event.payload()}, sort_keys=True)
+
+
 def genai_message(message: dict[str, Any]) -> dict[str, Any]:
     """A neutral message in the GenAI ``{"role", "parts"}`` form."""
     if message.get("role") == "tool":
@@ -176,7 +206,7 @@ class _Exporter:
         self.spans: list[dict[str, Any]] = []
         self.root: dict[str, Any] | None = None
         self.node: dict[str, Any] | None = None
-        self.open: dict[str, dict[str, Any]] = {}  # call key -> its open span
+        self.open: dict[str, dict[str, Any]] = {}  # call slot -> its open span
         self.last_ns = 0
 
     def span_id(self, seq: int) -> str:
@@ -218,10 +248,17 @@ class _Exporter:
             "scopeSpans": [{"scope": {"name": "forklab.export"}, "spans": self.spans}]}]}
 
     def key(self, event: AnyEvent, call: str | None) -> str:
-        """The full call key; a first turn's ``call`` is stored as None (asking.ask)."""
-        if call is None and isinstance(event, AgentRequested | AgentResponded | CallFailed):
+        """The full call key; a first turn's ``call`` is stored as None (asking.ask); a
+        tool node's own tool call has none (empty)."""
+        if call is None and (isinstance(event, AgentRequested | AgentResponded) or (
+                isinstance(event, CallFailed) and event.kind == "agent")):
             call = turn_call(1, event.role, event.index)
-        return call_key(event.node or "", event.occurrence or 1, call or "") or ""
+        return call_key(event.node or "", event.occurrence or 1, call) or ""
+
+    def slot(self, event: AnyEvent, call: str | None) -> str:
+        """Where a call's open span waits for its end: its key, or for a tool node's own
+        tool call (no key: one per execution) the execution."""
+        return self.key(event, call) or f"{event.node}#{event.occurrence or 1}"
 
     def event(self, event: AnyEvent) -> None:
         if isinstance(event, RunStarted):
@@ -244,29 +281,50 @@ class _Exporter:
             self.end(self.node, event.at, error=event.error.get("message", "failed")
                      if isinstance(event, NodeFailed) else None)
         elif isinstance(event, AgentRequested):
-            self.open[self.key(event, event.call)] = self.start(
+            self.open[self.slot(event, event.call)] = self.start(
                 event.seq, f"chat {event.model}", event.at, self.node, self.request(event))
         elif isinstance(event, AgentResponded):
-            span = self.open.pop(self.key(event, event.call), None)
+            span = self.open.pop(self.slot(event, event.call), None)
             if span is not None:
-                self.end(span, event.at, self.reply(event))
-        elif isinstance(event, ToolCalled) and event.call is not None:
-            self.open[self.key(event, event.call)] = self.start(
+                self.end(span, event.at, {**self.reply(event), END_SEQ: event.seq})
+        elif isinstance(event, ToolCalled):  # a tool the model asked for, or a tool node's
+            self.open[self.slot(event, event.call)] = self.start(
                 event.seq, f"execute_tool {event.tool}", event.at, self.node, {
                     ga.GEN_AI_OPERATION_NAME: "execute_tool", ga.GEN_AI_TOOL_NAME: event.tool,
                     ga.GEN_AI_TOOL_CALL_ID: event.call_id,
                     ga.GEN_AI_TOOL_CALL_ARGUMENTS: json.dumps(event.args, sort_keys=True),
-                    CALL_KEY: self.key(event, event.call)})
+                    CALL_KEY: self.key(event, event.call) or None, TOOL_EFFECT: event.effect,
+                    SEQ: event.seq})
         elif isinstance(event, ToolReturned):
-            span = self.open.pop(self.key(event, event.call), None)
+            span = self.open.pop(self.slot(event, event.call), None)
             if span is not None:
                 self.end(span, event.at, {ga.GEN_AI_TOOL_CALL_RESULT: event.result,
-                                          CALL_LABEL: event.label})
-        elif isinstance(event, CallFailed) and (event.kind == "agent" or event.call):
-            span = self.open.pop(self.key(event, event.call), None)
+                                          CALL_LABEL: event.label, END_SEQ: event.seq})
+        elif isinstance(event, CallFailed):
+            span = self.open.pop(self.slot(event, event.call), None)
             if span is not None:
-                self.end(span, event.at, {CALL_LABEL: event.label},
+                self.end(span, event.at, {CALL_LABEL: event.label, END_SEQ: event.seq},
                          error=str(event.error.get("message", "failed")))
+        elif isinstance(event, HumanRequested | SubgraphStarted):
+            name = f"human {event.node}" if isinstance(event, HumanRequested) \
+                else f"subgraph {event.graph_id}"
+            self.open[self.gate(event)] = self.start(event.seq, name, event.at, self.node, {
+                EVENT: own_event(event), SEQ: event.seq})
+        elif isinstance(event, HumanAnswered | SubgraphCompleted):
+            span = self.open.pop(self.gate(event), None)
+            if span is not None:
+                self.end(span, event.at, {EVENT_END: own_event(event), END_SEQ: event.seq,
+                                          CALL_LABEL: event.label})
+
+    @staticmethod
+    def gate(event: HumanRequested | HumanAnswered | SubgraphStarted | SubgraphCompleted
+             ) -> str:
+        """Where a human gate's or a subgraph's open span waits for its end (a tool
+        call's gate shares its call's key, so it is told apart by kind)."""
+        kind = "subgraph" if isinstance(event, SubgraphStarted | SubgraphCompleted) \
+            else "human"
+        call = event.call if isinstance(event, HumanRequested | HumanAnswered) else None
+        return f"{event.node}#{event.occurrence or 1}/{call or ''} {kind}"
 
     def request(self, event: AgentRequested) -> dict[str, Any]:
         attrs: dict[str, Any] = {
@@ -274,7 +332,8 @@ class _Exporter:
             ga.GEN_AI_REQUEST_MODEL: event.model,
             ga.GEN_AI_REQUEST_TEMPERATURE: float(event.temperature),
             ga.GEN_AI_INPUT_MESSAGES: json.dumps([genai_message(m) for m in event.messages]),
-            CALL_KEY: self.key(event, event.call)}
+            CALL_KEY: self.key(event, event.call), CALL_ROLE: event.role,
+            CALL_INDEX: event.index, SEQ: event.seq}
         if event.system_prompt:
             attrs[ga.GEN_AI_SYSTEM_INSTRUCTIONS] = json.dumps(
                 [{"type": "text", "content": event.system_prompt}])
@@ -301,5 +360,6 @@ class _Exporter:
                 CALL_LABEL: event.label}
 
 
-__all__ = ["CALL_KEY", "CALL_LABEL", "Recording", "export_run", "genai_message",
+__all__ = ["CALL_INDEX", "CALL_KEY", "CALL_LABEL", "CALL_ROLE", "END_SEQ", "EVENT",
+           "EVENT_END", "OWN_EVENTS", "SEQ", "TOOL_EFFECT", "Recording", "own_event", "export_run", "genai_message",
            "served_calls"]

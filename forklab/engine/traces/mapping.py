@@ -19,6 +19,9 @@ Rules:
 - turns number in start order within a node; a tool call of a turn is matched to an
   execute_tool/TOOL span by call id, else by name in order; its result comes from that
   span, else from the next turn's ``tool`` message answering it; never guessed;
+- a node of forklab's own export (its call spans carry ``forklab.seq``) is read by what
+  the spans say: call keys, roles, recorded order, human gates and subgraphs
+  (:mod:`forklab.engine.traces.turns`); no other trace is read that way;
 - a call is *replayable* when its whole request (messages, and tool definitions when tools
   were in play) and its reply were captured, else inspect-only with what is missing;
 - cost is the usage priced by the price table (``None`` for an unpriced model).
@@ -55,9 +58,9 @@ from forklab.engine.graph import GraphSpec
 from forklab.engine.providers.pricing import PriceTable
 from forklab.engine.traces import genai, openinference
 from forklab.engine.traces.graphs import GraphNode, synthetic_graph
-from forklab.engine.traces.observed import ModelCall, Observed, Step, ToolExec
+from forklab.engine.traces.observed import Call, ModelCall, Observed, Step, ToolExec
 from forklab.engine.traces.otlp import Rejected, SpanRecord
-from forklab.engine.traces.turns import Plan, plan_calls
+from forklab.engine.traces.turns import Plan, plan_calls, read_gate
 
 DEFAULT_NODE = "agent"
 SESSION_ID = SpanAttributes.SESSION_ID
@@ -81,7 +84,7 @@ class _Node:
     id: str
     span: SpanRecord
     step: Step | None
-    calls: list[tuple[SpanRecord, ModelCall | ToolExec]] = field(default_factory=list)
+    calls: list[tuple[SpanRecord, Call]] = field(default_factory=list)
     occurrence: int = 1
 
 
@@ -92,7 +95,11 @@ def node_id(name: str) -> str:
 
 
 def observe(span: SpanRecord) -> Observed | str:
-    """The span read by the dialect that claims it (GenAI first), else a plain step."""
+    """The span read by the dialect that claims it (GenAI first), else a plain step; a
+    human gate's or subgraph's span of forklab's own export as that gate."""
+    gate = read_gate(span)
+    if gate is not None:
+        return gate
     for dialect in (genai, openinference):
         if dialect.claims(span):
             found: Observed | str = dialect.read(span)
@@ -171,7 +178,7 @@ def _nodes(ordered: Sequence[SpanRecord], seen: dict[str, Observed]
 
     owners: dict[str | None, list[SpanRecord]] = {}
     for span in ordered:
-        if isinstance(seen.get(span.span_id), ModelCall | ToolExec):
+        if isinstance(seen.get(span.span_id), Call):
             owners.setdefault(nearest_step(span), []).append(span)
     owning = {k for k in owners if k is not None}
     above = {a for s in ordered if s.span_id in seen for a in ancestors(s)}
@@ -182,7 +189,7 @@ def _nodes(ordered: Sequence[SpanRecord], seen: dict[str, Observed]
         if not isinstance(step, Step):
             continue
         chain = ancestors(span)
-        inside = any(a in owning or isinstance(seen.get(a), ModelCall | ToolExec)
+        inside = any(a in owning or isinstance(seen.get(a), Call)
                      for a in chain)
         if span.span_id in owning or (not inside and span.span_id not in above):
             nodes.append(_Node(node_id(step.name), span, step))
@@ -211,8 +218,14 @@ def _first_model(node: _Node) -> tuple[str, str] | None:
     return None
 
 
-def _as_call(found: Observed) -> ModelCall | ToolExec:
-    assert isinstance(found, ModelCall | ToolExec)
+def _asks(node: _Node) -> bool:
+    """Whether the node made model or tool calls (a node with only a human gate or a
+    subgraph is a step)."""
+    return any(isinstance(call, ModelCall | ToolExec) for _, call in node.calls)
+
+
+def _as_call(found: Observed) -> Call:
+    assert isinstance(found, Call)
     return found
 
 
@@ -237,7 +250,7 @@ class _Builder:
               label: str, rejected: list[Rejected]) -> ImportedRun:
         root = ordered[0]
         graph = synthetic_graph([
-            GraphNode(node.id, "agent" if node.calls else "step",
+            GraphNode(node.id, "agent" if _asks(node) else "step",
                       node.step.name if node.step else node.calls[0][0].name,
                       _first_model(node)) for node in nodes], label or root.name)
         plans = [plan_calls(node.id, node.occurrence, node.calls, self.prices)
@@ -268,7 +281,7 @@ class _Builder:
         span = node.span
         start = span.start_ns if node.step else node.calls[0][0].start_ns
         end = span.end_ns if node.step else max(c.end_ns for c, _ in node.calls)
-        self.emit(NodeStarted, start, node, kind="agent" if node.calls else "tool",
+        self.emit(NodeStarted, start, node, kind="agent" if _asks(node) else "tool",
                   fingerprint=fingerprint({"span": span.span_id}), reads={})
         for step in plan.steps:
             self.emit(step[0], step[1], node, **step[2])

@@ -1,7 +1,8 @@
 """What a dialect reader sees in one span, in forklab's provider-neutral call model.
 
 A span is a :class:`ModelCall` (a chat/LLM span), a :class:`ToolExec` (an execute_tool /
-TOOL span), a :class:`Step` (an agent, chain or any other span) or unreadable (a reason).
+TOOL span), a :class:`Gate` (a human gate or subgraph in forklab's own export), a
+:class:`Step` (an agent, chain or any other span) or unreadable (a reason).
 Messages use the shapes of :mod:`forklab.engine.providers.base`; a field the span did not
 capture is ``None`` — never an empty guess — and the call says what is ``missing``.
 """
@@ -60,7 +61,19 @@ class Step:
     output: Any = None
 
 
-Observed = ModelCall | ToolExec | Step
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Gate:
+    """A human gate's or a subgraph's span in forklab's own export: the events it opened
+    and closed with, as (type, payload); ``end`` is None when it never closed."""
+
+    span_id: str
+    start: tuple[str, dict[str, Any]]
+    end: tuple[str, dict[str, Any]] | None
+
+
+Call = ModelCall | ToolExec | Gate
+"""What a node owns: its calls."""
+Observed = ModelCall | ToolExec | Gate | Step
 
 
 def loads_maybe(value: Any) -> Any:
@@ -98,5 +111,5 @@ def split_system(messages: list[Message]) -> tuple[str | None, list[Message]]:
     return None, messages
 
 
-__all__ = ["Message", "ModelCall", "Observed", "Step", "ToolExec", "loads_maybe",
+__all__ = ["Call", "Gate", "Message", "ModelCall", "Observed", "Step", "ToolExec", "loads_maybe",
            "split_system", "tool_definition"]
