@@ -214,6 +214,10 @@ def read_call_form(composer: CallComposer, data: QueryDict) -> ForkForm:
         if remove or add:
             form.add("call-tools", parse_change,
                      {"kind": "tools", "call": key, "remove": remove, "add": add})
+    if composer.mode == "workflow":  # the workflow's arguments, when the trace has none
+        patch = _json(form, data, "input_patch", want=dict)
+        if patch:
+            form.add("input_patch", change.input_patch, patch)
     for extra in _json(form, data, "extra_changes", want=list) or []:
         form.add("extra_changes", parse_change, extra)
     _policy_budget(form, data)

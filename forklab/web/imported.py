@@ -193,8 +193,7 @@ class CallComposer:
         if self.asked is not None:
             names += ["call-model", "call-provider", "call-prompt", "call-temperature",
                       "call-messages"]
-        if self.mode == "one_call":
-            names.append("call-tools")
+        names.append("call-tools" if self.mode == "one_call" else "input_patch")
         return names
 
     def folded_errors(self, errors: dict[str, str]) -> dict[str, bool]:
@@ -206,6 +205,7 @@ class CallComposer:
             "max_live_calls": DEFAULT_MAX_LIVE_CALLS,
             "max_cost_usd": f"{DEFAULT_MAX_COST_USD:.2f}", "ignore_budget": False,
             "label": "", "client_request_id": uuid.uuid4().hex, "call-provider": "",
+            "input_patch": "",
             "call-tools": list(self.offered_tools)}
         if self.asked is not None:
             values.update({"call-model": self.asked.model,

@@ -61,3 +61,6 @@ def test_a_call_composer_fork_completes_and_its_compare_page_marks_later_calls(
     assert set(re.findall(r'<span class="txt">(\w+) before', shown)) == {"inspect"}
     assert f'href="/runs/{fork.id}/fork/' not in shown
     assert f'href="/runs/{run}/#imported-forks">fork the imported run</a>' in shown
+    drawer = client.get(f"/runs/{fork.id}/steps/researcher/1/").content.decode()
+    assert "forkmark" not in drawer and "data-action=" not in drawer
+    assert "data-fork-step" not in drawer

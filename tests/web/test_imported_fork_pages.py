@@ -77,6 +77,7 @@ def test_an_inspect_only_turn_offers_no_fork_and_says_what_is_missing(
     run = _imported(world, mixed_capture(), "3" * 32)
     drawer = _text(world.client("bob").get(f"/runs/{run}/steps/researcher/1/",
                                            headers=htmx("drawer")))
+    assert "data-imported-step" in drawer and "data-fork-step" not in drawer
     first, second = re.split(r'<li class="turn" ', drawer)[1:3]
     assert 'data-before-call="researcher#1/turn:1"' in first
     assert 'data-action="rerun"' in first
@@ -148,7 +149,19 @@ def test_a_mapped_runs_page_offers_the_workflows_points(world: World, settled: A
     assert not Run.objects.filter(parent_run__id__startswith="wf-").exists()
     # the composer before a workflow call names the workflow
     composer = _text(client.get(f"/runs/{run}/fork/", {"call": "support#1/openai:2"}))
-    assert 'data-call-composer="workflow"' in composer and f"Re-executes workflow <code>{SUPPORT}" in composer
+    assert 'data-call-composer="workflow"' in composer
+    assert f"Re-executes workflow <code>{SUPPORT}" in composer
+    assert 'name="input_patch"' in composer and 'name="call-tools"' not in composer
+    # the trace recorded no arguments: the estimate says so until they are given
+    form = {"at_call": "support#1/openai:2", "call-model": "gpt-4.1", "max_live_calls": 5,
+            "max_cost_usd": "1.00"}
+    missing = _text(client.post(f"/runs/{run}/fork/preflight/", form, headers=HTMX))
+    assert "Not ready" in missing and "takes arguments" in missing
+    given = _text(client.post(f"/runs/{run}/fork/preflight/",
+                              {**form, "input_patch": '{"ticket": "Order A-1001"}'},
+                              headers=HTMX))
+    assert "Not ready" not in given and 'id="preflight-calls"' in given
+    assert "model of 'support#1/openai:2' -> gpt-4.1" in given
 
 
 def test_the_workflow_base_names_its_imported_run_and_is_hidden_by_default(
