@@ -36,7 +36,8 @@ from forklab.engine.fork import fork_points as engine_fork_points
 from forklab.engine.fork.wire import DEFAULT_MAX_COST_USD, DEFAULT_MAX_LIVE_CALLS
 from forklab.engine.traces.replayable import badge
 from forklab.runs import imported_forks
-from forklab.runs.models import Run
+from forklab.runs.models import Event, Run
+from forklab.runs.serializers_json import imported_calls
 from forklab.runs.store import DjangoStore
 from forklab.web.composer import SCRIPTED_PREFIX, pretty
 
@@ -147,17 +148,21 @@ def workflow_links(run: Run) -> dict[str, str] | None:
 
 
 def _one_call_points(run: Run, *, forkable: bool) -> ImportedForks:
+    """Every model call of unmapped imported run ``run``, read from its rows' columns and
+    its ``trace.imported`` (no message payload decoded: the page renders this each time)."""
     view = ImportedForks(mode="one_call")
-    events = events_of(run, "one_call")
-    infos = _infos(events)
-    starts = {(e.node, e.occurrence): e.seq - 1 for e in events if e.type == "node.started"}
-    for event in events:
-        if not isinstance(event, AgentRequested):
+    infos = imported_calls(run.id)
+    rows = (Event.objects.filter(run_id=run.id, type__in=("node.started", "agent.requested"))
+            .order_by("seq").values_list("seq", "type", "node", "occurrence", "payload__call"))
+    starts: dict[tuple[str | None, int | None], int] = {}
+    for seq, type_, node, occurrence, part in rows:
+        if type_ == "node.started":
+            starts[(node, occurrence)] = seq - 1
             continue
-        key = call_key(event)
-        replayable, text = _status(infos.get(key))
-        seq = starts.get((event.node, event.occurrence))
-        url = compose_url(run, key, seq) if forkable and replayable else ""
+        key = f"{node}#{occurrence}/{part or 'turn:1'}"
+        replayable, text = _status(infos.by_key.get(key) if infos else None)
+        point = starts.get((node, occurrence))
+        url = compose_url(run, key, point) if forkable and replayable else ""
         view.points.append(CallPoint(key=key, model=True, replayable=replayable, badge=text,
                                      url=url, why_not="" if replayable else text))
     return view
