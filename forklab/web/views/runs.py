@@ -97,7 +97,8 @@ def run_context(request: HttpRequest, run: Run, *, readonly: bool,
     }
     # a run imported from a trace forks before one call, never at a node point (SPEC §8):
     # its markers inspect, its calls are listed with the composer before each
-    context["imported"] = imported_forks_of(run, forkable=context["forkable"])
+    context["imported"] = None if readonly else imported_forks_of(
+        run, forkable=context["forkable"])
     # ... and a one-call fork is not forked again (one_call_only): its imported run is
     context["node_forks"] = context["forkable"] and not run.trace_id and not context["one_call"]
     context["workflow_source"] = imported_forks.imported_source(chain[0])
