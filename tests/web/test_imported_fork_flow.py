@@ -53,6 +53,7 @@ def test_a_call_composer_fork_completes_and_its_compare_page_marks_later_calls(
     assert rows["researcher#1/turn:1/tool:1"] == rows["researcher#1/turn:2"] == \
         rows["writer#1/turn:1"] == "not_reexecuted"
     assert "3 not re-executed" in page and "not asked again" in page
+    assert f"model of {KEY}" in page  # the change names its call, not the whole node
     assert "x is found" in page  # the base's later reply, shown beside nothing asked again
     assert "Fork the imported run again" in page and "Fork this fork" not in page
     # a one-call fork is not forked again: its page offers the imported run instead

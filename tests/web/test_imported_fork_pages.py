@@ -115,6 +115,23 @@ def test_the_composer_before_a_replayable_call_offers_its_changes_and_estimates(
     assert "tools of 'researcher' (-lookup)" in fewer and "Not ready" not in fewer
 
 
+def test_rerun_live_opens_the_call_composer_with_the_rerun_and_inspect_only_says_why(
+        world: World, settled: Any) -> None:
+    run = _imported(world, mixed_capture(), "9" * 32)
+    client = world.client("bob")
+    drawer = _text(client.get(f"/runs/{run}/steps/researcher/1/", headers=htmx("drawer")))
+    (href,) = re.findall(r'<a class="btn small" href="([^"]+)" data-action="rerun"', drawer)
+    composer = _text(client.get(href))
+    assert 'data-call-composer="one_call"' in composer and "Opened from a fork link" in composer
+    assert '"kind": "rerun"' in composer and 'data-inspect-only' not in composer
+    inspect_only = _text(client.get(f"/runs/{run}/fork/", {"call": "researcher#1/turn:2"}))
+    assert 'data-inspect-only="researcher#1/turn:2"' in inspect_only
+    refused = _text(client.post(f"/runs/{run}/fork/preflight/", {
+        "at_call": "researcher#1/turn:2", "max_live_calls": 5, "max_cost_usd": "1.00"},
+        headers=HTMX))
+    assert "Not ready" in refused and "is inspect-only" in refused
+
+
 def test_the_composer_of_an_imported_run_without_a_call_lists_the_calls(
         world: World, settled: Any) -> None:
     run = _imported(world, mixed_capture(), "5" * 32)
