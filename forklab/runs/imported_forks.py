@@ -33,6 +33,7 @@ from django.utils import timezone
 
 from forklab.engine.canonical import fingerprint
 from forklab.engine.errors import ForklabError, WorkflowMapInvalid
+from forklab.engine.events import AnyEvent
 from forklab.engine.fork import ForkPoint
 from forklab.engine.fork import fork_points as engine_fork_points
 from forklab.engine.fork.changes import InputPatchChange, parse_changes
@@ -57,6 +58,10 @@ from forklab.runs.store import DjangoStore
 from forklab.runs.traces import trace_spans
 
 ImportedForkKind = Literal["one_call", "workflow"]
+
+WORKFLOW_BASE_PREFIX = "wf-"
+"""The id prefix of every workflow base (derived data: the runs page hides them by
+default, the run page names the imported run each was made from)."""
 
 
 def run_names(run: Run) -> list[str]:
@@ -143,7 +148,7 @@ def _recording(run: Run, *, changes: Sequence[Any] = (),
     store = DjangoStore(run.project)
     events = store.read(run.id)
     version = 0 if listing else store.save_graph(graph)
-    base_id = "wf-" + fingerprint({
+    base_id = WORKFLOW_BASE_PREFIX + fingerprint({
         "run": run.id, "log": [e.untimed_wire() for e in events], "graph": graph.content_hash,
         "input": given})[:29]
     recording = as_workflow(events, graph=graph, graph_version=version, run_id=base_id,
@@ -178,8 +183,27 @@ def fork_points(run: Run) -> list[ForkPoint]:
     """The fork points of imported run ``run`` (mapped): its workflow base's — a point
     before every call the code makes (``before:WF#1/openai:3``) — worked out without
     storing anything (the base is written when a fork is asked for)."""
+    return engine_fork_points(recording_events(run))
+
+
+def recording_events(run: Run) -> list[AnyEvent]:
+    """The events the workflow base of imported run ``run`` (mapped) would hold, worked
+    out without storing anything: what the composer shows of the call a fork re-asks."""
     _, recording = _recording(run, listing=True)
-    return engine_fork_points(recording.events)
+    return list(recording.events)
+
+
+def imported_source(base: Run) -> Run | None:
+    """The imported run workflow base ``base`` was made from (its ``trace.imported`` names
+    the trace; one run per trace per project), None for any other run or when that run
+    is gone."""
+    if not base.id.startswith(WORKFLOW_BASE_PREFIX):
+        return None
+    trace_id = (Event.objects.filter(run_id=base.id, type="trace.imported")
+                .values_list("payload__trace_id", flat=True).first())
+    if not trace_id:
+        return None
+    return Run.objects.filter(project=base.project_id, trace_id=trace_id).first()
 
 
 def require_replayable(run: Run, *, check: bool = False) -> None:
@@ -240,5 +264,6 @@ def require_settled(run: Run) -> None:
             run_id=run.id, trace_id=run.trace_id, retry_after_s=round(wait, 1))
 
 
-__all__ = ["ImportedForkKind", "fork_points", "imported_fork_kind", "mapped",
-           "require_replayable", "require_settled", "run_names", "supplied_input", "workflow_base"]
+__all__ = ["WORKFLOW_BASE_PREFIX", "ImportedForkKind", "fork_points", "imported_fork_kind",
+           "imported_source", "mapped", "recording_events", "require_replayable",
+           "require_settled", "run_names", "supplied_input", "workflow_base"]

@@ -86,7 +86,8 @@ def _agent_change(change: AgentChange, before: Before) -> ChangeView:
     field_name = change.agent_field
     old = getattr(agent, field_name) if agent is not None else _MISSING
     what = "system prompt" if field_name == "system_prompt" else field_name.replace("_", " ")
-    view = ChangeView(kind=change.kind, title=f"{what} of {change.target}")
+    # a per-call change (SPEC §6.3) names its call, not the whole node it belongs to
+    view = ChangeView(kind=change.kind, title=f"{what} of {change.call or change.target}")
     view.lines.append(_line(field_name.replace("_", " "), old, getattr(change, field_name)))
     if isinstance(change, ModelChange) and change.provider:
         view.lines.append(_line("provider", agent.provider if agent else _MISSING,

@@ -21,6 +21,7 @@ from django.urls import reverse
 from forklab.engine.traces.replayable import badge
 from forklab.runs.conversations import Thread, ToolUse, Turn
 from forklab.runs.models import Run
+from forklab.web.imported import workflow_links
 from forklab.web.steps import Value, text_of
 
 
@@ -51,6 +52,7 @@ class CallView:
     fork_url: str = ""
     actions: list[Action] = field(default_factory=list)
     badge: str = ""  # an imported run's call: replayable / inspect-only — missing: …
+    inspect_only: bool = False  # an imported call whose content was not captured
 
 
 def _badge(call: Turn | ToolUse) -> str:
@@ -106,17 +108,33 @@ def _message(message: dict[str, Any]) -> Value:
 
 
 class Links:
-    """The composer URLs of one execution: at its before-node point, before ``call``."""
+    """The composer URLs of one execution: at its before-node point, before ``call``.
 
-    def __init__(self, run: Run, point: int) -> None:
+    A run imported from a trace forks before one call (SPEC §8): not mapped to code, its
+    replayable turns are re-asked (rerun live, or changed in the composer), its tool calls
+    and inspect-only turns are not forked; mapped (``workflow``: imported call key → the
+    workflow's call key, for the calls a fork can start before), a marker forks before the
+    workflow call the imported call became, re-executing the code."""
+
+    def __init__(self, run: Run, point: int, *,
+                 workflow: dict[str, str] | None = None) -> None:
         self.base = reverse("compose", args=[run.id])
         self.point = point
-        # a run imported from a trace forks one model call at a time (SPEC §8 (a)): its
-        # turns are re-asked (rerun live, or changed in the composer), its tool calls are not
-        self.one_call = bool(run.trace_id)
+        self.imported = bool(run.trace_id)
+        self.workflow = workflow
+        self.one_call = self.imported and workflow is None
+
+    def target(self, call: Turn | ToolUse) -> str | None:
+        """The key a fork before ``call`` starts at; None when no fork can start there."""
+        if self.workflow is not None:
+            return self.workflow.get(call.key)
+        if self.one_call and (isinstance(call, ToolUse) or call.replayable is False):
+            return None
+        return call.key
 
     def fork(self, key: str, changes: list[dict[str, Any]] | None = None) -> str:
-        query: dict[str, Any] = {"at": self.point, "call": key}
+        query: dict[str, Any] = {"call": key} if self.workflow is not None else {
+            "at": self.point, "call": key}
         if changes:
             query["changes"] = encode(changes)
         return f"{self.base}?{urlencode(query)}"
@@ -132,8 +150,10 @@ def _tool_view(use: ToolUse, links: Links | None) -> ToolView:
                                   use.error if use.error else use.result)
                     if use.done else None,
                     asks=[_turn_view(a, links) for a in use.asks], badge=_badge(use))
-    if links is not None and not links.one_call:
-        view.fork_url = links.fork(use.key)
+    target = links.target(use) if links is not None else None
+    if links is not None and target is not None:
+        view.fork_url = links.fork(target)
+    if links is not None and not links.imported:
         view.actions = [
             links.action("replace_result", "replace result",
                          [{"kind": "tool_result", "call": use.key, "result": use.result}]),
@@ -151,21 +171,25 @@ def _turn_view(turn: Turn, links: Links | None) -> TurnView:
                     new=[_message(m) for m in turn.new],
                     reply=_value("reply", turn.text) if turn.text else None,
                     tools=[_tool_view(u, links) for u in turn.tools], badge=_badge(turn))
-    if links is not None:
-        view.fork_url = links.fork(turn.key)
+    target = links.target(turn) if links is not None else None
+    if links is not None and target is not None:
+        view.fork_url = links.fork(target)
         reply: dict[str, Any] = {"kind": "reply", "call": turn.key, "text": turn.text}
         if turn.tool_calls:
             reply["tool_calls"] = turn.tool_calls
         view.actions = [links.action("edit_reply", "edit reply", [reply]),
                         links.action("rerun", "rerun live", [{"kind": "rerun",
                                                               "call": turn.key}])]
-        if links.one_call:
-            view.actions = view.actions[1:]
+        if links.imported:  # a re-ask, not a served reply; mapped: the marker alone
+            view.actions = view.actions[1:] if links.one_call else []
+    view.inspect_only = turn.replayable is False
     return view
 
 
 def thread_view(thread: Thread, run: Run, *, point: int, forkable: bool) -> ThreadView:
     """``thread`` as the page shows it; fork markers and actions only when ``forkable``
     (``point``: the seq before the execution started, where the composer opens)."""
-    links = Links(run, point) if forkable else None
+    links = None
+    if forkable:
+        links = Links(run, point, workflow=workflow_links(run) if run.trace_id else None)
     return ThreadView(thread=thread, turns=[_turn_view(t, links) for t in thread.turns])

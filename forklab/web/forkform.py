@@ -30,6 +30,7 @@ from forklab.engine.fork.wire import (
 )
 from forklab.engine.inputs import json_kind
 from forklab.web.composer import HUMAN_DECISIONS, Composer, same
+from forklab.web.imported import CallComposer, messages_changed
 
 SideEffects = Literal["replay", "block"] | AllowList
 
@@ -180,6 +181,45 @@ def read_fork_form(composer: Composer, data: QueryDict) -> ForkForm:
                     client_request_id=data.get("client_request_id") or None)
     _agent_changes(form, composer, data)
     _state_changes(form, composer, data)
+    _policy_budget(form, data)
+    return form
+
+
+def read_call_form(composer: CallComposer, data: QueryDict) -> ForkForm:
+    """The fork request a submitted call composer (an imported run's call) describes: each
+    field that differs from the recorded request is a change of that call (``call``), the
+    fork starts right before it."""
+    form = ForkForm(base_run=composer.run.id, seq=composer.seq or 0, call=composer.key,
+                    label=data.get("label", "").strip(),
+                    client_request_id=data.get("client_request_id") or None)
+    asked, key = composer.asked, composer.key
+    if asked is not None:
+        model = data.get("call-model", asked.model).strip()
+        provider = composer.provider_for(model, data.get("call-provider", "").strip())
+        if model and (model != asked.model or provider):
+            form.add("call-model", change.model, key, model, provider)
+        prompt = data.get("call-prompt", asked.system_prompt).replace("\r\n", "\n")
+        if prompt != asked.system_prompt:
+            form.add("call-prompt", change.prompt, key, prompt)
+        temperature = _number(form, data, "call-temperature", float, asked.temperature)
+        if temperature != asked.temperature:
+            form.add("call-temperature", change.temperature, key, temperature)
+        messages = _json(form, data, "call-messages", want=list)
+        if messages is not None and messages_changed(composer, messages):
+            form.add("call-messages", change.messages, key, messages)
+    if composer.mode == "one_call" and "call-tools-shown" in data:
+        kept = data.getlist("call-tools")
+        remove = [t for t in composer.offered_tools if t not in kept]
+        add = [t for t in kept if t not in composer.offered_tools]
+        if remove or add:
+            form.add("call-tools", parse_change,
+                     {"kind": "tools", "call": key, "remove": remove, "add": add})
+    if composer.mode == "workflow":  # the workflow's arguments, when the trace has none
+        patch = _json(form, data, "input_patch", want=dict)
+        if patch:
+            form.add("input_patch", change.input_patch, patch)
+    for extra in _json(form, data, "extra_changes", want=list) or []:
+        form.add("extra_changes", parse_change, extra)
     _policy_budget(form, data)
     return form
 

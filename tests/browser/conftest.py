@@ -93,7 +93,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     # the server's whole data directory (database, static files) is the temporary one
     env = {**os.environ, "FORKLAB_HOME": str(var_dir), "FORKLAB_VAR_DIR": str(var_dir),
            "FORKLAB_STATIC_ROOT": str(var_dir / "static"), "FORKLAB_TASK_WORKERS": "6",
-           "DJANGO_SETTINGS_MODULE": "forklab.settings", "FORKLAB_LOG_LEVEL": "WARNING"}
+           "DJANGO_SETTINGS_MODULE": "forklab.settings", "FORKLAB_LOG_LEVEL": "WARNING",
+           # a trace imported by a test is forked right away (trace_arriving has API tests)
+           "FORKLAB_TRACE_SETTLE_S": "0"}
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
     port = _free_port()

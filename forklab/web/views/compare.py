@@ -64,6 +64,8 @@ def compare_context(request: HttpRequest, base: Run, variant: Run, *,
         "explain": stored.explain if stored else queries.compare_explain(base, variant),
         "forked": queries.forked(variant) if is_fork else None,
         "is_fork": is_fork,
+        # a one-call fork is not forked again (one_call_only): its base is, changes combined
+        "one_call": queries.one_call(variant),
         "changes": _changes(base, variant, result),
         "strip": path_strip(aligned, diff.divergence.index if diff.divergence else None),
         "call_diff": call_diff(result.base_state, result.variant_state),

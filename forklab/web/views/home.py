@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET
 
 from forklab.runs import queries
 from forklab.runs.errors import InvalidArgument, NotFound
+from forklab.runs.imported_forks import WORKFLOW_BASE_PREFIX
 from forklab.runs.models import Run, RunKind, RunStatus
 from forklab.web.views.common import page_or_partial
 from forklab.web.views.errors import error_page
@@ -25,18 +26,24 @@ FILTERS = ("project", "graph", "status", "kind", "q")
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
     """Runs of the user's projects, newest first: filter by project, graph, status, kind;
-    search labels (and id prefixes); 50 a page."""
+    search labels (and id prefixes); 50 a page. Workflow bases only with ``bases=1``."""
     chosen = {name: request.GET.get(name, "").strip() for name in FILTERS}
     if "project" not in request.GET and request.session.get("project"):
         chosen["project"] = request.session["project"]
     projects = list(queries.visible_projects(request.user))
     if chosen["project"] not in {p.slug for p in projects}:
         chosen["project"] = ""
+    # workflow bases (``wf-…``) are derived data, the frozen copies mapped imported runs are
+    # forked from: hidden unless asked for (or searched by their id); the API lists them
+    show_bases = request.GET.get("bases") == "1" or chosen["q"].startswith(
+        WORKFLOW_BASE_PREFIX)
     error = ""
     try:
         runs = queries.search_runs(request.user, q=chosen["q"], project=chosen["project"],
                                    graph=chosen["graph"], status=chosen["status"],
                                    kind=chosen["kind"])
+        if not show_bases:
+            runs = runs.exclude(id__startswith=WORKFLOW_BASE_PREFIX)
         page = Paginator(runs, PER_PAGE).get_page(request.GET.get("page"))
     except InvalidArgument as exc:
         error, page = exc.message, Paginator([], PER_PAGE).get_page(1)
@@ -46,6 +53,7 @@ def home(request: HttpRequest) -> HttpResponse:
         "graphs": queries.graph_slugs(request.user), "statuses": RunStatus.values(),
         "kinds": RunKind.values(), "error": error,
         "filtered": any(chosen[name] for name in ("graph", "status", "kind", "q")),
+        "show_bases": show_bases,
     }, partials=("runs-table",))
 
 

@@ -11,11 +11,12 @@ from django.views.decorators.http import require_GET
 
 from forklab.engine.errors import ForklabError
 from forklab.engine.graph import GraphSpec
-from forklab.runs import queries
+from forklab.runs import imported_forks, queries
 from forklab.runs.models import Run
 from forklab.runs.positions import parse_seq, seq_in
 from forklab.runs.serializers_json import event_to_json
 from forklab.web import graphpic, timeline
+from forklab.web.imported import imported_forks_of
 from forklab.web.inspector import inspector
 from forklab.web.timeline_filters import LABELS, STATUSES, Filters
 from forklab.web.views.common import (
@@ -94,7 +95,14 @@ def run_context(request: HttpRequest, run: Run, *, readonly: bool,
         "filter_labels": LABELS, "filter_statuses": STATUSES,
         "point_query": point_query(request),
     }
-    if context["forkable"] and context["point"] is not None:
+    # a run imported from a trace forks before one call, never at a node point (SPEC §8):
+    # its markers inspect, its calls are listed with the composer before each
+    context["imported"] = None if readonly else imported_forks_of(
+        run, forkable=context["forkable"])
+    # ... and a one-call fork is not forked again (one_call_only): its imported run is
+    context["node_forks"] = context["forkable"] and not run.trace_id and not context["one_call"]
+    context["workflow_source"] = imported_forks.imported_source(chain[0])
+    if context["node_forks"] and context["point"] is not None:
         context.update(composer_context(request, run, at, graph=graph, tl=tl))
     return context
 

@@ -72,10 +72,12 @@ def _step_response(request: HttpRequest, run: Run, node: str, occurrence: int, *
                        node=node, occurrence=occurrence)
     access = {"can_fork": False, "is_admin": False} if readonly else roles(request,
                                                                            run.project)
-    forkable = run.finished and access["can_fork"] and not step.inherited_from
+    # a one-call fork is not forked again (one_call_only): nothing of it is offered
+    forkable = run.finished and access["can_fork"] and not step.inherited_from and (
+        queries.one_call(run) is None)
     return _render(request, "web/step.html", {
         "run": run, "step": step, "readonly": readonly, "share": share, **access,
-        "forkable": forkable,
+        "forkable": forkable, "imported": bool(run.trace_id),
         "conversation": conversation_of(run, step, forkable=bool(forkable))})
 
 
