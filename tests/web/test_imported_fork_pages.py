@@ -142,6 +142,16 @@ def test_the_composer_of_an_imported_run_without_a_call_lists_the_calls(
     assert _points(html) == [("researcher#1/turn:1", "true"), ("researcher#1/turn:2", "false")]
 
 
+def test_the_sweep_page_of_an_imported_run_says_how_to_sweep_one_call(
+        world: World, settled: Any) -> None:
+    """The sweep launcher varies node points, which an imported run does not fork at."""
+    run = _imported(world, mixed_capture(), "6" * 32)
+    for response in (world.client("bob").get(f"/runs/{run}/sweep/"),
+                     world.client("bob").post(f"/runs/{run}/sweep/estimate/", {})):
+        assert response.status_code == 422
+        assert "forklab sweep RUN --at before:CALL" in _text(response)
+
+
 def test_a_mapped_runs_page_offers_the_workflows_points(world: World, settled: Any) -> None:
     settled.FORKLAB_WORKFLOW_MAP = {"workflow": SUPPORT}
     run = _imported(world, workflow(), "6" * 32)

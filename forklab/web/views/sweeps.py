@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from forklab.engine.errors import ForklabError
+from forklab.engine.errors import ForklabError, OneCallOnly
 from forklab.engine.fork.changes import Change, change, parse_changes
 from forklab.engine.fork.wire import Policy, RunDiffWire, SweepSpec, build
 from forklab.runs import forking, queries
@@ -139,7 +139,7 @@ def _spec(launcher: Launcher, variants: dict[str, list[Change]], data: QueryDict
 @require_http_methods(["GET", "POST"])
 @page_errors
 def launch(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
-    run = forkable_run(request, run_id)
+    run = sweepable_run(request, run_id)
     data: QueryDict = request.POST if request.method == "POST" else request.GET
     refresh = request.method == "POST" and bool(data.get("refresh"))
     if refresh:  # another agent chosen: each row starts again from that agent's settings
@@ -168,6 +168,20 @@ def launch(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     return render(request, "web/sweep_launch.html", context, status=status)
 
 
+def sweepable_run(request: HttpRequest, run_id: str) -> Run:
+    """A run this page can sweep: forkable, and not imported from a trace — the launcher's
+    points are node boundaries, which an imported run does not fork at (its sweeps vary one
+    call, or fork its workflow base: through the CLI or the API, ``one_call_only`` here)."""
+    run = forkable_run(request, run_id)
+    if run.trace_id:
+        raise OneCallOnly(
+            f"run {run.id!r} was imported from a trace: this page sweeps node points, which "
+            "an imported run does not fork at. Fork one call from its run page, or sweep "
+            "variants of one call with `forklab sweep RUN --at before:CALL --variant "
+            "NAME=JSON` (POST /api/v1/sweeps/)", run_id=run.id, trace_id=run.trace_id)
+    return run
+
+
 def _variant_field(exc: ForklabError, variants: dict[str, list[Change]]) -> str:
     names = list(variants)
     label = exc.context.get("variant") or exc.context.get("name")
@@ -181,7 +195,7 @@ def _variant_field(exc: ForklabError, variants: dict[str, list[Change]]) -> str:
 @page_errors
 def estimate(request: HttpRequest, run_id: str) -> HttpResponse:
     """What the sweep would spend (``forking.estimate_sweep``), refreshed as the form changes."""
-    run = forkable_run(request, run_id)
+    run = sweepable_run(request, run_id)
     count = min(max(int_param(request.POST.get("variants")) or DEFAULT_VARIANTS, 1),
                 MAX_VARIANTS)
     launcher = _launcher(run, int_param(request.POST.get("at")), request.POST.get("target"))
