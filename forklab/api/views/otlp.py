@@ -158,5 +158,5 @@ def imports(request: Request) -> Response:
     project = receiving_project(request.user, request.headers.get("X-Forklab-Project"))
     result = import_document(user=request.user, project=project, data=request.data)
     runs = {r.pk: r for r in Run.objects.filter(pk__in=result.runs).select_related("project")}
-    body = {**result.to_json(), "runs": runs_to_json(runs[r] for r in result.runs)}
+    body = {**result.to_json(), "runs": runs_to_json(runs[r] for r in result.runs if r in runs)}
     return Response(body, status=status.HTTP_201_CREATED)
