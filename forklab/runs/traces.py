@@ -293,6 +293,7 @@ def _map_traces(project: Project, user: User | None, trace_ids: list[str], *,
         done = sorted(t for t, (_, mark) in current.items() if marks[t] == mark)
         again = [pk for t, (pk, mark) in current.items() if marks[t] != mark]
         writer = _Writer(project, user)
+        writer.existing([run_id_for(project, t) for t in done if t in mapped])
         up_to_date = _mapped_spans(project, [t for t in done if t in mapped])
         for trace_id in done:
             if trace_id in mapped:  # else records without spans: mapped when spans come
@@ -431,13 +432,20 @@ def _trace_spans(project: Project, trace_ids: list[str]) -> dict[str, list[SpanR
 
 
 class _Writer:
-    """Writes mapped traces' runs for one request or task: the synthetic graphs it saves
-    are remembered (the traces of one app share a graph, saved once, not once per trace)."""
+    """Writes mapped traces' runs for one batch: the synthetic graphs it saves are
+    remembered (the traces of one app share a graph, saved once, not once per trace), and
+    the runs that exist already are read in one query (:meth:`existing`)."""
 
     def __init__(self, project: Project, user: User | None) -> None:
         self.project, self.user = project, user
         self.store = DjangoStore(project, created_by=account(user))
         self.versions: dict[tuple[str, str], int] = {}
+        self.runs: dict[str, Run | None] = {}
+
+    def existing(self, run_ids: list[str]) -> None:
+        """Read the rows of those of ``run_ids`` that exist, for the writes to come."""
+        found = Run.objects.in_bulk(run_ids)
+        self.runs.update({run_id: found.get(run_id) for run_id in run_ids})
 
     def write(self, imported: ImportedRun, *, compare: bool = True) -> str:
         """Write ``imported``'s run (rewrite it when it exists). ``compare``: leave the run
@@ -453,7 +461,8 @@ class _Writer:
         events = [dataclasses.replace(first, graph_version=self.versions[key]),
                   *imported.events[1:]]
         run_id = first.run_id
-        existing = Run.objects.filter(pk=run_id).first()
+        existing = (self.runs.pop(run_id) if run_id in self.runs
+                    else Run.objects.filter(pk=run_id).first())
         if existing is not None:
             if compare and [e.to_wire() for e in self.store.read(run_id)] == [
                     e.to_wire() for e in events]:
