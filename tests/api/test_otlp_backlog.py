@@ -164,3 +164,24 @@ def test_a_backlog_left_by_a_dead_process_is_mapped_by_the_recovery_sweep(
     assert unmapped_traces(fresh_world.lab) == [] and backlog(fresh_world.lab) == []
     stored, expected = _events(fresh_world.lab, spans)
     assert stored == expected
+
+
+@pytest.mark.django_db
+def test_spans_another_process_stored_meanwhile_are_skipped_not_refused(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request looked its spans up before another process stored some of them (two web
+    processes, one trace): the insert skips those; the request stores the rest."""
+    spans = _trace()
+    import_spans(user=None, project=world.lab, spans=spans[:3], unreadable=[], defer=True)
+    stored = traces._stored
+
+    def looked_up_before(project: Project, by_trace: Any) -> Any:
+        known, counts = stored(project, by_trace)
+        return type(known)(set), counts  # "none stored yet", as the other process ran late
+
+    monkeypatch.setattr(traces, "_stored", looked_up_before)
+    import_spans(user=None, project=world.lab, spans=spans, unreadable=[], defer=True)
+    monkeypatch.undo()
+    assert TraceSpan.objects.filter(project=world.lab).count() == len(spans)
+    stored_events, expected = _events(world.lab, spans)
+    assert stored_events == expected
