@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds between an exporter's flushes (OTEL_BSP_SCHEDULE_DELAY)")
     parser.add_argument("--batch", type=int, default=512, help="spans per request at most")
     parser.add_argument("--turns", type=int, default=2, help="tool-calling turns per run")
-    parser.add_argument("--settle", type=float, default=120.0,
+    parser.add_argument("--settle", type=float, default=600.0,
                         help="seconds to wait for deferred mapping before verifying")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--trickle", type=int, default=0, metavar="N",
@@ -524,7 +524,11 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if server is not None:
                 server.terminate()
-                server.wait(timeout=30)
+                try:
+                    server.wait(timeout=30)
+                except subprocess.TimeoutExpired:  # a background task still mapping
+                    server.kill()
+                    server.wait(timeout=30)
             from django.db import connections
 
             connections.close_all()

@@ -44,13 +44,14 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.db.models import Count
 from django.tasks import task
 from django.utils import timezone
@@ -58,7 +59,9 @@ from django.utils import timezone
 from forklab.engine.canonical import fingerprint
 from forklab.engine.errors import ForklabError
 from forklab.engine.events import RunStarted, TraceImported
+from forklab.engine.graph import GraphSpec
 from forklab.engine.providers.pricing import PriceTable
+from forklab.engine.store import graph_hash
 from forklab.engine.traces import ImportedRun, Rejected, SpanRecord, map_trace, read_otlp_json
 from forklab.engine.traces.langfuse import is_langfuse, read_langfuse
 from forklab.engine.traces.logs import LogEvent, attach, log_from_wire
@@ -67,7 +70,15 @@ from forklab.engine.traces.otlp import span_from_wire
 from forklab.runs import inserts, queries
 from forklab.runs.access import User, account, require_role, signed_in
 from forklab.runs.errors import NotFound
-from forklab.runs.models import Event, Project, Run, TraceBacklog, TraceLogEvent, TraceSpan
+from forklab.runs.models import (
+    Event,
+    GraphVersion,
+    Project,
+    Run,
+    TraceBacklog,
+    TraceLogEvent,
+    TraceSpan,
+)
 from forklab.runs.store import DjangoStore
 
 
@@ -362,8 +373,9 @@ BATCH = 25
 # halves the request's share of the interpreter (the exporter waits twice as long)
 _receiving = 0
 _receiving_lock = threading.Lock()
-# ...but under a receiver that is never idle, maps a batch at least this often (seconds)
-YIELD_AT_MOST = 2.0
+# ...but waits at most this long per batch (seconds): under a receiver that is never idle
+# (PostgreSQL's slower stores overlap) the backlog must still move
+YIELD_AT_MOST = 0.5
 
 
 @contextmanager
@@ -429,12 +441,13 @@ def _drain_backlog(project_id: int) -> str:
         delay = timedelta(seconds=settings.FORKLAB_TRACE_REMAP_DELAY)
         now = timezone.now()
         queue = TraceBacklog.objects.filter(project=project)
+        lanes = _lanes()
         due = list(queue.filter(since__lte=now - delay).order_by("since")
-                   .values_list("trace_id", flat=True)[:BATCH])
+                   .values_list("trace_id", flat=True)[:BATCH * lanes])
         if due:
             _yield_to_requests()
             with _mapping:  # one mapper per process; requests map between batches
-                done = _map_traces(project, None, due, wait=False)
+                done = _map_in_lanes(project, [due[i::lanes] for i in range(lanes)])
             mapped += len(done)
             if not done:
                 time.sleep(0.1)  # another process is mapping these
@@ -443,6 +456,40 @@ def _drain_backlog(project_id: int) -> str:
         if first is None:
             return f"mapped {mapped} traces"
         time.sleep(min(max(0.01, (first + delay - now).total_seconds()), 5.0))
+
+
+def _lanes() -> int:
+    """Batches the backlog task writes at once: two on PostgreSQL, where a batch spends
+    about half its time waiting for the server's answers (the other batch's Python runs
+    meanwhile; their traces are disjoint, their rows locked); one on SQLite, which has one
+    writer at a time anyway."""
+    return 2 if connection.vendor == "postgresql" else 1
+
+
+_lane_pool: ThreadPoolExecutor | None = None
+
+
+def _map_in_lanes(project: Project, lanes: list[list[str]]) -> set[str]:
+    """:func:`_map_traces` of each lane (a batch), the first in this thread and the others
+    on a thread of their own (each with its own database connection); the traces mapped."""
+    global _lane_pool
+    rest = [lane for lane in lanes[1:] if lane]
+    futures = []
+    if rest:
+        with _scheduled_lock:
+            if _lane_pool is None:
+                _lane_pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="forklab-map")
+            pool = _lane_pool
+        futures = [pool.submit(_map_lane, project, lane) for lane in rest]
+    done = _map_traces(project, None, lanes[0], wait=False)
+    for future in futures:
+        done |= future.result()
+    return done
+
+
+def _map_lane(project: Project, trace_ids: list[str]) -> set[str]:
+    close_old_connections()  # a long-lived thread: its connection may have gone stale
+    return _map_traces(project, None, trace_ids, wait=False)
 
 
 def sweep_backlog() -> list[int]:
@@ -478,6 +525,12 @@ def _trace_spans(project: Project, trace_ids: list[str]) -> dict[str, list[SpanR
     return {t: attach(s, events[t]) if events[t] else s for t, s in spans.items()}
 
 
+# (project id, graph id, content hash) -> its committed version: the traces of one app
+# share a synthetic graph, whose version is then looked up once per process, not once per
+# batch (saving takes the graph row's lock, which would serialize concurrent batches)
+_graph_versions: dict[tuple[int, str, str], int] = {}
+
+
 class _Writer:
     """Writes mapped traces' runs for one batch: the synthetic graphs it saves are
     remembered (the traces of one app share a graph, saved once, not once per trace), and
@@ -494,6 +547,14 @@ class _Writer:
         found = Run.objects.in_bulk(run_ids)
         self.runs.update({run_id: found.get(run_id) for run_id in run_ids})
 
+    def _save_graph(self, graph: GraphSpec, key: tuple[str, str]) -> int:
+        """Save the synthetic graph (its version); remembered for the process once the
+        transaction commits (a version rolled back with it is not)."""
+        version = self.store.save_graph(graph)
+        transaction.on_commit(lambda: _graph_versions.__setitem__(
+            (self.project.pk, *key), version))
+        return version
+
     def write(self, imported: ImportedRun, *, compare: bool = True) -> str:
         """Write ``imported``'s run (rewrite it when it exists). ``compare``: leave the run
         as it is when its log already equals the mapping (a caller that knows the mapping
@@ -502,7 +563,12 @@ class _Writer:
         graph = imported.graph
         key = (graph.id, graph.content_hash)
         if key not in self.versions:
-            self.versions[key] = self.store.save_graph(graph)
+            known = _graph_versions.get((self.project.pk, *key))
+            if known is not None and not GraphVersion.objects.filter(  # a lock-free check
+                    graph__project=self.project, graph__graph_id=graph.id, version=known,
+                    spec_hash=graph_hash(graph)).exists():
+                known = None  # gone (a database reset under this process)
+            self.versions[key] = known or self._save_graph(graph, key)
         first = imported.events[0]
         assert isinstance(first, RunStarted)
         events = [dataclasses.replace(first, graph_version=self.versions[key]),
