@@ -117,7 +117,8 @@ def _one_store() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class TraceImport:
-    """What one receive did: the runs of its traces (written or already equal), and the
+    """What one receive did: the ids of its traces' runs (written, already equal, or —
+    when the receiver deferred them — written once the backlog reaches them), and the
     spans of the request that could not be read or mapped (OTLP ``partial_success``)."""
 
     runs: list[str]
@@ -175,7 +176,7 @@ def import_spans(*, user: User | None, project: Project, spans: list[SpanRecord]
 
     Without ``defer`` every trace is mapped before this returns. With ``defer`` (the OTLP
     receiver) they are mapped here only when that is cheap and nothing else is mapping
-    (:func:`_map_now`); else the backlog task maps them shortly after. Either way the
+    (:func:`_map_if_idle`); else the backlog task maps them shortly after. Either way the
     answer names the run of every trace of the request (its id is a function of the trace)
     and the spans that cannot be mapped.
     """
