@@ -39,6 +39,7 @@ Receiving is two steps: **storing** and **mapping**.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 import uuid
@@ -81,9 +82,11 @@ from forklab.runs.models import (
 )
 from forklab.runs.store import DjangoStore
 
+log = logging.getLogger("forklab.runs.traces")
+
 
 class ReceiverBusy(ForklabError):
-    """The receiver has been importing other requests for longer than
+    """The receiver has been storing other requests for longer than
     ``FORKLAB_OTLP_WAIT`` seconds: retry later (OTLP's back-pressure, ``429`` with
     ``Retry-After``, which exporters honour)."""
 
@@ -106,7 +109,7 @@ _mapping = threading.Lock()
 def _one_store() -> Iterator[None]:
     wait = settings.FORKLAB_OTLP_WAIT
     if not _storing.acquire(timeout=wait):
-        raise ReceiverBusy(f"the trace receiver has been busy for {wait:g} s importing other "
+        raise ReceiverBusy(f"the trace receiver has been busy for {wait:g} s storing other "
                            "requests; retry later (nothing of this request was stored)",
                            retry_after=max(1, round(wait / 4)))
     try:
@@ -369,6 +372,9 @@ _scheduled_lock = threading.Lock()
 # transaction stays short (~0.1-0.2 s) for the requests storing meanwhile
 BATCH = 25
 
+# A trace that failed to map is retried this long after (seconds)
+RETRY_FAILED = 600.0
+
 # OTLP requests this process is receiving now (decoding, storing): the backlog task lets
 # them go first — mapping is CPU in Python, and a mapping thread running beside a request
 # halves the request's share of the interpreter (the exporter waits twice as long)
@@ -448,7 +454,10 @@ def _drain_backlog(project_id: int) -> str:
         if due:
             _yield_to_requests()
             with _mapping:  # one mapper per process; requests map between batches
-                done = _map_in_lanes(project, [due[i::lanes] for i in range(lanes)])
+                try:
+                    done = _map_in_lanes(project, [due[i::lanes] for i in range(lanes)])
+                except Exception:  # one trace must not hold up the project's backlog
+                    done = _map_one_by_one(project, due)
             mapped += len(done)
             if not done:
                 time.sleep(0.1)  # another process is mapping these
@@ -456,7 +465,26 @@ def _drain_backlog(project_id: int) -> str:
         first = queue.order_by("since").values_list("since", flat=True).first()
         if first is None:
             return f"mapped {mapped} traces"
-        time.sleep(min(max(0.01, (first + delay - now).total_seconds()), 5.0))
+        wait = (first + delay - now).total_seconds()
+        if wait > 5.0:  # a failed trace's retry: the recovery sweep enqueues it when due
+            return f"mapped {mapped} traces; the rest is due in {wait:.0f} s"
+        time.sleep(max(0.01, wait))
+
+
+def _map_one_by_one(project: Project, trace_ids: list[str]) -> set[str]:
+    """A batch that failed, mapped a trace per transaction: a trace that fails alone (a
+    run the store refuses, a bug) is logged and put back on the backlog for
+    :data:`RETRY_FAILED` seconds from now, behind the traces that map."""
+    done: set[str] = set()
+    for trace_id in trace_ids:
+        try:
+            done |= _map_traces(project, None, [trace_id], wait=False)
+        except Exception:
+            log.exception("could not map trace %s of project %s; retrying in %g s",
+                          trace_id, project.slug, RETRY_FAILED)
+            TraceBacklog.objects.filter(project=project, trace_id=trace_id).update(
+                since=timezone.now() + timedelta(seconds=RETRY_FAILED))
+    return done
 
 
 def _lanes() -> int:

@@ -185,3 +185,27 @@ def test_spans_another_process_stored_meanwhile_are_skipped_not_refused(
     assert TraceSpan.objects.filter(project=world.lab).count() == len(spans)
     stored_events, expected = _events(world.lab, spans)
     assert stored_events == expected
+
+
+@pytest.mark.django_db
+def test_a_trace_that_cannot_be_mapped_does_not_hold_up_the_others(
+        world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    good, bad = _trace(), _trace()
+    with override_settings(FORKLAB_OTLP_INLINE_TRACES=0):
+        import_spans(user=None, project=world.lab, spans=good + bad, unreadable=[],
+                     defer=True)
+    real = traces.map_trace
+
+    def fails_on_bad(spans: list[SpanRecord], **kwargs: Any) -> Any:
+        if spans[0].trace_id == bad[0].trace_id:
+            raise ValueError("a bug in the mapping")
+        return real(spans, **kwargs)
+
+    monkeypatch.setattr(traces, "map_trace", fails_on_bad)
+    with override_settings(FORKLAB_TRACE_REMAP_DELAY=0):
+        answer = map_backlog.call(world.lab.pk)
+    assert "due in" in answer  # the task ends; the sweep takes the failed one up later
+    assert unmapped_traces(world.lab) == [bad[0].trace_id]
+    assert backlog(world.lab) == [bad[0].trace_id]  # kept, retried later
+    assert TraceBacklog.objects.get(trace_id=bad[0].trace_id).since > timezone.now()
+    assert "could not map trace" in caplog.text

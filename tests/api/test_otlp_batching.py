@@ -133,7 +133,7 @@ def test_a_large_trace_sent_a_span_at_a_time_is_mapped_in_the_background(
 
 @pytest.mark.django_db
 def test_a_receiver_busy_past_its_wait_answers_429_with_retry_after(world: World) -> None:
-    """Requests queue for the import ahead of them; past ``FORKLAB_OTLP_WAIT`` the answer
+    """Requests queue for the store ahead of them; past ``FORKLAB_OTLP_WAIT`` the answer
     is OTLP's back-pressure (429, Retry-After: exporters retry), never a 500."""
     from forklab.runs import traces
 
