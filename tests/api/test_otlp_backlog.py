@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
@@ -176,8 +177,8 @@ def test_spans_another_process_stored_meanwhile_are_skipped_not_refused(
     stored = traces._stored
 
     def looked_up_before(project: Project, by_trace: Any) -> Any:
-        known, counts = stored(project, by_trace)
-        return type(known)(set), counts  # "none stored yet", as the other process ran late
+        _, counts = stored(project, by_trace)
+        return defaultdict(set), counts  # "none stored yet", as the other process ran late
 
     monkeypatch.setattr(traces, "_stored", looked_up_before)
     import_spans(user=None, project=world.lab, spans=spans, unreadable=[], defer=True)
@@ -194,7 +195,7 @@ def test_a_trace_that_cannot_be_mapped_does_not_hold_up_the_others(
     with override_settings(FORKLAB_OTLP_INLINE_TRACES=0):
         import_spans(user=None, project=world.lab, spans=good + bad, unreadable=[],
                      defer=True)
-    real = traces.map_trace
+    real = map_trace
 
     def fails_on_bad(spans: list[SpanRecord], **kwargs: Any) -> Any:
         if spans[0].trace_id == bad[0].trace_id:
