@@ -482,12 +482,15 @@ FORKLAB_PRICES = envprices("FORKLAB_PRICES")
 # A run imported from a trace is forked only once its trace received no span or log record
 # for this long (late spans rewrite its log; docs/traces.md "Storage, re-sends and late spans")
 FORKLAB_TRACE_SETTLE_S = envfloat("FORKLAB_TRACE_SETTLE_S", 5.0, minimum=0.0)
-# The OTLP receiver re-maps a trace from all its stored spans. A trace that already holds
-# this many spans is re-mapped in the background instead of in the request, at most once per
-# FORKLAB_TRACE_REMAP_DELAY seconds however many requests extend it (docs/traces.md)
+# The OTLP receiver stores a request's spans, then maps the traces they extend into runs:
+# in the request when it has at most FORKLAB_OTLP_INLINE_TRACES traces, each holding fewer
+# than FORKLAB_TRACE_INLINE_SPANS spans before it, and no mapping is running in the process;
+# else in the background (the backlog task), each trace FORKLAB_TRACE_REMAP_DELAY seconds
+# after it joined the backlog at the earliest (docs/traces.md "Storage, re-sends and late spans")
+FORKLAB_OTLP_INLINE_TRACES = envint("FORKLAB_OTLP_INLINE_TRACES", 16, minimum=0)
 FORKLAB_TRACE_INLINE_SPANS = envint("FORKLAB_TRACE_INLINE_SPANS", 128, minimum=0)
 FORKLAB_TRACE_REMAP_DELAY = envfloat("FORKLAB_TRACE_REMAP_DELAY", 1.0, minimum=0.0)
-# How long an OTLP request waits for the imports ahead of it in this process before it is
+# How long an OTLP request waits for the stores ahead of it in this process before it is
 # answered 429 with Retry-After (exporters retry); below the SQLite lock timeout
 FORKLAB_OTLP_WAIT = envfloat("FORKLAB_OTLP_WAIT", 15.0, minimum=0.0)
 # Nodes of one run executing at once: the engine's Environment reads FORKLAB_MAX_CONCURRENCY

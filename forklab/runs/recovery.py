@@ -16,7 +16,8 @@ recovery task that is lost in turn is swept again. A stale queue task of the dea
 marked failed in the queue (``task_backends.abandon``) so the queue does not show it running.
 
 :class:`Supervisor` runs a sweep at start-up and every ``FORKLAB_RECOVERY_SWEEP_S``, in every
-web process (``forklab.asgi``) and every ``db_worker``.
+web process (``forklab.asgi``) and every ``db_worker``; it also enqueues the mapping of OTLP traces
+left on the receiver's backlog (``forklab.runs.traces.sweep_backlog``).
 """
 
 from __future__ import annotations
@@ -106,6 +107,10 @@ class Supervisor:
             try:
                 close_old_connections()
                 sweep()
+                # traces stored by a process that died before mapping them (docs/traces.md)
+                from forklab.runs.traces import sweep_backlog
+
+                sweep_backlog()
             except DatabaseError as exc:  # not migrated yet, or the database is away
                 log.warning("recovery sweep failed: %s", exc)
             except Exception:  # a failed sweep is retried at the next interval

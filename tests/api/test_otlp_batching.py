@@ -19,7 +19,13 @@ from forklab.engine.traces.otlp import SpanRecord
 from forklab.runs.models import Event, Project, Run
 from forklab.runs.store import DjangoStore
 from forklab.runs.task_backends import drain
-from forklab.runs.traces import import_spans, remap_trace, run_id_for, unmapped_traces
+from forklab.runs.traces import (
+    backlog,
+    import_spans,
+    map_backlog,
+    run_id_for,
+    unmapped_traces,
+)
 from tests.api.conftest import World
 from tests.traces.spans import handmade
 from tests.traces.test_mapping import workflow
@@ -69,11 +75,10 @@ def test_any_batching_ends_in_the_events_of_the_whole_trace(
         for batch in batches:
             import_spans(user=None, project=world.lab, spans=[spans[i] for i in batch],
                          unreadable=[], defer=True)
-    # the deferred re-maps (their enqueue waits for a commit this test never makes) run now,
-    # as the worker runs them
-    for behind in unmapped_traces(world.lab):
-        remap_trace.call(world.lab.pk, behind, 0.0)
-    assert unmapped_traces(world.lab) == []
+        # the backlog task (its enqueue waits for a commit this test never makes) runs now,
+        # as the worker runs it
+        map_backlog.call(world.lab.pk)
+    assert backlog(world.lab) == [] and unmapped_traces(world.lab) == []
     assert _stored(world.lab, run_id_for(world.lab, trace)) == _expected(world.lab, spans)
 
 
@@ -128,12 +133,12 @@ def test_a_large_trace_sent_a_span_at_a_time_is_mapped_in_the_background(
 
 @pytest.mark.django_db
 def test_a_receiver_busy_past_its_wait_answers_429_with_retry_after(world: World) -> None:
-    """Requests queue for the import ahead of them; past ``FORKLAB_OTLP_WAIT`` the answer
+    """Requests queue for the store ahead of them; past ``FORKLAB_OTLP_WAIT`` the answer
     is OTLP's back-pressure (429, Retry-After: exporters retry), never a 500."""
     from forklab.runs import traces
 
     request, _ = handmade()
-    with override_settings(FORKLAB_OTLP_WAIT=0.05), traces._importing:  # another import
+    with override_settings(FORKLAB_OTLP_WAIT=0.05), traces._storing:  # another store
         answer = world.client("member").post(
             "/v1/traces", data=request.SerializeToString(),
             content_type="application/x-protobuf", headers={"X-Forklab-Project": "lab"})

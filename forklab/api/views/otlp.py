@@ -48,6 +48,7 @@ from forklab.runs.traces import (
     import_document,
     import_log_events,
     import_spans,
+    receiving,
     receiving_project,
 )
 
@@ -63,11 +64,12 @@ class UnsupportedMediaType(ForklabError):
 @api_view(["POST"])
 def traces(request: Request) -> HttpResponse:
     project = receiving_project(request.user, request.headers.get("X-Forklab-Project"))
-    kind, data = _body(request, decode_protobuf)
-    spans, unreadable = read_otlp_json(data)
-    with _back_pressure():
-        result = import_spans(user=request.user, project=project, spans=spans,
-                              unreadable=unreadable, defer=True)
+    with receiving():  # the backlog's mapping waits for it
+        kind, data = _body(request, decode_protobuf)
+        spans, unreadable = read_otlp_json(data)
+        with _back_pressure():
+            result = import_spans(user=request.user, project=project, spans=spans,
+                                  unreadable=unreadable, defer=True)
     answer = ExportTraceServiceResponse()
     if result.rejected:
         answer.partial_success.CopyFrom(ExportTracePartialSuccess(
@@ -81,11 +83,12 @@ def logs(request: Request) -> HttpResponse:
     """``POST /v1/logs``: GenAI content sent as log events (EVENT_ONLY), put on its spans;
     an app's other log records are accepted and dropped."""
     project = receiving_project(request.user, request.headers.get("X-Forklab-Project"))
-    kind, data = _body(request, decode_logs_protobuf)
-    events, unreadable = read_otlp_logs_json(data)
-    with _back_pressure():
-        result = import_log_events(user=request.user, project=project, events=events,
-                                   unreadable=unreadable)
+    with receiving():
+        kind, data = _body(request, decode_logs_protobuf)
+        events, unreadable = read_otlp_logs_json(data)
+        with _back_pressure():
+            result = import_log_events(user=request.user, project=project, events=events,
+                                       unreadable=unreadable)
     answer = ExportLogsServiceResponse()
     if result.rejected:
         answer.partial_success.CopyFrom(ExportLogsPartialSuccess(
@@ -158,5 +161,5 @@ def imports(request: Request) -> Response:
     project = receiving_project(request.user, request.headers.get("X-Forklab-Project"))
     result = import_document(user=request.user, project=project, data=request.data)
     runs = {r.pk: r for r in Run.objects.filter(pk__in=result.runs).select_related("project")}
-    body = {**result.to_json(), "runs": runs_to_json(runs[r] for r in result.runs)}
+    body = {**result.to_json(), "runs": runs_to_json(runs[r] for r in result.runs if r in runs)}
     return Response(body, status=status.HTTP_201_CREATED)

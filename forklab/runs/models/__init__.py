@@ -14,10 +14,10 @@ from forklab.runs.models.runs import (
     Snapshot,
     UsageRecord,
 )
-from forklab.runs.models.traces import TraceLogEvent, TraceSpan
+from forklab.runs.models.traces import TraceBacklog, TraceLogEvent, TraceSpan
 
 __all__ = [
     "Case", "Event", "ForkRequest", "Graph", "GraphVersion", "Membership", "Project", "Role",
-    "FinalState", "ForkResult", "Run", "RunKind", "RunStatus", "ShareLink", "Snapshot", "TraceLogEvent", "TraceSpan",
+    "FinalState", "ForkResult", "Run", "RunKind", "RunStatus", "ShareLink", "Snapshot", "TraceBacklog", "TraceLogEvent", "TraceSpan",
     "UsageRecord",
 ]

@@ -51,3 +51,29 @@ class TraceLogEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.trace_id}/{self.span_id} {self.record.get('name')}"
+
+
+class TraceBacklog(models.Model):
+    """A trace whose run may not reflect every span and log record stored for it: the OTLP
+    receiver's backlog of traces to (re)map (``forklab.runs.traces``).
+
+    Written in the transaction that stores the trace's spans or records, so a trace that
+    was stored is mapped even when the process that stored it died before mapping it (the
+    recovery sweep picks the backlog up). ``mark`` changes whenever more arrives; a mapper
+    deletes the row only when the mark is still the one it read before reading the spans
+    (compare-and-delete), so nothing stored after that read is forgotten."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    trace_id = models.CharField(max_length=32)  # hex
+    since = models.DateTimeField()  # first unmapped arrival: due FORKLAB_TRACE_REMAP_DELAY later
+    mark = models.CharField(max_length=32)  # a fresh random token per arrival
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "trace_id"],
+                                    name="tracebacklog_unique_trace"),
+        ]
+        indexes = [models.Index(fields=["project", "since"], name="tracebacklog_due")]
+
+    def __str__(self) -> str:
+        return f"{self.trace_id} since {self.since:%H:%M:%S}"
