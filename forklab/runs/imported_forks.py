@@ -53,7 +53,7 @@ from forklab.engine.workflows import (
 from forklab.runs.engine_env import build_environment
 from forklab.runs.errors import ImportedRunNotForkable, TraceArriving
 from forklab.runs.models import Event, GraphVersion, Run
-from forklab.runs.models.traces import TraceLogEvent, TraceSpan
+from forklab.runs.models.traces import TraceBacklog, TraceLogEvent, TraceSpan
 from forklab.runs.store import DjangoStore
 from forklab.runs.traces import trace_spans
 
@@ -243,10 +243,19 @@ def require_replayable(run: Run, *, check: bool = False) -> None:
 
 def require_settled(run: Run) -> None:
     """Refuse to fork a run imported from a trace that received spans (or log records) in
-    the last ``FORKLAB_TRACE_SETTLE_S`` seconds (``trace_arriving``, with how long to wait):
+    the last ``FORKLAB_TRACE_SETTLE_S`` seconds, or whose stored spans are not all mapped
+    into it yet (on the receiver's backlog) — ``trace_arriving``, with how long to wait:
     late spans rewrite its log, and a fork should start from the trace as it ends up. A fork
     already made keeps what it forked (its own log holds its copy)."""
-    if not run.trace_id or settings.FORKLAB_TRACE_SETTLE_S <= 0:
+    if not run.trace_id:
+        return
+    if TraceBacklog.objects.filter(project=run.project_id, trace_id=run.trace_id).exists():
+        raise TraceArriving(  # stored, not mapped yet: the run does not show every span
+            f"trace {run.trace_id} of run {run.id!r} has spans stored but not yet mapped "
+            "into the run (the receiver maps a burst from its backlog); retry in a few "
+            "seconds", run_id=run.id, trace_id=run.trace_id,
+            retry_after_s=max(1.0, settings.FORKLAB_TRACE_REMAP_DELAY))
+    if settings.FORKLAB_TRACE_SETTLE_S <= 0:
         return
     found = [TraceSpan.objects.filter(project=run.project_id, trace_id=run.trace_id)
              .aggregate(last=Max("received_at"))["last"],

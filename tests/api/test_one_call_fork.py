@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from forklab.runs.models import Run
 from forklab.runs.task_backends import drain
@@ -101,6 +102,28 @@ def test_a_trace_still_arriving_is_refused_with_a_retry_hint(world: World) -> No
     assert response.json()["code"] == "trace_arriving"
     assert 0 < response.json()["retry_after_s"] <= 5
     assert not Run.objects.filter(parent_run=run).exists()
+
+
+def test_a_trace_whose_spans_wait_on_the_backlog_is_refused_until_mapped(
+        world: World, settings: Any) -> None:
+    """Under a burst the receiver stores spans and maps them later: until then the run does
+    not show them, so a fork is refused as for a trace still arriving."""
+    from forklab.runs.models.traces import TraceBacklog
+    from forklab.runs.traces import map_backlog
+
+    settings.FORKLAB_TRACE_SETTLE_S = 0
+    early, _ = handmade(late=True)
+    run = _import(world, early)
+    TraceBacklog.objects.create(project=run.project, trace_id=run.trace_id,
+                                since=timezone.now(), mark="pending")
+    response = _post(world, "/forks/", {"base_run": run.pk, "at": {"before_call": KEY}})
+    assert (response.status_code, response.json()["code"]) == (409, "trace_arriving")
+    assert "not yet mapped" in response.json()["detail"]
+    map_backlog.call(run.project_id)
+    assert not TraceBacklog.objects.filter(trace_id=run.trace_id).exists()
+    response = _post(world, "/forks/preflight/", {"base_run": run.pk, "changes": [
+        {"kind": "model", "call": KEY, "model": "scripted-small", "provider": "scripted"}]})
+    assert response.status_code == 200, response.json()
 
 
 def test_an_inspect_only_call_is_refused_with_what_is_missing(
