@@ -18,7 +18,6 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
-    model_serializer,
     model_validator,
 )
 
@@ -241,14 +240,14 @@ class AgentChange(_Change):
         if self.call is not None:
             _call_address(self.call, self.kind)
 
-    @model_serializer(mode="wrap")
-    def _one_of_call_or_target(self, handler: Any) -> dict[str, Any]:
-        """Every dump (the change's wire form, and a request or plan holding it: a worker
-        re-parses those) gives one of ``call`` and ``target``: the target is derived from
-        the call, and a form giving both is refused."""
-        wired: dict[str, Any] = handler(self)
+    def wire(self) -> dict[str, Any]:
+        """One of ``call`` and ``target``: a per-call change's target is derived from its
+        call (a form holding both, as a plain model dump does, still parses: the validator
+        takes a target equal to the call's node)."""
+        wired = super().wire()
         if self.call is not None:
             wired.pop("target", None)
+            wired.pop(type(self).model_fields["target"].alias or "target", None)
         else:
             wired.pop("call", None)
         return wired
