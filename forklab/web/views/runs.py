@@ -100,7 +100,8 @@ def run_context(request: HttpRequest, run: Run, *, readonly: bool,
     context["imported"] = None if readonly else imported_forks_of(
         run, forkable=context["forkable"])
     # ... and a one-call fork is not forked again (one_call_only): its imported run is
-    context["node_forks"] = context["forkable"] and not run.trace_id and not context["one_call"]
+    context["node_points"] = not run.trace_id and not context["one_call"]  # fork points at all
+    context["node_forks"] = context["forkable"] and context["node_points"]  # ... for this reader
     context["workflow_source"] = imported_forks.imported_source(chain[0])
     if context["node_forks"] and context["point"] is not None:
         context.update(composer_context(request, run, at, graph=graph, tl=tl))
