@@ -29,6 +29,7 @@ from forklab.engine.traces.otlp import (
     SpanEvent,
     SpanRecord,
     attributes_of,
+    decode_message,
     hex_id,
     value_of,
 )
@@ -126,20 +127,11 @@ def attach(spans: Iterable[SpanRecord], events: Iterable[LogEvent]) -> list[Span
 
 def decode_logs_protobuf(body: bytes) -> dict[str, Any]:
     """An ``ExportLogsServiceRequest`` protobuf body as its JSON-mapping dict."""
-    from google.protobuf.json_format import MessageToDict
-    from google.protobuf.message import DecodeError
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
         ExportLogsServiceRequest,
     )
 
-    message = ExportLogsServiceRequest()
-    try:
-        message.ParseFromString(body)
-    except (DecodeError, ValueError) as exc:
-        raise OtlpDecodeError(f"the body is not an OTLP ExportLogsServiceRequest: {exc}") \
-            from None
-    decoded: dict[str, Any] = MessageToDict(message)
-    return decoded
+    return decode_message(body, ExportLogsServiceRequest())
 
 
 __all__ = ["DETAILS", "LogEvent", "attach", "decode_logs_protobuf", "log_from_wire",

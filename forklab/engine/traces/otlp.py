@@ -92,18 +92,24 @@ class Rejected:
 def decode_protobuf(body: bytes) -> dict[str, Any]:
     """An ``ExportTraceServiceRequest`` protobuf body as its JSON-mapping dict; raises
     :class:`OtlpDecodeError` when the bytes are not one."""
-    from google.protobuf.json_format import MessageToDict
-    from google.protobuf.message import DecodeError
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
 
-    message = ExportTraceServiceRequest()
+    return decode_message(body, ExportTraceServiceRequest())
+
+
+def decode_message(body: bytes, message: Any) -> dict[str, Any]:
+    """``body`` parsed into the empty protobuf ``message`` (an OTLP export request), as its
+    JSON-mapping dict; :class:`OtlpDecodeError` naming the message type when it is not one."""
+    from google.protobuf.json_format import MessageToDict
+    from google.protobuf.message import DecodeError
+
     try:
         message.ParseFromString(body)
     except (DecodeError, ValueError) as exc:
-        raise OtlpDecodeError(f"the body is not an OTLP ExportTraceServiceRequest: {exc}") \
-            from None
+        raise OtlpDecodeError(
+            f"the body is not an OTLP {type(message).__name__}: {exc}") from None
     decoded: dict[str, Any] = MessageToDict(message)
     return decoded
 
