@@ -39,6 +39,16 @@ def _alone(base: Any, at: Any, items: list[Any]) -> Any:
         return exc.code
 
 
+def _variants(case: Any, base: Any, data: st.DataObject) -> dict[str, list[Any]]:
+    """Two or three variants sharing one change that moves every reader (so their tails
+    overlap), each with its own extra change or none."""
+    shared = [_moving_every_reader(case.graph, data.draw(st.sampled_from(WORDS)))]
+    extras = data.draw(st.lists(st.one_of(st.none(), changes(case.graph, base.state)),
+                                min_size=2, max_size=3), label="each variant's own change")
+    return {f"v{i}": shared + ([extra] if extra is not None else [])
+            for i, extra in enumerate(extras)}
+
+
 @examples(40)
 @given(case=graph_cases(), data=st.data())
 def test_every_variant_of_a_memoized_sweep_has_the_outcome_of_its_fork_run_alone(
@@ -46,11 +56,7 @@ def test_every_variant_of_a_memoized_sweep_has_the_outcome_of_its_fork_run_alone
     h = Harness()
     base = record_case(case, h)
     point = data.draw(st.sampled_from(fork_points(base.event_log)), label="point")
-    shared = [_moving_every_reader(case.graph, data.draw(st.sampled_from(WORDS)))]
-    extras = data.draw(st.lists(st.one_of(st.none(), changes(case.graph, base.state)),
-                                min_size=2, max_size=3), label="each variant's own change")
-    variants = {f"v{i}": shared + ([extra] if extra is not None else [])
-                for i, extra in enumerate(extras)}
+    variants = _variants(case, base, data)
     at = {"sequence": point.seq}
     concurrency = data.draw(st.sampled_from([1, 3]), label="concurrency")
 
@@ -79,11 +85,7 @@ def test_a_variant_stops_at_its_budget_in_a_sweep_exactly_where_it_stops_alone(
     h = Harness()
     base = record_case(case, h)
     point = data.draw(st.sampled_from(fork_points(base.event_log)), label="point")
-    shared = [_moving_every_reader(case.graph, data.draw(st.sampled_from(WORDS)))]
-    extras = data.draw(st.lists(st.one_of(st.none(), changes(case.graph, base.state)),
-                                min_size=2, max_size=3), label="each variant's own change")
-    variants = {f"v{i}": shared + ([extra] if extra is not None else [])
-                for i, extra in enumerate(extras)}
+    variants = _variants(case, base, data)
     budget = {"max_live_calls": data.draw(st.integers(0, 6), label="max_live_calls"),
               "max_cost_usd": data.draw(st.sampled_from([None, 0.0002, 0.001, 1.0]),
                                         label="max_cost_usd")}
